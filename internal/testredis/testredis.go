@@ -1,0 +1,172 @@
+// Package testredis starts real redis-server processes for tests: a single
+// server or a small Redis Cluster, each in its own temporary directory and
+// stopped by t.Cleanup. A missing redis-server fails the test with the
+// command that installs it; nothing is skipped.
+package testredis
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+const installHint = "redis-server not found in PATH; install it with: apt-get install -y redis-server"
+
+// Server is a running redis-server.
+type Server struct {
+	Addr string
+	cmd  *exec.Cmd
+}
+
+// Stop kills the server at once, as a crash would.
+func (s *Server) Stop() {
+	if s.cmd.Process != nil {
+		_ = s.cmd.Process.Kill()
+		_ = s.cmd.Wait()
+	}
+}
+
+func freePort(tb testing.TB) int {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatalf("free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func start(tb testing.TB, extra ...string) *Server {
+	tb.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		tb.Fatal(installHint)
+	}
+	var lastErr error
+	for range 5 {
+		dir := tb.TempDir()
+		port := freePort(tb)
+		args := append([]string{
+			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
+			"--save", "", "--appendonly", "no", "--protected-mode", "no", "--loglevel", "warning",
+		}, extra...)
+		cmd := exec.Command(bin, args...)
+		cmd.Stdout, cmd.Stderr = nil, nil
+		if err := cmd.Start(); err != nil {
+			tb.Fatalf("start redis-server: %v", err)
+		}
+		s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), cmd: cmd}
+		if lastErr = waitReady(s.Addr); lastErr == nil {
+			tb.Cleanup(s.Stop)
+			return s
+		}
+		s.Stop() // the port was taken under us; try another
+	}
+	tb.Fatalf("redis-server did not start: %v", lastErr)
+	return nil
+}
+
+func waitReady(addr string) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Start starts a standalone redis-server.
+func Start(tb testing.TB) *Server {
+	tb.Helper()
+	return start(tb)
+}
+
+// Client starts a standalone redis-server and returns a client for it,
+// closed at cleanup.
+func Client(tb testing.TB) (*redis.Client, *Server) {
+	tb.Helper()
+	s := Start(tb)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	tb.Cleanup(func() { _ = c.Close() })
+	return c, s
+}
+
+// Cluster starts n masters with no replicas, joins them into a Redis
+// Cluster covering all slots and returns a client for it.
+func Cluster(tb testing.TB, n int) (*redis.ClusterClient, []*Server) {
+	tb.Helper()
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		tb.Fatal(installHint)
+	}
+	servers := make([]*Server, n)
+	addrs := make([]string, n)
+	for i := range servers {
+		dir := tb.TempDir()
+		servers[i] = start(tb, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "2000")
+		addrs[i] = servers[i].Addr
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+		tb.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, a := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: a})
+		for {
+			info, err := c.ClusterInfo(context.Background()).Result()
+			if err == nil && clusterOK(info) {
+				break
+			}
+			if time.Now().After(deadline) {
+				c.Close()
+				tb.Fatalf("cluster at %s not ok: %v %s", a, err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		c.Close()
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	tb.Cleanup(func() { _ = cc.Close() })
+	// The client must see every slot assigned before tests run.
+	for {
+		err := cc.ForEachShard(context.Background(), func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() })
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("cluster client: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return cc, servers
+}
+
+func clusterOK(info string) bool {
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		if strings.TrimSpace(sc.Text()) == "cluster_state:ok" {
+			return true
+		}
+	}
+	return false
+}

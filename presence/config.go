@@ -1,0 +1,91 @@
+package presence
+
+import (
+	"fmt"
+	"time"
+)
+
+// Defaults. The heartbeat is a third of the TTL so two ticks may be missed
+// before a live session expires; the grace absorbs a network handover and a
+// fast reconnect.
+const (
+	DefaultSessionTTL       = 45 * time.Second
+	DefaultHeartbeat        = 15 * time.Second
+	DefaultOfflineGrace     = 12 * time.Second
+	DefaultReapInterval     = 1 * time.Second
+	DefaultLastSeenInterval = 60 * time.Second
+)
+
+// Timing decides when sessions expire and when departures are announced.
+// The zero value of a field means its default; see WithDefaults.
+type Timing struct {
+	SessionTTL       time.Duration // a session not refreshed for this long is gone
+	Heartbeat        time.Duration // how often a live node refreshes its sessions
+	OfflineGrace     time.Duration // wait after a clean close before announcing offline
+	ReapInterval     time.Duration // how often a reaper looks for due entries
+	LastSeenInterval time.Duration // at most one last-seen write per user this often while active
+}
+
+// DefaultTiming returns the defaults.
+func DefaultTiming() Timing { return Timing{}.WithDefaults() }
+
+// WithDefaults returns t with every zero field set to its default.
+func (t Timing) WithDefaults() Timing {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&t.SessionTTL, DefaultSessionTTL)
+	def(&t.Heartbeat, DefaultHeartbeat)
+	def(&t.OfflineGrace, DefaultOfflineGrace)
+	def(&t.ReapInterval, DefaultReapInterval)
+	def(&t.LastSeenInterval, DefaultLastSeenInterval)
+	return t
+}
+
+// ConfigError names the setting that is wrong and the rule it breaks.
+type ConfigError struct {
+	Field string
+	Rule  string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("presence: config: %s: %s", e.Field, e.Rule)
+}
+
+// Validate rejects settings that produce ghosts or flicker. It checks t as
+// given: call WithDefaults first to fill zero fields.
+func (t Timing) Validate() error {
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"session TTL", t.SessionTTL},
+		{"heartbeat", t.Heartbeat},
+		{"offline grace", t.OfflineGrace},
+		{"reap interval", t.ReapInterval},
+		{"last-seen interval", t.LastSeenInterval},
+	} {
+		if f.d <= 0 {
+			return &ConfigError{f.name, fmt.Sprintf("must be positive, got %v", f.d)}
+		}
+	}
+	// Scores are whole milliseconds.
+	if t.SessionTTL < 100*time.Millisecond {
+		return &ConfigError{"session TTL", fmt.Sprintf("must be at least 100ms, got %v", t.SessionTTL)}
+	}
+	if t.Heartbeat*3 > t.SessionTTL {
+		return &ConfigError{"heartbeat", fmt.Sprintf("(%v) must be at most a third of the session TTL (%v), so two missed ticks do not expire a live session", t.Heartbeat, t.SessionTTL)}
+	}
+	if t.OfflineGrace >= t.SessionTTL {
+		return &ConfigError{"offline grace", fmt.Sprintf("(%v) must be shorter than the session TTL (%v): a crashed node's users would otherwise outlive a clean close", t.OfflineGrace, t.SessionTTL)}
+	}
+	if t.ReapInterval > t.OfflineGrace {
+		return &ConfigError{"reap interval", fmt.Sprintf("(%v) must not exceed the offline grace (%v), or departures are announced late by more than the grace itself", t.ReapInterval, t.OfflineGrace)}
+	}
+	if t.LastSeenInterval < t.Heartbeat {
+		return &ConfigError{"last-seen interval", fmt.Sprintf("(%v) must be at least the heartbeat (%v): last seen is not written on every heartbeat", t.LastSeenInterval, t.Heartbeat)}
+	}
+	return nil
+}

@@ -1,0 +1,150 @@
+package region
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/presence-dev/presence/presence"
+)
+
+// Short timing for integration tests against a real redis-server.
+var testTiming = presence.Timing{
+	SessionTTL:       2 * time.Second,
+	Heartbeat:        500 * time.Millisecond,
+	OfflineGrace:     time.Second,
+	ReapInterval:     100 * time.Millisecond,
+	LastSeenInterval: time.Second,
+}
+
+// collector is a Sink that records what it is given.
+type collector struct {
+	mu   sync.Mutex
+	ts   []presence.Transition
+	down atomic.Bool
+}
+
+func (c *collector) Publish(_ context.Context, ts []presence.Transition) error {
+	if c.down.Load() {
+		return errors.New("sink down")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ts = append(c.ts, ts...)
+	return nil
+}
+
+func (c *collector) all() []presence.Transition {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]presence.Transition(nil), c.ts...)
+}
+
+// of returns the transitions of one kind for one user in one room.
+func (c *collector) of(kind presence.Kind, room, user string) []presence.Transition {
+	var out []presence.Transition
+	for _, t := range c.all() {
+		if t.Kind == kind && t.Room == room && t.User == user {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+func newStore(tb testing.TB, rdb redis.UniversalClient, sink Sink, edit ...func(*Options)) *Store {
+	tb.Helper()
+	o := Options{Region: "eu", Timing: testTiming, Sink: sink, PublishLease: 500 * time.Millisecond}
+	for _, e := range edit {
+		e(&o)
+	}
+	s, err := New(rdb, o)
+	if err != nil {
+		tb.Fatalf("New: %v", err)
+	}
+	return s
+}
+
+// startReaper runs s's reaper until the test ends.
+func startReaper(tb testing.TB, s *Store) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); s.RunReaper(ctx) }()
+	tb.Cleanup(func() { cancel(); <-done })
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func redisNow(tb testing.TB, rdb redis.UniversalClient) time.Time {
+	tb.Helper()
+	t, err := rdb.Time(context.Background()).Result()
+	if err != nil {
+		tb.Fatalf("TIME: %v", err)
+	}
+	return t
+}
+
+// waitRedisPast waits until Redis's clock, which scores every entry, is past at.
+func waitRedisPast(tb testing.TB, rdb redis.UniversalClient, at time.Time) {
+	tb.Helper()
+	waitFor(tb, time.Until(at)+5*time.Second, "redis clock to pass "+at.Format(time.StampMilli), func() bool {
+		return redisNow(tb, rdb).After(at)
+	})
+}
+
+func ref(room, user, session string) presence.SessionRef {
+	return presence.SessionRef{Room: room, User: user, Session: session}
+}
+
+func touch(tb testing.TB, s *Store, refs ...presence.SessionRef) []presence.Transition {
+	tb.Helper()
+	ts, err := s.Touch(context.Background(), refs)
+	if err != nil {
+		tb.Fatalf("Touch: %v", err)
+	}
+	return ts
+}
+
+func release(tb testing.TB, s *Store, r presence.SessionRef) {
+	tb.Helper()
+	if err := s.Release(context.Background(), r); err != nil {
+		tb.Fatalf("Release: %v", err)
+	}
+}
+
+func members(tb testing.TB, s *Store, room string) map[string]int {
+	tb.Helper()
+	ms, err := s.Members(context.Background(), room, 0, 10000)
+	if err != nil {
+		tb.Fatalf("Members: %v", err)
+	}
+	out := map[string]int{}
+	for _, m := range ms {
+		out[m.User] = m.Sessions
+	}
+	return out
+}
+
+func reap(tb testing.TB, s *Store) int {
+	tb.Helper()
+	n, err := s.Reap(context.Background())
+	if err != nil {
+		tb.Fatalf("Reap: %v", err)
+	}
+	return n
+}

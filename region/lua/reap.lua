@@ -1,0 +1,26 @@
+-- reap: settle one room whose index entry is due.
+-- KEYS[1] reap index; KEYS[2..6] the room's keys (see lib.lua)
+-- ARGV[1] publish lease ms, ARGV[2] outbox cap, ARGV[3] room, ARGV[4] limit
+-- Returns the outbox entries to publish: this call's events and any left
+-- unacknowledged for longer than the lease. Empty when the room is not due,
+-- which is how concurrent reapers stand aside for each other.
+local now = now_ms()
+local lease, maxo, room, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local idx = KEYS[1]
+local due = redis.call('ZSCORE', idx, room)
+if due and tonumber(due) > now then
+  return {}
+end
+local r = room_at(2)
+local old = stale(r, now, lease)
+local more = settle(r, now, maxo, limit)
+reindex(idx, r, room, now, lease)
+if more then
+  redis.call('ZADD', idx, now, room)
+end
+if emitted > 0 then
+  for _, e in ipairs(redis.call('LRANGE', r.o, -emitted, -1)) do
+    old[#old + 1] = e
+  end
+end
+return old

@@ -1,0 +1,574 @@
+package region
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/presence-dev/presence/presence"
+)
+
+// Sink delivers one room's transitions in Seq order. It must be idempotent
+// on Transition.ID: after a crash, transitions are delivered again.
+type Sink interface {
+	Publish(ctx context.Context, ts []presence.Transition) error
+}
+
+// SinkFunc adapts a function to Sink.
+type SinkFunc func(ctx context.Context, ts []presence.Transition) error
+
+// Publish calls f.
+func (f SinkFunc) Publish(ctx context.Context, ts []presence.Transition) error { return f(ctx, ts) }
+
+// Options configure a Store. Zero fields take their defaults.
+type Options struct {
+	Region string          // required: names this region in transitions
+	Timing presence.Timing // zero fields take presence defaults
+	Sink   Sink            // required: receives every transition
+	Prefix string          // key prefix; default "presence"
+
+	MaxBatch        int           // sessions per Touch; default 10000
+	ChunkSize       int           // sessions per script call; default 256
+	MaxOutbox       int           // unacknowledged events kept per room; default 1000
+	PublishLease    time.Duration // redeliver events unacknowledged this long; default 5s
+	LastSeenBuckets int           // hashes holding last-seen times; default 1024
+	Logger          *slog.Logger
+}
+
+// Store is one region's presence state in Redis. It is safe for concurrent
+// use; any number of Stores, in any number of processes, may share a Redis.
+type Store struct {
+	rdb     redis.UniversalClient
+	cluster bool
+	opt     Options
+	t       presence.Timing
+	log     *slog.Logger
+	now     func() time.Time // local clock: only paces last-seen writes
+
+	mu   sync.Mutex
+	seen map[string]time.Time // user -> when this process last wrote their last seen
+
+	stats Stats
+}
+
+// Stats counts what a Store did.
+type Stats struct {
+	Touched        atomic.Int64 // sessions created or refreshed
+	Released       atomic.Int64
+	Transitions    atomic.Int64 // delivered to the sink
+	PublishErrors  atomic.Int64
+	LastSeenWrites atomic.Int64 // writes Redis reported making
+	ReapedRooms    atomic.Int64 // reap script runs
+}
+
+// New returns a Store on rdb. rdb may be a *redis.Client, a
+// *redis.ClusterClient or a failover client.
+func New(rdb redis.UniversalClient, opt Options) (*Store, error) {
+	if rdb == nil {
+		return nil, &ConfigError{"client", "is required"}
+	}
+	if err := presence.ValidateRegion(opt.Region); err != nil {
+		return nil, &ConfigError{"region", err.Error()}
+	}
+	if opt.Sink == nil {
+		return nil, &ConfigError{"sink", "is required: transitions must go somewhere"}
+	}
+	t := opt.Timing.WithDefaults()
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	def := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&opt.MaxBatch, 10000)
+	def(&opt.ChunkSize, 256)
+	def(&opt.MaxOutbox, 1000)
+	def(&opt.LastSeenBuckets, 1024)
+	if opt.PublishLease == 0 {
+		opt.PublishLease = 5 * time.Second
+	}
+	if opt.Prefix == "" {
+		opt.Prefix = "presence"
+	}
+	for _, c := range []struct {
+		name string
+		v    int
+	}{{"max batch", opt.MaxBatch}, {"chunk size", opt.ChunkSize}, {"max outbox", opt.MaxOutbox}, {"last-seen buckets", opt.LastSeenBuckets}} {
+		if c.v < 0 {
+			return nil, &ConfigError{c.name, fmt.Sprintf("must be positive, got %d", c.v)}
+		}
+	}
+	// Event ids are deduplicated by JetStream for two minutes; a redelivery
+	// must come well inside that window.
+	if opt.PublishLease < 100*time.Millisecond || opt.PublishLease > time.Minute {
+		return nil, &ConfigError{"publish lease", fmt.Sprintf("must be between 100ms and 1m, got %v", opt.PublishLease)}
+	}
+	if strings.ContainsAny(opt.Prefix, "{} \t\r\n") {
+		return nil, &ConfigError{"prefix", "must not contain braces or whitespace"}
+	}
+	lg := opt.Logger
+	if lg == nil {
+		lg = slog.Default()
+	}
+	_, cluster := rdb.(*redis.ClusterClient)
+	return &Store{rdb: rdb, cluster: cluster, opt: opt, t: t, log: lg, now: time.Now, seen: map[string]time.Time{}}, nil
+}
+
+// Timing returns the validated timing in force.
+func (s *Store) Timing() presence.Timing { return s.t }
+
+// Region returns the region name.
+func (s *Store) Region() string { return s.opt.Region }
+
+// Stats returns the live counters.
+func (s *Store) Stats() *Stats { return &s.stats }
+
+func ms(d time.Duration) int64 { return d.Milliseconds() }
+
+func (s *Store) roomBase(room string) string { return s.opt.Prefix + ":{" + room + "}" }
+
+// roomKeys are the five keys of a room, in the order the scripts expect.
+func (s *Store) roomKeys(room string) []string {
+	b := s.roomBase(room)
+	return []string{b, b + ":s", b + ":n", b + ":o", b + ":st"}
+}
+
+// indexKey is the reap index for a room. On a cluster there is one per
+// slot, keyed to live in that slot; otherwise one for all rooms.
+func (s *Store) indexKey(room string) string {
+	if !s.cluster {
+		return s.opt.Prefix + ":reap"
+	}
+	return s.indexKeyOfSlot(slotOf(room))
+}
+
+func (s *Store) indexKeyOfSlot(slot int) string {
+	return s.opt.Prefix + ":reap:{" + slotTags[slot] + "}"
+}
+
+// Touch creates or refreshes sessions: the heartbeat path. Sessions are
+// grouped by room and slot into a few script calls sent in one round trip.
+// It returns the transitions this call caused (joins, and departures that
+// were overdue in the rooms it wrote). An invalid batch writes nothing.
+func (s *Store) Touch(ctx context.Context, refs []presence.SessionRef) ([]presence.Transition, error) {
+	if len(refs) == 0 {
+		return nil, &OpError{"touch", ErrEmptyBatch}
+	}
+	if len(refs) > s.opt.MaxBatch {
+		return nil, &OpError{"touch", fmt.Errorf("%w: %d sessions, at most %d", ErrBatchTooLarge, len(refs), s.opt.MaxBatch)}
+	}
+	for i, r := range refs {
+		if err := r.Validate(); err != nil {
+			return nil, &OpError{"touch", fmt.Errorf("session %d of %d: %w", i+1, len(refs), err)}
+		}
+	}
+
+	// Group by room, keeping first-seen order; then by index key (slot).
+	type roomBatch struct {
+		room  string
+		pairs []any
+	}
+	byRoom := map[string]int{}
+	var rooms []roomBatch
+	for _, r := range refs {
+		i, ok := byRoom[r.Room]
+		if !ok {
+			i = len(rooms)
+			byRoom[r.Room] = i
+			rooms = append(rooms, roomBatch{room: r.Room})
+		}
+		rooms[i].pairs = append(rooms[i].pairs, r.User, r.Session)
+	}
+	byIndex := map[string][]int{}
+	var order []string
+	for i, rb := range rooms {
+		k := s.indexKey(rb.room)
+		if _, ok := byIndex[k]; !ok {
+			order = append(order, k)
+		}
+		byIndex[k] = append(byIndex[k], i)
+	}
+
+	head := []any{ms(s.t.SessionTTL), ms(s.opt.PublishLease), s.opt.MaxOutbox}
+	var calls []call
+	var callRooms [][]string // rooms of each call, in script order
+	for _, k := range order {
+		c := call{script: scriptTouch, keys: []string{k}, args: append([]any(nil), head...)}
+		var names []string
+		n := 0
+		flush := func() {
+			if len(names) > 0 {
+				calls = append(calls, c)
+				callRooms = append(callRooms, names)
+			}
+			c = call{script: scriptTouch, keys: []string{k}, args: append([]any(nil), head...)}
+			names, n = nil, 0
+		}
+		for _, i := range byIndex[k] {
+			pairs := rooms[i].pairs
+			for len(pairs) > 0 {
+				take := min(len(pairs)/2, s.opt.ChunkSize-n)
+				c.keys = append(c.keys, s.roomKeys(rooms[i].room)...)
+				c.args = append(c.args, rooms[i].room, take)
+				c.args = append(c.args, pairs[:2*take]...)
+				names = append(names, rooms[i].room)
+				pairs = pairs[2*take:]
+				if n += take; n >= s.opt.ChunkSize {
+					flush()
+				}
+			}
+		}
+		flush()
+	}
+
+	cmds, err := runAll(ctx, s.rdb, calls)
+	if err != nil {
+		return nil, &OpError{"touch", err}
+	}
+	s.stats.Touched.Add(int64(len(refs)))
+
+	pending := map[string][]string{}
+	for ci, cmd := range cmds {
+		res, _ := cmd.Slice()
+		for ri, v := range res {
+			if entries, ok := v.([]any); ok && ri < len(callRooms[ci]) {
+				room := callRooms[ci][ri]
+				pending[room] = append(pending[room], toStrings(entries)...)
+			}
+		}
+	}
+	ts := s.deliver(ctx, pending)
+	s.noteActivity(ctx, refs)
+	return ts, nil
+}
+
+// Release records a clean close of one session. The user stays a member
+// for the offline grace; if no session of theirs returns, a reaper
+// announces the departure. Releasing an unknown session is a no-op.
+func (s *Store) Release(ctx context.Context, ref presence.SessionRef) error {
+	if err := ref.Validate(); err != nil {
+		return &OpError{"release", err}
+	}
+	cmds, err := runAll(ctx, s.rdb, []call{{
+		script: scriptRelease,
+		keys:   append([]string{s.indexKey(ref.Room)}, s.roomKeys(ref.Room)...),
+		args:   []any{ms(s.opt.PublishLease), s.opt.MaxOutbox, ms(s.t.OfflineGrace), ref.Room, ref.User, ref.Session},
+	}})
+	if err != nil {
+		return &OpError{"release", err}
+	}
+	res, _ := cmds[0].Slice()
+	if len(res) > 0 {
+		if f, _ := res[0].(int64); f == 1 {
+			s.stats.Released.Add(1)
+		}
+	}
+	if len(res) > 1 {
+		s.deliver(ctx, map[string][]string{ref.Room: toStrings(res[1:])})
+	}
+	return nil
+}
+
+// Member is a live member of a room.
+type Member struct {
+	User string
+	// Sessions counts the user's session entries; 0 means the user's last
+	// session closed and the offline grace is running.
+	Sessions int
+	Until    time.Time // member at least until then, unless refreshed
+}
+
+// Members lists a room's live members, at most limit from offset, in
+// order of their until time. A read needs no reaper: expired entries are
+// excluded by their score.
+func (s *Store) Members(ctx context.Context, room string, offset, limit int) ([]Member, error) {
+	if err := presence.ValidateRoom(room); err != nil {
+		return nil, &OpError{"members", err}
+	}
+	if offset < 0 || limit <= 0 {
+		return nil, &OpError{"members", fmt.Errorf("offset must be >= 0 and limit > 0, got %d and %d", offset, limit)}
+	}
+	k := s.roomKeys(room)
+	res, err := scriptMembers.Run(ctx, s.rdb, []string{k[0], k[2]}, offset, limit).Slice()
+	if err != nil {
+		return nil, &OpError{"members", err}
+	}
+	out := make([]Member, 0, (len(res)-1)/3)
+	for i := 1; i+2 < len(res); i += 3 {
+		u, _ := res[i].(string)
+		until, _ := strconv.ParseFloat(str(res[i+1]), 64)
+		n, _ := strconv.Atoi(str(res[i+2]))
+		out = append(out, Member{User: u, Sessions: n, Until: time.UnixMilli(int64(until))})
+	}
+	return out, nil
+}
+
+// Count returns the number of live members of a room without listing them.
+func (s *Store) Count(ctx context.Context, room string) (int, error) {
+	if err := presence.ValidateRoom(room); err != nil {
+		return 0, &OpError{"count", err}
+	}
+	n, err := scriptCount.Run(ctx, s.rdb, []string{s.roomBase(room)}).Int()
+	if err != nil {
+		return 0, &OpError{"count", err}
+	}
+	return n, nil
+}
+
+// SessionInfo is one live session of a user.
+type SessionInfo struct {
+	ID      string
+	Expires time.Time
+	State   json.RawMessage // nil when none is set
+}
+
+// UserSessions is a user's presence in one room.
+type UserSessions struct {
+	Member   bool      // a live member (perhaps inside the grace)
+	Until    time.Time // zero when not a member
+	Sessions []SessionInfo
+}
+
+// Sessions returns one user's live sessions in a room.
+func (s *Store) Sessions(ctx context.Context, room, user string) (UserSessions, error) {
+	var u UserSessions
+	if err := presence.ValidateRoom(room); err != nil {
+		return u, &OpError{"sessions", err}
+	}
+	if err := presence.ValidateUser(user); err != nil {
+		return u, &OpError{"sessions", err}
+	}
+	k := s.roomKeys(room)
+	res, err := scriptSessions.Run(ctx, s.rdb, []string{k[1], k[4], k[0], k[2]}, user).Slice()
+	if err != nil {
+		return u, &OpError{"sessions", err}
+	}
+	now, _ := res[0].(int64)
+	if until, err := strconv.ParseFloat(str(res[1]), 64); err == nil && int64(until) >= now {
+		u.Member, u.Until = true, time.UnixMilli(int64(until))
+	}
+	for i := 2; i+2 < len(res); i += 3 {
+		exp, _ := res[i+1].(int64)
+		si := SessionInfo{ID: str(res[i]), Expires: time.UnixMilli(exp)}
+		if st := str(res[i+2]); st != "" {
+			si.State = json.RawMessage(st)
+		}
+		u.Sessions = append(u.Sessions, si)
+	}
+	return u, nil
+}
+
+// deliver hands each room's outbox entries to the sink and acknowledges
+// the delivered ones. Entries it cannot deliver stay in the outbox, and a
+// reaper delivers them after the publish lease.
+func (s *Store) deliver(ctx context.Context, pending map[string][]string) []presence.Transition {
+	if len(pending) == 0 {
+		return nil
+	}
+	var all []presence.Transition
+	var acks []call
+	var seen []presence.Transition
+	for room, entries := range pending {
+		ts := make([]presence.Transition, 0, len(entries))
+		ack := []any{ms(s.opt.PublishLease), room}
+		for _, e := range entries {
+			ack = append(ack, e)
+			t, err := s.parseEvent(room, e)
+			if err != nil {
+				s.log.Error("presence: dropping malformed outbox entry", "room", room, "entry", e, "err", err)
+				continue
+			}
+			ts = append(ts, t)
+		}
+		if len(ts) == 0 {
+			continue
+		}
+		if err := s.opt.Sink.Publish(ctx, ts); err != nil {
+			s.stats.PublishErrors.Add(1)
+			s.log.Warn("presence: publish failed; a reaper will retry", "room", room, "events", len(ts), "err", err)
+			continue
+		}
+		s.stats.Transitions.Add(int64(len(ts)))
+		all = append(all, ts...)
+		for _, t := range ts {
+			if t.Kind == presence.Online || t.Kind == presence.Offline {
+				seen = append(seen, t)
+			}
+		}
+		acks = append(acks, call{
+			script: scriptAck,
+			keys:   append([]string{s.indexKey(room)}, s.roomKeys(room)...),
+			args:   ack,
+		})
+	}
+	if len(acks) > 0 {
+		if _, err := runAll(ctx, s.rdb, acks); err != nil {
+			s.log.Warn("presence: ack failed; events will be delivered again", "err", err)
+		}
+	}
+	s.writeSeen(ctx, seen)
+	return all
+}
+
+func (s *Store) parseEvent(room, e string) (presence.Transition, error) {
+	f := strings.SplitN(e, "|", 9)
+	if len(f) != 9 {
+		return presence.Transition{}, fmt.Errorf("want 9 fields, got %d", len(f))
+	}
+	seq, err1 := strconv.ParseUint(f[0], 10, 64)
+	n, err2 := strconv.Atoi(f[5])
+	at, err3 := strconv.ParseInt(f[6], 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return presence.Transition{}, err
+	}
+	t := presence.Transition{
+		ID:       s.opt.Region + "/" + room + "/" + f[1] + "/" + f[0],
+		Region:   s.opt.Region,
+		Room:     room,
+		User:     f[4],
+		Kind:     presence.Kind(f[2]),
+		Reason:   presence.Reason(f[3]),
+		Sessions: n,
+		Seq:      seq,
+		At:       time.UnixMilli(at),
+		Session:  f[7],
+	}
+	if f[8] != "" {
+		t.State = json.RawMessage(f[8])
+	}
+	return t, nil
+}
+
+func toStrings(v []any) []string {
+	out := make([]string, 0, len(v))
+	for _, x := range v {
+		out = append(out, str(x))
+	}
+	return out
+}
+
+func str(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case nil:
+		return ""
+	}
+	return fmt.Sprint(v)
+}
+
+// seenKey is the bucket hash holding a user's last-seen time.
+func (s *Store) seenKey(user string) string {
+	b := crc32.ChecksumIEEE([]byte(user)) % uint32(s.opt.LastSeenBuckets)
+	return s.opt.Prefix + ":seen:{" + strconv.FormatUint(uint64(b), 10) + "}"
+}
+
+type seenWrite struct {
+	user  string
+	at    int64 // ms; 0 means Redis's now
+	force bool
+}
+
+// noteActivity writes last seen for users active in a touch, at most once
+// per last-seen interval per user from this process (the script enforces
+// the interval across processes).
+func (s *Store) noteActivity(ctx context.Context, refs []presence.SessionRef) {
+	now := s.now()
+	var ws []seenWrite
+	s.mu.Lock()
+	for _, r := range refs {
+		if last, ok := s.seen[r.User]; ok && now.Sub(last) < s.t.LastSeenInterval {
+			continue
+		}
+		s.seen[r.User] = now
+		ws = append(ws, seenWrite{user: r.User})
+	}
+	s.mu.Unlock()
+	s.flushSeen(ctx, ws)
+}
+
+// writeSeen records joins and departures as last-seen times.
+func (s *Store) writeSeen(ctx context.Context, ts []presence.Transition) {
+	if len(ts) == 0 {
+		return
+	}
+	now := s.now()
+	ws := make([]seenWrite, 0, len(ts))
+	s.mu.Lock()
+	for _, t := range ts {
+		s.seen[t.User] = now
+		ws = append(ws, seenWrite{user: t.User, at: t.At.UnixMilli(), force: true})
+	}
+	s.mu.Unlock()
+	s.flushSeen(ctx, ws)
+}
+
+func (s *Store) flushSeen(ctx context.Context, ws []seenWrite) {
+	if len(ws) == 0 {
+		return
+	}
+	byKey := map[string][]any{}
+	for _, w := range ws {
+		k := s.seenKey(w.user)
+		f := 0
+		if w.force {
+			f = 1
+		}
+		byKey[k] = append(byKey[k], w.user, w.at, f)
+	}
+	calls := make([]call, 0, len(byKey))
+	for k, args := range byKey {
+		calls = append(calls, call{script: scriptSeen, keys: []string{k}, args: append([]any{ms(s.t.LastSeenInterval)}, args...)})
+	}
+	cmds, err := runAll(ctx, s.rdb, calls)
+	if err != nil {
+		s.log.Warn("presence: last-seen write failed", "err", err)
+	}
+	for _, c := range cmds {
+		if n, err := c.Int64(); err == nil {
+			s.stats.LastSeenWrites.Add(n)
+		}
+	}
+}
+
+// pruneSeen forgets users this process has not written for two intervals,
+// bounding the map by the users it serves.
+func (s *Store) pruneSeen() {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for u, t := range s.seen {
+		if now.Sub(t) > 2*s.t.LastSeenInterval {
+			delete(s.seen, u)
+		}
+	}
+}
+
+// LastSeen returns when the user was last seen active in this region.
+func (s *Store) LastSeen(ctx context.Context, user string) (time.Time, bool, error) {
+	if err := presence.ValidateUser(user); err != nil {
+		return time.Time{}, false, &OpError{"last seen", err}
+	}
+	v, err := s.rdb.HGet(ctx, s.seenKey(user), user).Int64()
+	if errors.Is(err, redis.Nil) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, &OpError{"last seen", err}
+	}
+	return time.UnixMilli(v), true, nil
+}

@@ -1,0 +1,447 @@
+package region
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/presence-dev/presence/internal/testredis"
+	"github.com/presence-dev/presence/presence"
+)
+
+func TestJoinAnnouncesOnceAndRefreshesAreSilent(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	s := newStore(t, rdb, c)
+
+	ts := touch(t, s, ref("r1", "alice", "tab1"))
+	if len(ts) != 1 || ts[0].Kind != presence.Online || ts[0].Reason != presence.Joined || ts[0].Sessions != 1 {
+		t.Fatalf("first touch: got %v, want one online/joined with 1 session", ts)
+	}
+	if ts[0].ID != "eu/r1/"+fmt.Sprint(ts[0].At.UnixMilli())+"/1" || ts[0].Seq != 1 || ts[0].Region != "eu" {
+		t.Fatalf("event id/seq/region: %+v", ts[0])
+	}
+	touch(t, s, ref("r1", "alice", "tab2")) // second tab
+	for range 3 {
+		touch(t, s, ref("r1", "alice", "tab1"), ref("r1", "alice", "tab2")) // refreshes
+	}
+	if got := c.of(presence.Online, "r1", "alice"); len(got) != 1 {
+		t.Fatalf("online transitions: got %d, want 1: %v", len(got), got)
+	}
+	if got := len(c.all()); got != 1 {
+		t.Fatalf("transitions: got %d, want 1", got)
+	}
+	if m := members(t, s, "r1"); m["alice"] != 2 || len(m) != 1 {
+		t.Fatalf("members: got %v, want alice with 2 sessions", m)
+	}
+	us, err := s.Sessions(context.Background(), "r1", "alice")
+	if err != nil || !us.Member || len(us.Sessions) != 2 {
+		t.Fatalf("sessions: %+v %v", us, err)
+	}
+}
+
+func TestSecondTabCloseIsSilent(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	s := newStore(t, rdb, c)
+
+	touch(t, s, ref("r1", "bob", "a"), ref("r1", "bob", "b"))
+	release(t, s, ref("r1", "bob", "a"))
+	released := redisNow(t, rdb)
+	// Keep tab b alive well past the grace the close would have started.
+	for redisNow(t, rdb).Before(released.Add(testTiming.OfflineGrace + 300*time.Millisecond)) {
+		touch(t, s, ref("r1", "bob", "b"))
+		reap(t, s)
+		time.Sleep(50 * time.Millisecond)
+	}
+	reap(t, s)
+	if got := c.of(presence.Offline, "r1", "bob"); len(got) != 0 {
+		t.Fatalf("offline after closing one of two tabs: %v", got)
+	}
+	if m := members(t, s, "r1"); m["bob"] != 1 {
+		t.Fatalf("members: got %v, want bob with 1 session", m)
+	}
+}
+
+func TestBlipInsideGraceIsSilent(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	s := newStore(t, rdb, c)
+
+	touch(t, s, ref("r1", "carol", "tab"))
+	release(t, s, ref("r1", "carol", "tab"))
+	released := redisNow(t, rdb)
+	if m := members(t, s, "r1"); m["carol"] != 0 || len(m) != 1 {
+		t.Fatalf("inside grace: got %v, want carol listed with 0 sessions", m)
+	}
+	touch(t, s, ref("r1", "carol", "tab")) // reconnect, same session id
+	waitRedisPast(t, rdb, released.Add(testTiming.OfflineGrace+200*time.Millisecond))
+	reap(t, s)
+	if got := len(c.all()); got != 1 { // just the join
+		t.Fatalf("transitions: got %v, want only the first online", c.all())
+	}
+	if m := members(t, s, "r1"); m["carol"] != 1 {
+		t.Fatalf("members: %v", m)
+	}
+}
+
+func TestReconnectOnAnotherNodeInsideGraceIsSilent(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	a := newStore(t, rdb, c)
+	b := newStore(t, rdb, c)
+	startReaper(t, a)
+	startReaper(t, b)
+
+	touch(t, a, ref("r1", "dave", "tab"))
+	release(t, a, ref("r1", "dave", "tab"))
+	released := redisNow(t, rdb)
+	touch(t, b, ref("r1", "dave", "tab"))
+	// Node b keeps the session alive past the grace, with both reapers running.
+	for redisNow(t, rdb).Before(released.Add(testTiming.OfflineGrace + 500*time.Millisecond)) {
+		touch(t, b, ref("r1", "dave", "tab"))
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := len(c.all()); got != 1 {
+		t.Fatalf("transitions: got %v, want only the first online", c.all())
+	}
+}
+
+func TestDepartureAfterGraceByAnotherProcess(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	closer := newStore(t, rdb, c) // sees the close, then is gone: it runs no reaper
+	touch(t, closer, ref("r1", "erin", "tab"))
+	release(t, closer, ref("r1", "erin", "tab"))
+	released := redisNow(t, rdb)
+
+	other := newStore(t, rdb, c)
+	startReaper(t, other)
+	waitFor(t, testTiming.OfflineGrace+2*time.Second, "offline", func() bool {
+		return len(c.of(presence.Offline, "r1", "erin")) > 0
+	})
+	off := c.of(presence.Offline, "r1", "erin")
+	if len(off) != 1 || off[0].Reason != presence.Left || off[0].Sessions != 0 {
+		t.Fatalf("offline: %v, want one with reason left", off)
+	}
+	lag := off[0].At.Sub(released)
+	if lag < testTiming.OfflineGrace || lag > testTiming.OfflineGrace+testTiming.ReapInterval+150*time.Millisecond {
+		t.Fatalf("offline %v after the close, want within [grace, grace+reap interval]", lag)
+	}
+	if m := members(t, other, "r1"); len(m) != 0 {
+		t.Fatalf("members after departure: %v", m)
+	}
+	// Nothing more comes later.
+	reap(t, other)
+	if n := len(c.of(presence.Offline, "r1", "erin")); n != 1 {
+		t.Fatalf("offline count: %d", n)
+	}
+}
+
+func TestCrashExpiresFromReadsAndAnnouncesOnce(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	crashed := newStore(t, rdb, c)
+	touch(t, crashed, ref("r1", "fay", "a"), ref("r1", "fay", "b"), ref("r2", "gus", "x"))
+	touched := redisNow(t, rdb)
+
+	// Reads are right without any reaper: the entry drops out when it expires.
+	if n, _ := crashed.Count(context.Background(), "r1"); n != 1 {
+		t.Fatalf("count before expiry: %d", n)
+	}
+	exp := touched.Add(testTiming.SessionTTL)
+	waitRedisPast(t, rdb, exp.Add(20*time.Millisecond))
+	if n, _ := crashed.Count(context.Background(), "r1"); n != 0 {
+		t.Fatalf("count after expiry with no reaper: %d, want 0", n)
+	}
+	if m := members(t, crashed, "r2"); len(m) != 0 {
+		t.Fatalf("members after expiry: %v", m)
+	}
+
+	// Three live processes reap concurrently; each departure comes once.
+	for range 3 {
+		startReaper(t, newStore(t, rdb, c))
+	}
+	waitFor(t, 2*time.Second, "both offlines", func() bool {
+		return len(c.of(presence.Offline, "r1", "fay")) > 0 && len(c.of(presence.Offline, "r2", "gus")) > 0
+	})
+	time.Sleep(3 * testTiming.ReapInterval) // let the other reapers run their sweeps too
+	for _, w := range []struct{ room, user string }{{"r1", "fay"}, {"r2", "gus"}} {
+		off := c.of(presence.Offline, w.room, w.user)
+		if len(off) != 1 || off[0].Reason != presence.Expired {
+			t.Fatalf("%s/%s offline: %v, want exactly one with reason expired", w.room, w.user, off)
+		}
+		if late := off[0].At.Sub(exp); late > testTiming.ReapInterval+150*time.Millisecond {
+			t.Fatalf("offline %v after expiry, want within one reap interval", late)
+		}
+	}
+	if n, _ := rdb.Exists(context.Background(), "presence:{r1}", "presence:{r1}:s", "presence:{r1}:o", "presence:{r1}:st").Result(); n != 0 {
+		t.Fatalf("room keys left after the reaper: %d", n)
+	}
+}
+
+func TestConcurrentReapersAnnounceEachDepartureOnce(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	w := newStore(t, rdb, c)
+	var refs []presence.SessionRef
+	for i := range 60 {
+		refs = append(refs, ref(fmt.Sprintf("room%d", i%7), fmt.Sprintf("u%d", i), "s1"))
+	}
+	touch(t, w, refs...)
+	for _, r := range refs[:30] {
+		release(t, w, r) // half leave cleanly; the rest just expire
+	}
+	for range 4 {
+		startReaper(t, newStore(t, rdb, c))
+	}
+	waitFor(t, testTiming.SessionTTL+3*time.Second, "60 offlines", func() bool {
+		n := 0
+		for _, tr := range c.all() {
+			if tr.Kind == presence.Offline {
+				n++
+			}
+		}
+		return n >= 60
+	})
+	time.Sleep(3 * testTiming.ReapInterval)
+	for i, r := range refs {
+		off := c.of(presence.Offline, r.Room, r.User)
+		want := presence.Expired
+		if i < 30 {
+			want = presence.Left
+		}
+		if len(off) != 1 || off[0].Reason != want {
+			t.Fatalf("%v: offlines %v, want one with reason %s", r, off, want)
+		}
+	}
+	// Seqs per room are gapless and unique: every event id once.
+	ids := map[string]bool{}
+	for _, tr := range c.all() {
+		if ids[tr.ID] {
+			t.Fatalf("duplicate event id %s", tr.ID)
+		}
+		ids[tr.ID] = true
+	}
+}
+
+func TestOverdueUserIsAnnouncedBeforeRejoin(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	s := newStore(t, rdb, c) // no reaper runs
+	touch(t, s, ref("r1", "hal", "tab"))
+	waitRedisPast(t, rdb, redisNow(t, rdb).Add(testTiming.SessionTTL+50*time.Millisecond))
+	touch(t, s, ref("r1", "hal", "tab")) // a stalled node comes back
+	var kinds []string
+	for _, tr := range c.all() {
+		kinds = append(kinds, string(tr.Kind)+"/"+string(tr.Reason))
+	}
+	if got := strings.Join(kinds, ","); got != "online/joined,offline/expired,online/joined" {
+		t.Fatalf("transitions: %s", got)
+	}
+}
+
+func TestUndeliveredEventsAreRedeliveredBySomeReaper(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	c.down.Store(true)
+	s := newStore(t, rdb, c)
+	touch(t, s, ref("r1", "ivy", "tab")) // the online cannot be published
+	if len(c.all()) != 0 {
+		t.Fatal("sink is down but got events")
+	}
+	c.down.Store(false)
+	startReaper(t, newStore(t, rdb, c))
+	waitFor(t, 3*time.Second, "redelivered online", func() bool { return len(c.of(presence.Online, "r1", "ivy")) == 1 })
+	time.Sleep(700 * time.Millisecond) // past another lease: acked, so not sent again
+	if n := len(c.all()); n != 1 {
+		t.Fatalf("got %d events, want the online once: %v", n, c.all())
+	}
+	if n, _ := rdb.LLen(context.Background(), "presence:{r1}:o").Result(); n != 0 {
+		t.Fatalf("outbox holds %d entries after ack", n)
+	}
+}
+
+func TestScriptCacheFlushIsSurvived(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	s := newStore(t, rdb, c)
+	touch(t, s, ref("r1", "jo", "tab"))
+	if err := rdb.ScriptFlush(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	touch(t, s, ref("r1", "kim", "tab"))
+	if len(c.of(presence.Online, "r1", "kim")) != 1 {
+		t.Fatalf("no online after script flush: %v", c.all())
+	}
+}
+
+func TestLastSeenIsWrittenOnTransitionsAndRarelyWhileActive(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	s := newStore(t, rdb, c)
+	ctx := context.Background()
+	if _, ok, err := s.LastSeen(ctx, "liz"); ok || err != nil {
+		t.Fatalf("last seen before any activity: %v %v", ok, err)
+	}
+	touch(t, s, ref("r1", "liz", "tab"))
+	if got := s.Stats().LastSeenWrites.Load(); got != 1 {
+		t.Fatalf("writes after join: %d, want 1", got)
+	}
+	// 3 s of heartbeats every 100 ms: 30 refreshes, one write per second.
+	start := time.Now()
+	touches := 0
+	for time.Since(start) < 3*time.Second {
+		touch(t, s, ref("r1", "liz", "tab"))
+		touches++
+		time.Sleep(100 * time.Millisecond)
+	}
+	active := s.Stats().LastSeenWrites.Load() - 1
+	if active < 2 || active > 4 {
+		t.Fatalf("%d last-seen writes over %d heartbeats in 3s with a 1s interval, want 2..4", active, touches)
+	}
+	release(t, s, ref("r1", "liz", "tab"))
+	before := s.Stats().LastSeenWrites.Load()
+	startReaper(t, s)
+	waitFor(t, 3*time.Second, "offline", func() bool { return len(c.of(presence.Offline, "r1", "liz")) == 1 })
+	waitFor(t, time.Second, "departure write", func() bool { return s.Stats().LastSeenWrites.Load() == before+1 })
+	seen, ok, err := s.LastSeen(ctx, "liz")
+	if err != nil || !ok || !seen.Equal(c.of(presence.Offline, "r1", "liz")[0].At) {
+		t.Fatalf("last seen %v %v %v, want the departure time", seen, ok, err)
+	}
+}
+
+func TestSweepVisitsOnlyDueRooms(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	s := newStore(t, rdb, c)
+	var refs []presence.SessionRef
+	for i := range 500 {
+		refs = append(refs, ref(fmt.Sprintf("busy%d", i), "u", "s"))
+	}
+	touch(t, s, refs...)
+	touch(t, s, ref("quiet", "v", "s"))
+	release(t, s, ref("quiet", "v", "s"))
+	reap(t, s)
+	if n := s.Stats().ReapedRooms.Load(); n != 0 {
+		t.Fatalf("sweep with nothing due ran %d room scripts", n)
+	}
+	waitRedisPast(t, rdb, redisNow(t, rdb).Add(testTiming.OfflineGrace+10*time.Millisecond))
+	touch(t, s, refs...) // the busy rooms stay live
+	reap(t, s)
+	if n := s.Stats().ReapedRooms.Load(); n != 1 {
+		t.Fatalf("sweep with one due room among 501 ran %d room scripts", n)
+	}
+	if len(c.of(presence.Offline, "quiet", "v")) != 1 {
+		t.Fatal("quiet room's departure not announced")
+	}
+}
+
+func TestBadInputWritesNothing(t *testing.T) {
+	rdb, srv := testredis.Client(t)
+	s := newStore(t, rdb, &collector{}, func(o *Options) { o.MaxBatch = 5 })
+	ctx := context.Background()
+	cases := []struct {
+		name string
+		refs []presence.SessionRef
+		want error
+	}{
+		{"empty", nil, ErrEmptyBatch},
+		{"oversized", make([]presence.SessionRef, 6), ErrBatchTooLarge},
+	}
+	for _, tc := range cases {
+		_, err := s.Touch(ctx, tc.refs)
+		var op *OpError
+		if !errors.Is(err, tc.want) || !errors.As(err, &op) || op.Op != "touch" {
+			t.Fatalf("%s: got %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	for _, bad := range []presence.SessionRef{
+		ref("r.1", "u", "s"), ref("r1", "u*", "s"), ref("r1", "u", "s>"), ref("r 1", "u", "s"),
+		ref("{r1}", "u", "s"), ref("r1", "", "s"), ref("r1", "u", strings.Repeat("s", 65)), ref("r1", "a:b", "s"),
+	} {
+		_, err := s.Touch(ctx, []presence.SessionRef{ref("ok", "u", "s"), bad})
+		var idErr *presence.IDError
+		if !errors.As(err, &idErr) || !strings.Contains(err.Error(), "session 2 of 2") {
+			t.Fatalf("%+v: got %v, want an id error naming the entry", bad, err)
+		}
+		if err := s.Release(ctx, bad); !errors.As(err, &idErr) {
+			t.Fatalf("release %+v: got %v", bad, err)
+		}
+	}
+	if _, err := s.Members(ctx, "a.b", 0, 10); err == nil {
+		t.Fatal("members accepted a bad room")
+	}
+	if _, err := s.Members(ctx, "ok", -1, 10); err == nil {
+		t.Fatal("members accepted a negative offset")
+	}
+	if n, _ := rdb.DBSize(ctx).Result(); n != 0 {
+		t.Fatalf("bad input wrote %d keys", n)
+	}
+	// A Redis failure is an error, not a panic.
+	srv.Stop()
+	_, err := s.Touch(ctx, []presence.SessionRef{ref("r1", "u", "s")})
+	var op *OpError
+	if !errors.As(err, &op) {
+		t.Fatalf("touch with redis down: %v", err)
+	}
+	if _, err := s.Reap(ctx); err == nil {
+		t.Fatal("reap with redis down: no error")
+	}
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	for _, tc := range []struct {
+		o    Options
+		want string
+	}{
+		{Options{Sink: &collector{}}, "region: config: region"},
+		{Options{Region: "eu"}, "region: config: sink"},
+		{Options{Region: "eu", Sink: &collector{}, Timing: presence.Timing{Heartbeat: time.Minute}}, "heartbeat"},
+		{Options{Region: "eu", Sink: &collector{}, PublishLease: 2 * time.Minute}, "publish lease"},
+		{Options{Region: "eu", Sink: &collector{}, Prefix: "a{b"}, "prefix"},
+	} {
+		if _, err := New(rdb, tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("New(%+v): %v, want error about %s", tc.o, err, tc.want)
+		}
+	}
+}
+
+func TestConcurrentTouchAndRelease(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	s := newStore(t, rdb, c)
+	startReaper(t, s)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				r := ref("hot", fmt.Sprintf("u%d", i%10), fmt.Sprintf("s%d", g))
+				if _, err := s.Touch(context.Background(), []presence.SessionRef{r}); err != nil {
+					t.Error(err)
+					return
+				}
+				if i%3 == 0 {
+					if err := s.Release(context.Background(), r); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// Every user touched is online exactly once, however the tabs raced.
+	for i := range 10 {
+		if n := len(c.of(presence.Online, "hot", fmt.Sprintf("u%d", i))); n != 1 {
+			t.Fatalf("u%d: %d onlines", i, n)
+		}
+	}
+}
