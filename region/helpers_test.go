@@ -29,14 +29,14 @@ type collector struct {
 	down atomic.Bool
 }
 
-func (c *collector) Publish(_ context.Context, ts []presence.Transition) error {
+func (c *collector) Publish(_ context.Context, ts []presence.Transition) (uint64, error) {
 	if c.down.Load() {
-		return errors.New("sink down")
+		return 0, errors.New("sink down")
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.ts = append(c.ts, ts...)
-	return nil
+	return uint64(len(c.ts)), nil // stands for the stream sequence
 }
 
 func (c *collector) all() []presence.Transition {
@@ -129,13 +129,16 @@ func release(tb testing.TB, s *Store, r presence.SessionRef) {
 
 func members(tb testing.TB, s *Store, room string) map[string]int {
 	tb.Helper()
-	ms, err := s.Members(context.Background(), room, 0, 10000)
+	snap, err := s.Snapshot(context.Background(), room, 0, 10000)
 	if err != nil {
-		tb.Fatalf("Members: %v", err)
+		tb.Fatalf("Snapshot: %v", err)
 	}
 	out := map[string]int{}
-	for _, m := range ms {
-		out[m.User] = m.Sessions
+	for _, m := range snap.Members {
+		out[m.User] = len(m.Sessions)
+	}
+	if snap.Total != len(out) {
+		tb.Fatalf("snapshot total %d, listed %d", snap.Total, len(out))
 	}
 	return out
 }

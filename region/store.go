@@ -1,6 +1,7 @@
 package region
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,16 +20,20 @@ import (
 )
 
 // Sink delivers one room's transitions in Seq order. It must be idempotent
-// on Transition.ID: after a crash, transitions are delivered again.
+// on Transition.ID: after a crash, transitions are delivered again. It
+// returns the stream sequence at which the last one was stored, or 0 when
+// it does not know one.
 type Sink interface {
-	Publish(ctx context.Context, ts []presence.Transition) error
+	Publish(ctx context.Context, ts []presence.Transition) (streamSeq uint64, err error)
 }
 
 // SinkFunc adapts a function to Sink.
-type SinkFunc func(ctx context.Context, ts []presence.Transition) error
+type SinkFunc func(ctx context.Context, ts []presence.Transition) (uint64, error)
 
 // Publish calls f.
-func (f SinkFunc) Publish(ctx context.Context, ts []presence.Transition) error { return f(ctx, ts) }
+func (f SinkFunc) Publish(ctx context.Context, ts []presence.Transition) (uint64, error) {
+	return f(ctx, ts)
+}
 
 // Options configure a Store. Zero fields take their defaults.
 type Options struct {
@@ -281,38 +286,62 @@ func (s *Store) Release(ctx context.Context, ref presence.SessionRef) error {
 	return nil
 }
 
-// Member is a live member of a room.
-type Member struct {
-	User string
-	// Sessions counts the user's session entries; 0 means the user's last
-	// session closed and the offline grace is running.
-	Sessions int
-	Until    time.Time // member at least until then, unless refreshed
-}
-
-// Members lists a room's live members, at most limit from offset, in
-// order of their until time. A read needs no reaper: expired entries are
-// excluded by their score.
-func (s *Store) Members(ctx context.Context, room string, offset, limit int) ([]Member, error) {
+// Snapshot returns one page of a room's live members, ordered by user id,
+// with each member's live sessions and their states, and the sequences
+// that join it to the event stream (see presence.Snapshot). A read needs
+// no reaper: expired entries are excluded by their score.
+func (s *Store) Snapshot(ctx context.Context, room string, offset, limit int) (presence.Snapshot, error) {
+	snap := presence.Snapshot{Region: s.opt.Region, Room: room, Offset: offset}
 	if err := presence.ValidateRoom(room); err != nil {
-		return nil, &OpError{"members", err}
+		return snap, &OpError{"snapshot", err}
 	}
 	if offset < 0 || limit <= 0 {
-		return nil, &OpError{"members", fmt.Errorf("offset must be >= 0 and limit > 0, got %d and %d", offset, limit)}
+		return snap, &OpError{"snapshot", fmt.Errorf("offset must be >= 0 and limit > 0, got %d and %d", offset, limit)}
 	}
 	k := s.roomKeys(room)
-	res, err := scriptMembers.Run(ctx, s.rdb, []string{k[0], k[2]}, offset, limit).Slice()
+	res, err := scriptSnapshot.Run(ctx, s.rdb, []string{k[0], k[1], k[2], k[4]}, offset, limit).Slice()
 	if err != nil {
-		return nil, &OpError{"members", err}
+		return snap, &OpError{"snapshot", err}
 	}
-	out := make([]Member, 0, (len(res)-1)/3)
-	for i := 1; i+2 < len(res); i += 3 {
-		u, _ := res[i].(string)
-		until, _ := strconv.ParseFloat(str(res[i+1]), 64)
-		n, _ := strconv.Atoi(str(res[i+2]))
-		out = append(out, Member{User: u, Sessions: n, Until: time.UnixMilli(int64(until))})
+	if len(res) < 4 {
+		return snap, &OpError{"snapshot", fmt.Errorf("short reply of %d items", len(res))}
 	}
-	return out, nil
+	snap.At = time.UnixMilli(num(res[0]))
+	snap.RoomSeq = uint64(num(res[1]))
+	snap.StreamSeq = uint64(num(res[2]))
+	snap.Total = int(num(res[3]))
+	snap.Members = []presence.Member{}
+	for i := 4; i+2 < len(res); {
+		m := presence.Member{User: str(res[i]), Until: time.UnixMilli(num(res[i+1])), Sessions: []presence.SessionInfo{}}
+		k := int(num(res[i+2]))
+		i += 3
+		for j := 0; j < k && i+2 < len(res); j++ {
+			m.Sessions = append(m.Sessions, sessionInfo(res[i], res[i+1], res[i+2]))
+			i += 3
+		}
+		snap.Members = append(snap.Members, m)
+	}
+	return snap, nil
+}
+
+func sessionInfo(id, exp, state any) presence.SessionInfo {
+	si := presence.SessionInfo{ID: str(id), Expires: time.UnixMilli(num(exp))}
+	if st := str(state); st != "" {
+		si.State = json.RawMessage(st)
+	}
+	return si
+}
+
+// num reads an integer reply that Redis may send as a number or a string.
+func num(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case string:
+		f, _ := strconv.ParseFloat(x, 64)
+		return int64(f)
+	}
+	return 0
 }
 
 // Count returns the number of live members of a room without listing them.
@@ -327,47 +356,63 @@ func (s *Store) Count(ctx context.Context, room string) (int, error) {
 	return n, nil
 }
 
-// SessionInfo is one live session of a user.
-type SessionInfo struct {
-	ID      string
-	Expires time.Time
-	State   json.RawMessage // nil when none is set
-}
-
-// UserSessions is a user's presence in one room.
-type UserSessions struct {
-	Member   bool      // a live member (perhaps inside the grace)
-	Until    time.Time // zero when not a member
-	Sessions []SessionInfo
-}
-
-// Sessions returns one user's live sessions in a room.
-func (s *Store) Sessions(ctx context.Context, room, user string) (UserSessions, error) {
-	var u UserSessions
+// Sessions returns one user's presence in a room: ok is false when the
+// user is not a member. A member with no sessions is inside the grace.
+func (s *Store) Sessions(ctx context.Context, room, user string) (m presence.Member, ok bool, err error) {
 	if err := presence.ValidateRoom(room); err != nil {
-		return u, &OpError{"sessions", err}
+		return m, false, &OpError{"sessions", err}
 	}
 	if err := presence.ValidateUser(user); err != nil {
-		return u, &OpError{"sessions", err}
+		return m, false, &OpError{"sessions", err}
 	}
 	k := s.roomKeys(room)
 	res, err := scriptSessions.Run(ctx, s.rdb, []string{k[1], k[4], k[0], k[2]}, user).Slice()
 	if err != nil {
-		return u, &OpError{"sessions", err}
+		return m, false, &OpError{"sessions", err}
 	}
-	now, _ := res[0].(int64)
-	if until, err := strconv.ParseFloat(str(res[1]), 64); err == nil && int64(until) >= now {
-		u.Member, u.Until = true, time.UnixMilli(int64(until))
+	now := num(res[0])
+	m = presence.Member{User: user, Sessions: []presence.SessionInfo{}}
+	if str(res[1]) != "" && num(res[1]) >= now {
+		ok, m.Until = true, time.UnixMilli(num(res[1]))
 	}
 	for i := 2; i+2 < len(res); i += 3 {
-		exp, _ := res[i+1].(int64)
-		si := SessionInfo{ID: str(res[i]), Expires: time.UnixMilli(exp)}
-		if st := str(res[i+2]); st != "" {
-			si.State = json.RawMessage(st)
-		}
-		u.Sessions = append(u.Sessions, si)
+		m.Sessions = append(m.Sessions, sessionInfo(res[i], res[i+1], res[i+2]))
 	}
-	return u, nil
+	return m, ok, nil
+}
+
+// SetState sets (or, with nil, clears) the state of a live session. A
+// change produces an update transition; membership does not change. It
+// returns false when the session is not live, and then writes nothing.
+func (s *Store) SetState(ctx context.Context, ref presence.SessionRef, state json.RawMessage) (bool, error) {
+	if err := ref.Validate(); err != nil {
+		return false, &OpError{"set state", err}
+	}
+	if len(state) > presence.MaxStateBytes {
+		return false, &OpError{"set state", fmt.Errorf("state is %d bytes, at most %d", len(state), presence.MaxStateBytes)}
+	}
+	if len(state) > 0 && !json.Valid(state) {
+		return false, &OpError{"set state", errors.New("state is not valid JSON")}
+	}
+	var buf bytes.Buffer
+	if len(state) > 0 {
+		if err := json.Compact(&buf, state); err != nil {
+			return false, &OpError{"set state", err}
+		}
+	}
+	cmds, err := runAll(ctx, s.rdb, []call{{
+		script: scriptState,
+		keys:   append([]string{s.indexKey(ref.Room)}, s.roomKeys(ref.Room)...),
+		args:   []any{ms(s.opt.PublishLease), s.opt.MaxOutbox, ref.Room, ref.User, ref.Session, buf.String()},
+	}})
+	if err != nil {
+		return false, &OpError{"set state", err}
+	}
+	res, _ := cmds[0].Slice()
+	if len(res) > 1 {
+		s.deliver(ctx, map[string][]string{ref.Room: toStrings(res[1:])})
+	}
+	return len(res) > 0 && num(res[0]) == 1, nil
 }
 
 // deliver hands each room's outbox entries to the sink and acknowledges
@@ -382,7 +427,7 @@ func (s *Store) deliver(ctx context.Context, pending map[string][]string) []pres
 	var seen []presence.Transition
 	for room, entries := range pending {
 		ts := make([]presence.Transition, 0, len(entries))
-		ack := []any{ms(s.opt.PublishLease), room}
+		ack := []any{ms(s.opt.PublishLease), room, 0, 0}
 		for _, e := range entries {
 			ack = append(ack, e)
 			t, err := s.parseEvent(room, e)
@@ -395,12 +440,14 @@ func (s *Store) deliver(ctx context.Context, pending map[string][]string) []pres
 		if len(ts) == 0 {
 			continue
 		}
-		if err := s.opt.Sink.Publish(ctx, ts); err != nil {
+		sseq, err := s.opt.Sink.Publish(ctx, ts)
+		if err != nil {
 			s.stats.PublishErrors.Add(1)
 			s.log.Warn("presence: publish failed; a reaper will retry", "room", room, "events", len(ts), "err", err)
 			continue
 		}
 		s.stats.Transitions.Add(int64(len(ts)))
+		ack[2], ack[3] = ts[len(ts)-1].Seq, sseq
 		all = append(all, ts...)
 		for _, t := range ts {
 			if t.Kind == presence.Online || t.Kind == presence.Offline {

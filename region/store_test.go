@@ -38,9 +38,9 @@ func TestJoinAnnouncesOnceAndRefreshesAreSilent(t *testing.T) {
 	if m := members(t, s, "r1"); m["alice"] != 2 || len(m) != 1 {
 		t.Fatalf("members: got %v, want alice with 2 sessions", m)
 	}
-	us, err := s.Sessions(context.Background(), "r1", "alice")
-	if err != nil || !us.Member || len(us.Sessions) != 2 {
-		t.Fatalf("sessions: %+v %v", us, err)
+	us, ok, err := s.Sessions(context.Background(), "r1", "alice")
+	if err != nil || !ok || len(us.Sessions) != 2 {
+		t.Fatalf("sessions: %+v %v %v", us, ok, err)
 	}
 }
 
@@ -373,11 +373,20 @@ func TestBadInputWritesNothing(t *testing.T) {
 			t.Fatalf("release %+v: got %v", bad, err)
 		}
 	}
-	if _, err := s.Members(ctx, "a.b", 0, 10); err == nil {
-		t.Fatal("members accepted a bad room")
+	if _, err := s.Snapshot(ctx, "a.b", 0, 10); err == nil {
+		t.Fatal("snapshot accepted a bad room")
 	}
-	if _, err := s.Members(ctx, "ok", -1, 10); err == nil {
-		t.Fatal("members accepted a negative offset")
+	if _, err := s.Snapshot(ctx, "ok", -1, 10); err == nil {
+		t.Fatal("snapshot accepted a negative offset")
+	}
+	if _, _, err := s.Sessions(ctx, "ok", "a b"); err == nil {
+		t.Fatal("sessions accepted a bad user")
+	}
+	if _, err := s.SetState(ctx, ref("ok", "u", "s"), []byte("{bad")); err == nil {
+		t.Fatal("set state accepted bad JSON")
+	}
+	if _, err := s.SetState(ctx, ref("ok", "u", "s"), []byte(`"`+strings.Repeat("x", 1100)+`"`)); err == nil {
+		t.Fatal("set state accepted 1 KiB+")
 	}
 	if n, _ := rdb.DBSize(ctx).Result(); n != 0 {
 		t.Fatalf("bad input wrote %d keys", n)
@@ -443,5 +452,81 @@ func TestConcurrentTouchAndRelease(t *testing.T) {
 		if n := len(c.of(presence.Online, "hot", fmt.Sprintf("u%d", i))); n != 1 {
 			t.Fatalf("u%d: %d onlines", i, n)
 		}
+	}
+}
+
+func TestStateUpdateIsNotALeaveAndJoin(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	s := newStore(t, rdb, c)
+	ctx := context.Background()
+	if ok, err := s.SetState(ctx, ref("r1", "mo", "tab"), []byte(`{"status":"away"}`)); ok || err != nil {
+		t.Fatalf("state of an unknown session: %v %v", ok, err)
+	}
+	touch(t, s, ref("r1", "mo", "tab"), ref("r1", "mo", "tab2"))
+	if ok, err := s.SetState(ctx, ref("r1", "mo", "tab"), []byte(`{ "status" : "away" }`)); !ok || err != nil {
+		t.Fatalf("SetState: %v %v", ok, err)
+	}
+	if ok, _ := s.SetState(ctx, ref("r1", "mo", "tab"), []byte(`{"status":"away"}`)); !ok {
+		t.Fatal("same state again: not found")
+	}
+	ts := c.all()
+	if len(ts) != 2 || ts[1].Kind != presence.Update || ts[1].Reason != presence.State || ts[1].Session != "tab" ||
+		string(ts[1].State) != `{"status":"away"}` || ts[1].Sessions != 2 {
+		t.Fatalf("transitions: %+v, want online then one update (an unchanged state is silent)", ts)
+	}
+	m, ok, err := s.Sessions(ctx, "r1", "mo")
+	if err != nil || !ok || len(m.Sessions) != 2 {
+		t.Fatalf("sessions: %+v %v %v", m, ok, err)
+	}
+	for _, si := range m.Sessions {
+		if si.ID == "tab" && string(si.State) != `{"status":"away"}` {
+			t.Fatalf("state not stored: %+v", si)
+		}
+	}
+	if ok, _ := s.SetState(ctx, ref("r1", "mo", "tab"), nil); !ok {
+		t.Fatal("clear state: not found")
+	}
+	if ts := c.all(); len(ts) != 3 || ts[2].Kind != presence.Update || ts[2].State != nil {
+		t.Fatalf("clear: %+v", ts)
+	}
+	release(t, s, ref("r1", "mo", "tab"))
+	if n, _ := rdb.HLen(ctx, "presence:{r1}:st").Result(); n != 0 {
+		t.Fatalf("state outlived its session: %d fields", n)
+	}
+}
+
+func TestSnapshotPagesAndStreamSeq(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	s := newStore(t, rdb, c)
+	ctx := context.Background()
+	var refs []presence.SessionRef
+	for i := range 25 {
+		refs = append(refs, ref("big", fmt.Sprintf("u%02d", i), "a"))
+	}
+	refs = append(refs, ref("big", "u03", "b"))
+	touch(t, s, refs...)
+	if _, err := s.SetState(ctx, ref("big", "u03", "b"), []byte(`{"typing":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	var users []string
+	for off := 0; off < 25; off += 10 {
+		snap, err := s.Snapshot(ctx, "big", off, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if snap.Total != 25 || snap.RoomSeq != 26 || snap.StreamSeq != 26 {
+			t.Fatalf("snapshot total/seqs: %d %d %d, want 25 26 26", snap.Total, snap.RoomSeq, snap.StreamSeq)
+		}
+		for _, m := range snap.Members {
+			users = append(users, m.User)
+			if m.User == "u03" && (len(m.Sessions) != 2 || string(m.Sessions[1].State) != `{"typing":true}`) {
+				t.Fatalf("u03: %+v", m)
+			}
+		}
+	}
+	if len(users) != 25 || users[0] != "u00" || users[24] != "u24" {
+		t.Fatalf("paged users: %v", users)
 	}
 }

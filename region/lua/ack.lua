@@ -2,13 +2,19 @@
 -- removed by value, so acknowledging one publisher's events never drops
 -- another's that are still on their way.
 -- KEYS[1] reap index; KEYS[2..6] the room's keys (see lib.lua)
--- ARGV[1] publish lease ms, ARGV[2] room, ARGV[3..] delivered entries
+-- ARGV[1] publish lease ms, ARGV[2] room, ARGV[3] seq of the last delivered
+-- event, ARGV[4] its stream sequence (0: unknown), ARGV[5..] delivered entries
+-- The pair (seq, stream seq) with the highest seq is kept in n (":jsroom",
+-- ":jsseq"): every later event of the room lands after that stream seq.
 -- Returns the number of entries removed.
 local now = now_ms()
-local lease, room = tonumber(ARGV[1]), ARGV[2]
+local lease, room, seq, sseq = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local r = room_at(2)
+if sseq > 0 and seq > tonumber(redis.call('HGET', r.n, ':jsroom') or '0') then
+  redis.call('HSET', r.n, ':jsroom', seq, ':jsseq', sseq)
+end
 local n = 0
-for i = 3, #ARGV do
+for i = 5, #ARGV do
   n = n + redis.call('LREM', r.o, 1, ARGV[i])
 end
 if n > 0 and redis.call('LLEN', r.o) == 0 then

@@ -6,7 +6,9 @@
 --                       end, present while the user's last session was
 --                       closed cleanly and no session has returned.
 --   n  presence:{R}:n   HASH user -> session entries in s; ":seq" last event
---                       sequence; ":epoch" first event time of this room.
+--                       sequence; ":epoch" first event time of this room;
+--                       ":jsroom"/":jsseq" last delivered seq and its stream
+--                       sequence.
 --   o  presence:{R}:o   LIST events not yet acknowledged by the publisher.
 --   st presence:{R}:st  HASH "user:session" -> state JSON.
 -- The reap index (KEYS[1] of writing scripts) is a ZSET room -> the first ms

@@ -1,0 +1,34 @@
+-- state: set or clear a live session's state. Membership does not change:
+-- the result is an update transition, never a leave and a join.
+-- KEYS[1] reap index; KEYS[2..6] the room's keys (see lib.lua)
+-- ARGV[1] publish lease ms, ARGV[2] outbox cap, ARGV[3] room, ARGV[4] user,
+-- ARGV[5] session, ARGV[6] state JSON ('' clears)
+-- Returns {found (0|1), outbox entries this call added...}; found is 0 when
+-- the session is not live, and then nothing is written.
+local now = now_ms()
+local lease, maxo, room, u, sid, state = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local r = room_at(2)
+local m = u .. ':' .. sid
+settle_if_due(r, now, maxo)
+local exp = redis.call('ZSCORE', r.s, m)
+local found = 0
+if exp and tonumber(exp) >= now then
+  found = 1
+  local old = redis.call('HGET', r.st, m) or ''
+  if old ~= state then
+    if state == '' then
+      redis.call('HDEL', r.st, m)
+    else
+      redis.call('HSET', r.st, m, state)
+    end
+    emit(r, now, 'update', 'state', u, redis.call('HGET', r.n, u) or 0, sid, state, maxo)
+  end
+end
+local out = {found}
+if emitted > 0 then
+  redis.call('ZADD', KEYS[1], 'LT', now + lease, room)
+  for _, e in ipairs(redis.call('LRANGE', r.o, -emitted, -1)) do
+    out[#out + 1] = e
+  end
+end
+return out
