@@ -1,0 +1,59 @@
+// Package testnats runs real nats-server instances in-process for tests:
+// random port, JetStream on, storage in a temporary directory, shut down
+// by t.Cleanup.
+package testnats
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// Options returns the options Start uses, for tests that need to edit them.
+func Options(tb testing.TB) *server.Options {
+	tb.Helper()
+	return &server.Options{
+		Host:      "127.0.0.1",
+		Port:      -1,
+		NoLog:     true,
+		NoSigs:    true,
+		JetStream: true,
+		StoreDir:  tb.TempDir(),
+	}
+}
+
+// Start runs a nats-server with JetStream and waits until it accepts
+// clients.
+func Start(tb testing.TB) *server.Server {
+	tb.Helper()
+	return StartWith(tb, Options(tb))
+}
+
+// StartWith runs a nats-server with the given options.
+func StartWith(tb testing.TB, o *server.Options) *server.Server {
+	tb.Helper()
+	s, err := server.NewServer(o)
+	if err != nil {
+		tb.Fatalf("nats-server: %v", err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		tb.Fatal("nats-server not ready in 10s")
+	}
+	tb.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s
+}
+
+// Connect returns a client connection to s, closed at cleanup.
+func Connect(tb testing.TB, s *server.Server) *nats.Conn {
+	tb.Helper()
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		tb.Fatalf("connect %s: %v", s.ClientURL(), err)
+	}
+	tb.Cleanup(nc.Close)
+	return nc
+}
