@@ -71,9 +71,9 @@ func (t Timing) Validate() error {
 			return &ConfigError{f.name, fmt.Sprintf("must be positive, got %v", f.d)}
 		}
 	}
-	// Scores are whole milliseconds.
-	if t.SessionTTL < 100*time.Millisecond {
-		return &ConfigError{"session TTL", fmt.Sprintf("must be at least 100ms, got %v", t.SessionTTL)}
+	// Session expiry is stored to the second.
+	if t.SessionTTL < 2*time.Second {
+		return &ConfigError{"session TTL", fmt.Sprintf("must be at least 2s, got %v", t.SessionTTL)}
 	}
 	if t.Heartbeat*3 > t.SessionTTL {
 		return &ConfigError{"heartbeat", fmt.Sprintf("(%v) must be at most a third of the session TTL (%v), so two missed ticks do not expire a live session", t.Heartbeat, t.SessionTTL)}

@@ -78,8 +78,8 @@ func TestTimingValidateNamesTheRule(t *testing.T) {
 		{func(t *Timing) { t.SessionTTL = -time.Second }, "session TTL", "must be positive"},
 		{func(t *Timing) { t.ReapInterval = 0 }, "reap interval", "must be positive"},
 		{func(t *Timing) {
-			t.SessionTTL, t.Heartbeat, t.OfflineGrace, t.ReapInterval = 50*time.Millisecond, time.Millisecond, time.Millisecond, time.Millisecond
-		}, "session TTL", "at least 100ms"},
+			t.SessionTTL, t.Heartbeat, t.OfflineGrace, t.ReapInterval = time.Second, 300*time.Millisecond, 500*time.Millisecond, 100*time.Millisecond
+		}, "session TTL", "at least 2s"},
 	}
 	for _, c := range cases {
 		tm := base

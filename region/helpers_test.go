@@ -143,6 +143,16 @@ func members(tb testing.TB, s *Store, room string) map[string]int {
 	return out
 }
 
+// untilOf is how long the user stays a member unless refreshed.
+func untilOf(tb testing.TB, s *Store, room, user string) time.Time {
+	tb.Helper()
+	m, ok, err := s.Sessions(context.Background(), room, user)
+	if err != nil || !ok {
+		tb.Fatalf("Sessions(%s, %s): %v %v", room, user, ok, err)
+	}
+	return m.Until
+}
+
 func reap(tb testing.TB, s *Store) int {
 	tb.Helper()
 	n, err := s.Reap(context.Background())

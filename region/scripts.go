@@ -43,6 +43,8 @@ var (
 	scriptSessions = load("sessions", true)
 )
 
+var allScripts = []*redis.Script{scriptTouch, scriptRelease, scriptReap, scriptAck, scriptSeen, scriptDue, scriptSnapshot, scriptState, scriptCount, scriptSessions}
+
 type call struct {
 	script *redis.Script
 	keys   []string

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log/slog"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -144,10 +145,10 @@ func ms(d time.Duration) int64 { return d.Milliseconds() }
 
 func (s *Store) roomBase(room string) string { return s.opt.Prefix + ":{" + room + "}" }
 
-// roomKeys are the five keys of a room, in the order the scripts expect.
+// roomKeys are the six keys of a room, in the order the scripts expect.
 func (s *Store) roomKeys(room string) []string {
 	b := s.roomBase(room)
-	return []string{b, b + ":s", b + ":n", b + ":o", b + ":st"}
+	return []string{b, b + ":s", b + ":m", b + ":o", b + ":st", b + ":g"}
 }
 
 // indexKey is the reap index for a room. On a cluster there is one per
@@ -195,6 +196,9 @@ func (s *Store) Touch(ctx context.Context, refs []presence.SessionRef) ([]presen
 			rooms = append(rooms, roomBatch{room: r.Room})
 		}
 		rooms[i].pairs = append(rooms[i].pairs, r.User, r.Session)
+	}
+	for _, rb := range rooms {
+		sortPairs(rb.pairs)
 	}
 	byIndex := map[string][]int{}
 	var order []string
@@ -325,7 +329,7 @@ func (s *Store) Snapshot(ctx context.Context, room string, offset, limit int) (p
 }
 
 func sessionInfo(id, exp, state any) presence.SessionInfo {
-	si := presence.SessionInfo{ID: str(id), Expires: time.UnixMilli(num(exp))}
+	si := presence.SessionInfo{ID: str(id), Expires: time.Unix(num(exp), 0)}
 	if st := str(state); st != "" {
 		si.State = json.RawMessage(st)
 	}
@@ -366,7 +370,7 @@ func (s *Store) Sessions(ctx context.Context, room, user string) (m presence.Mem
 		return m, false, &OpError{"sessions", err}
 	}
 	k := s.roomKeys(room)
-	res, err := scriptSessions.Run(ctx, s.rdb, []string{k[1], k[4], k[0], k[2]}, user).Slice()
+	res, err := scriptSessions.Run(ctx, s.rdb, []string{k[1], k[4], k[0]}, user).Slice()
 	if err != nil {
 		return m, false, &OpError{"sessions", err}
 	}
@@ -498,6 +502,51 @@ func (s *Store) parseEvent(room, e string) (presence.Transition, error) {
 	return t, nil
 }
 
+// sortPairs orders (user, session) pairs by user so a user's sessions are
+// adjacent, as touch.lua expects.
+func sortPairs(p []any) {
+	n := len(p) / 2
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return p[2*idx[a]].(string) < p[2*idx[b]].(string) })
+	out := make([]any, 0, len(p))
+	for _, i := range idx {
+		out = append(out, p[2*i], p[2*i+1])
+	}
+	copy(p, out)
+}
+
+// Preload caches every script on every Redis node, so the first calls do
+// not pay a NOSCRIPT round trip.
+func (s *Store) Preload(ctx context.Context) error {
+	load := func(ctx context.Context, c *redis.Client) error {
+		for _, sc := range allScripts {
+			if err := sc.Load(ctx, c).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var err error
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachShard(ctx, load)
+	} else if c, ok := s.rdb.(*redis.Client); ok {
+		err = load(ctx, c)
+	} else {
+		for _, sc := range allScripts {
+			if err = sc.Load(ctx, s.rdb).Err(); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		return &OpError{"preload", err}
+	}
+	return nil
+}
+
 func toStrings(v []any) []string {
 	out := make([]string, 0, len(v))
 	for _, x := range v {
@@ -605,7 +654,8 @@ func (s *Store) pruneSeen() {
 	}
 }
 
-// LastSeen returns when the user was last seen active in this region.
+// LastSeen returns when the user was last seen active in this region, to
+// the second.
 func (s *Store) LastSeen(ctx context.Context, user string) (time.Time, bool, error) {
 	if err := presence.ValidateUser(user); err != nil {
 		return time.Time{}, false, &OpError{"last seen", err}
@@ -617,5 +667,5 @@ func (s *Store) LastSeen(ctx context.Context, user string) (time.Time, bool, err
 	if err != nil {
 		return time.Time{}, false, &OpError{"last seen", err}
 	}
-	return time.UnixMilli(v), true, nil
+	return time.Unix(v, 0), true, nil
 }

@@ -1,17 +1,17 @@
 -- ack: the publisher has delivered these outbox entries. Entries are
 -- removed by value, so acknowledging one publisher's events never drops
 -- another's that are still on their way.
--- KEYS[1] reap index; KEYS[2..6] the room's keys (see lib.lua)
+-- KEYS[1] reap index; KEYS[2..7] the room's keys (see lib.lua)
 -- ARGV[1] publish lease ms, ARGV[2] room, ARGV[3] seq of the last delivered
 -- event, ARGV[4] its stream sequence (0: unknown), ARGV[5..] delivered entries
--- The pair (seq, stream seq) with the highest seq is kept in n (":jsroom",
--- ":jsseq"): every later event of the room lands after that stream seq.
+-- The pair (seq, stream seq) with the highest seq is kept in m (jsroom,
+-- jsseq): every later event of the room lands after that stream seq.
 -- Returns the number of entries removed.
 local now = now_ms()
 local lease, room, seq, sseq = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local r = room_at(2)
-if sseq > 0 and seq > tonumber(redis.call('HGET', r.n, ':jsroom') or '0') then
-  redis.call('HSET', r.n, ':jsroom', seq, ':jsseq', sseq)
+if sseq > 0 and seq > tonumber(redis.call('HGET', r.m, 'jsroom') or '0') then
+  redis.call('HSET', r.m, 'jsroom', seq, 'jsseq', sseq)
 end
 local n = 0
 for i = 5, #ARGV do

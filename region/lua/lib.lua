@@ -1,42 +1,54 @@
 -- lib.lua is prepended to every script of the regional store.
 --
 -- Keys of room R; all carry the {R} hash tag, so a script touches one slot:
---   z  presence:{R}     ZSET user -> until (ms). A member while until >= now.
---   s  presence:{R}:s   ZSET "user:session" -> expiry (ms); "user:" -> grace
---                       end, present while the user's last session was
---                       closed cleanly and no session has returned.
---   n  presence:{R}:n   HASH user -> session entries in s; ":seq" last event
---                       sequence; ":epoch" first event time of this room;
---                       ":jsroom"/":jsseq" last delivered seq and its stream
---                       sequence.
+--   z  presence:{R}     ZSET user -> until (unix ms). A member while
+--                       until >= now.
+--   s  presence:{R}:s   ZSET "user:session" -> expiry (unix seconds:
+--                       listpack stores it in 5 bytes, not 9). A session
+--                       expires at a whole second, TTL rounded up.
+--   m  presence:{R}:m   HASH seq: last event sequence; epoch: first event
+--                       time of this room; jsroom, jsseq: the highest
+--                       delivered seq and its stream sequence.
 --   o  presence:{R}:o   LIST events not yet acknowledged by the publisher.
 --   st presence:{R}:st  HASH "user:session" -> state JSON.
+--   g  presence:{R}:g   HASH user -> 1 while the user's last session closed
+--                       cleanly and none has returned (the grace runs).
 -- The reap index (KEYS[1] of writing scripts) is a ZSET room -> the first ms
 -- at which the room may hold something overdue; it is never later than that.
 --
--- Invariants: until >= every expiry of the user's entries in s; n[user]
--- counts the user's session entries in s. Time is Redis TIME, never the
--- caller's clock, so node clock skew cannot expire a live session.
+-- Invariants: until >= every expiry of the user's sessions (both whole
+-- seconds while a session lives), so a settle that announces a departure
+-- also drops all of that user's entries; a member with no session is in g.
+-- Time is Redis TIME, never the caller's clock, so node clock skew cannot
+-- expire a live session.
 
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
-local function room_at(base)
-  return {z = KEYS[base], s = KEYS[base + 1], n = KEYS[base + 2], o = KEYS[base + 3], st = KEYS[base + 4]}
+-- live_s: session entries scored below it are dead.
+local function live_s(now)
+  return now / 1000
 end
+
+local function room_at(base)
+  return {z = KEYS[base], s = KEYS[base + 1], m = KEYS[base + 2], o = KEYS[base + 3],
+    st = KEYS[base + 4], g = KEYS[base + 5]}
+end
+
+local ROOM_KEYS = 6
 
 local emitted = 0
 
 -- emit appends one event to the outbox: '|'-separated fields, the state JSON
 -- (which may contain '|') last. Ids cannot contain '|'.
 local function emit(r, now, kind, reason, user, sessions, sid, state, maxo)
-  local seq = redis.call('HINCRBY', r.n, ':seq', 1)
-  local epoch = redis.call('HGET', r.n, ':epoch')
+  local seq = redis.call('HINCRBY', r.m, 'seq', 1)
+  local epoch = redis.call('HGET', r.m, 'epoch')
   if not epoch then
     epoch = now
-    redis.call('HSET', r.n, ':epoch', now)
+    redis.call('HSET', r.m, 'epoch', now)
   end
   redis.call('RPUSH', r.o, seq .. '|' .. epoch .. '|' .. kind .. '|' .. reason .. '|' ..
     user .. '|' .. sessions .. '|' .. now .. '|' .. (sid or '') .. '|' .. (state or ''))
@@ -53,27 +65,40 @@ local function settle(r, now, maxo, limit)
   for _, u in ipairs(gone) do
     redis.call('ZREM', r.z, u)
     local reason = 'expired'
-    if redis.call('ZSCORE', r.s, u .. ':') then
+    if redis.call('HDEL', r.g, u) == 1 then
       reason = 'left'
     end
     emit(r, now, 'offline', reason, u, 0, nil, nil, maxo)
   end
   if #gone == limit then
-    -- Dead entries of unannounced users carry their reason: keep them.
+    -- Dead entries of unannounced users go with their departure.
     return true
   end
-  local dead = redis.call('ZRANGEBYSCORE', r.s, '-inf', '(' .. now, 'LIMIT', 0, limit)
+  local dead = redis.call('ZRANGEBYSCORE', r.s, '-inf', '(' .. live_s(now), 'LIMIT', 0, limit)
   for _, m in ipairs(dead) do
     redis.call('ZREM', r.s, m)
-    local u, sid = string.match(m, '^([^:]*):(.*)$')
-    if sid ~= '' then
-      redis.call('HDEL', r.st, m)
-      if redis.call('HINCRBY', r.n, u, -1) <= 0 then
-        redis.call('HDEL', r.n, u)
-      end
-    end
+    redis.call('HDEL', r.st, m)
   end
   return #dead == limit
+end
+
+-- user_entries returns the user's session entries as a set member -> expiry
+-- (seconds) and their number. It scans the room, which for rooms of up to
+-- 128 sessions is one compact list; it runs on releases and state changes,
+-- never on the heartbeat.
+local function user_entries(r, u)
+  local set, n, cursor = {}, 0, '0'
+  repeat
+    local res = redis.call('ZSCAN', r.s, cursor, 'MATCH', u .. ':*', 'COUNT', 1000)
+    cursor = res[1]
+    for i = 1, #res[2], 2 do
+      if not set[res[2][i]] then
+        set[res[2][i]] = tonumber(res[2][i + 1])
+        n = n + 1
+      end
+    end
+  until cursor == '0'
+  return set, n
 end
 
 local function first_score(key)
@@ -84,26 +109,33 @@ local function first_score(key)
   return nil
 end
 
--- settle_if_due settles a room before a write, so a write never builds on
--- an overdue entry (its departure is announced first).
-local function settle_if_due(r, now, maxo)
+-- due_ms is when the room first holds something overdue, or nil if empty.
+local function due_ms(r)
+  local due = nil
   local a, b = first_score(r.z), first_score(r.s)
-  if (a and a < now) or (b and b < now) then
+  if a then due = a + 1 end
+  if b and (not due or b * 1000 + 1 < due) then due = b * 1000 + 1 end
+  return due
+end
+
+-- settle_if_due settles a room before a write whose user is overdue, so a
+-- write never builds on an unannounced departure. Dead entries of live
+-- users are left to the reaper: writes skip them by their score.
+local function settle_if_due(r, now, maxo)
+  local a = first_score(r.z)
+  if a and a < now then
     while settle(r, now, maxo, 1000) do end
   end
 end
 
 local KEEP_MS = 600000
 
--- reindex sets the room's reap index entry to the first ms at which it may
--- hold something overdue, or removes it when the room is empty. The seq and
+-- reindex sets the room's reap index entry to when it may next hold
+-- something overdue, or removes it when the room is empty. The seq and
 -- epoch outlive an empty room by KEEP_MS (beyond the event-id dedup window)
 -- so event ids stay unique if it is used again.
 local function reindex(idx, r, room, now, lease)
-  local due = nil
-  local a, b = first_score(r.z), first_score(r.s)
-  if a then due = a + 1 end
-  if b and (not due or b + 1 < due) then due = b + 1 end
+  local due = due_ms(r)
   if redis.call('LLEN', r.o) > 0 and (not due or now + lease < due) then
     due = now + lease
   end
@@ -111,7 +143,7 @@ local function reindex(idx, r, room, now, lease)
     redis.call('ZADD', idx, due, room)
   else
     redis.call('ZREM', idx, room)
-    redis.call('PEXPIRE', r.n, KEEP_MS)
+    redis.call('PEXPIRE', r.m, KEEP_MS)
   end
 end
 

@@ -1,6 +1,6 @@
 -- release: a session closed cleanly. The user stays a member for the grace;
 -- the reaper announces the departure if nothing returns.
--- KEYS[1] reap index; KEYS[2..6] the room's keys (see lib.lua)
+-- KEYS[1] reap index; KEYS[2..7] the room's keys (see lib.lua)
 -- ARGV[1] publish lease ms, ARGV[2] outbox cap, ARGV[3] grace ms,
 -- ARGV[4] room, ARGV[5] user, ARGV[6] session
 -- Returns {found (0|1), outbox entries this call added...}.
@@ -13,11 +13,14 @@ settle_if_due(r, now, maxo)
 local found = redis.call('ZREM', r.s, m)
 if found == 1 then
   redis.call('HDEL', r.st, m)
-  if redis.call('HINCRBY', r.n, u, -1) <= 0 then
-    redis.call('HDEL', r.n, u)
+  local left = 0
+  for _, sc in pairs(user_entries(r, u)) do
+    if sc >= live_s(now) then left = left + 1 end
+  end
+  if left == 0 then
     -- Last session: hold the membership for the grace and remember why.
     local g = now + grace
-    redis.call('ZADD', r.s, g, u .. ':')
+    redis.call('HSET', r.g, u, 1)
     redis.call('ZADD', r.z, g, u)
     redis.call('ZADD', idx, 'LT', g + 1, room)
   end

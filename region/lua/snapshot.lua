@@ -1,9 +1,9 @@
 -- snapshot: one page of a room's live members, by user id, with their live
 -- sessions and states, and the sequences that tie it to the event stream.
--- KEYS[1] z, KEYS[2] s, KEYS[3] n, KEYS[4] st of the room
+-- KEYS[1] z, KEYS[2] s, KEYS[3] m, KEYS[4] st of the room
 -- ARGV[1] offset, ARGV[2] limit
 -- Returns {now, room seq, stream seq, total, then per member on the page:
--- user, until, k, then k triples (session, expiry, state)}.
+-- user, until, k, then k triples (session, expiry seconds, state)}.
 local now = now_ms()
 local off, lim = tonumber(ARGV[1]), tonumber(ARGV[2])
 local live = redis.call('ZRANGEBYSCORE', KEYS[1], now, '+inf', 'WITHSCORES')
@@ -19,10 +19,10 @@ for i = off + 1, math.min(off + lim, #users) do
   page[users[i]] = {}
 end
 if #page > 0 then
-  local ss = redis.call('ZRANGEBYSCORE', KEYS[2], now, '+inf', 'WITHSCORES')
+  local ss = redis.call('ZRANGEBYSCORE', KEYS[2], live_s(now), '+inf', 'WITHSCORES')
   for i = 1, #ss, 2 do
     local u, sid = string.match(ss[i], '^([^:]*):(.*)$')
-    if sid ~= '' and type(page[u]) == 'table' then
+    if type(page[u]) == 'table' then
       local l = page[u]
       l[#l + 1] = sid
       l[#l + 1] = ss[i + 1]
@@ -30,7 +30,7 @@ if #page > 0 then
     end
   end
 end
-local meta = redis.call('HMGET', KEYS[3], ':seq', ':jsseq')
+local meta = redis.call('HMGET', KEYS[3], 'seq', 'jsseq')
 local out = {now, meta[1] or '0', meta[2] or '0', #users}
 for i = 1, #page do
   local u = page[i]

@@ -1,6 +1,6 @@
 -- state: set or clear a live session's state. Membership does not change:
 -- the result is an update transition, never a leave and a join.
--- KEYS[1] reap index; KEYS[2..6] the room's keys (see lib.lua)
+-- KEYS[1] reap index; KEYS[2..7] the room's keys (see lib.lua)
 -- ARGV[1] publish lease ms, ARGV[2] outbox cap, ARGV[3] room, ARGV[4] user,
 -- ARGV[5] session, ARGV[6] state JSON ('' clears)
 -- Returns {found (0|1), outbox entries this call added...}; found is 0 when
@@ -12,7 +12,7 @@ local m = u .. ':' .. sid
 settle_if_due(r, now, maxo)
 local exp = redis.call('ZSCORE', r.s, m)
 local found = 0
-if exp and tonumber(exp) >= now then
+if exp and tonumber(exp) >= live_s(now) then
   found = 1
   local old = redis.call('HGET', r.st, m) or ''
   if old ~= state then
@@ -21,7 +21,11 @@ if exp and tonumber(exp) >= now then
     else
       redis.call('HSET', r.st, m, state)
     end
-    emit(r, now, 'update', 'state', u, redis.call('HGET', r.n, u) or 0, sid, state, maxo)
+    local n = 0
+    for _, sc in pairs(user_entries(r, u)) do
+      if sc >= live_s(now) then n = n + 1 end
+    end
+    emit(r, now, 'update', 'state', u, n, sid, state, maxo)
   end
 end
 local out = {found}

@@ -1,0 +1,176 @@
+package region
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/presence-dev/presence/internal/testredis"
+	"github.com/presence-dev/presence/presence"
+)
+
+// benchRefs returns rooms*perRoom sessions, two per user, with ids shaped
+// like real ones: 8-byte user ids and 12-byte random session ids.
+func benchRefs(rooms, perRoom int) []presence.SessionRef {
+	rng := rand.New(rand.NewPCG(1, 2))
+	const alpha = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	sid := func() string {
+		var b [12]byte
+		for i := range b {
+			b[i] = alpha[rng.IntN(len(alpha))]
+		}
+		return string(b[:])
+	}
+	refs := make([]presence.SessionRef, 0, rooms*perRoom)
+	for r := range rooms {
+		for u := range perRoom / 2 {
+			user := fmt.Sprintf("u%07d", r*perRoom/2+u)
+			for range 2 {
+				refs = append(refs, presence.SessionRef{Room: "room" + strconv.Itoa(r), User: user, Session: sid()})
+			}
+		}
+	}
+	return refs
+}
+
+func usedMemory(b *testing.B, rdb *redis.Client) int64 {
+	b.Helper()
+	info, err := rdb.Info(context.Background(), "memory").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	b.Fatal("no used_memory in INFO")
+	return 0
+}
+
+// parallel runs fn over refs with the given number of workers, each
+// taking the next chunk.
+func parallel(workers, chunk int, refs []presence.SessionRef, fn func([]presence.SessionRef) error) error {
+	var (
+		mu   sync.Mutex
+		next int
+		ferr error
+		wg   sync.WaitGroup
+	)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				i := next
+				next += chunk
+				mu.Unlock()
+				if i >= len(refs) {
+					return
+				}
+				if err := fn(refs[i:min(i+chunk, len(refs))]); err != nil {
+					mu.Lock()
+					ferr = err
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return ferr
+}
+
+// seedTouch is the three-round-trip touch this project replaces: ZADD on a
+// per-user key, EXPIRE, ZADD on the room key.
+func seedTouch(ctx context.Context, rdb *redis.Client, r presence.SessionRef) error {
+	const ttl = 45 * time.Second
+	exp := float64(time.Now().Add(ttl).UnixMilli())
+	uk := "seed:{" + r.Room + "}:" + r.User
+	if err := rdb.ZAdd(ctx, uk, redis.Z{Score: exp, Member: r.Session}).Err(); err != nil {
+		return err
+	}
+	if err := rdb.Expire(ctx, uk, 2*ttl).Err(); err != nil {
+		return err
+	}
+	return rdb.ZAdd(ctx, "seed:{"+r.Room+"}", redis.Z{Score: exp, Member: r.User}).Err()
+}
+
+// BenchmarkRefresh: 100k sessions in 1000 rooms, two per user, created
+// once and then refreshed once per iteration, against a real redis-server.
+//
+//	go test ./region -run '^$' -bench BenchmarkRefresh
+func BenchmarkRefresh(b *testing.B) {
+	refs := benchRefs(1000, 100)
+	ctx := context.Background()
+	newClient := func(b *testing.B) *redis.Client {
+		srv := testredis.Start(b)
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 128})
+		b.Cleanup(func() { _ = rdb.Close() })
+		return rdb
+	}
+	report := func(b *testing.B) {
+		b.ReportMetric(float64(len(refs)*b.N)/b.Elapsed().Seconds(), "sessions/s")
+		b.ReportMetric(0, "ns/op")
+	}
+
+	b.Run("seed", func(b *testing.B) {
+		rdb := newClient(b)
+		before := usedMemory(b, rdb)
+		pass := func() error {
+			return parallel(64, 1, refs, func(rs []presence.SessionRef) error { return seedTouch(ctx, rdb, rs[0]) })
+		}
+		if err := pass(); err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		for range b.N {
+			if err := pass(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		report(b)
+		b.ReportMetric(float64(usedMemory(b, rdb)-before)/float64(len(refs)), "B/session")
+	})
+
+	// Touch batches of 1000 (a heartbeat slot of a node), 4 in flight.
+	store := func(b *testing.B, refs []presence.SessionRef) {
+		rdb := newClient(b)
+		noop := SinkFunc(func(context.Context, []presence.Transition) (uint64, error) { return 0, nil })
+		s := newStore(b, rdb, noop, func(o *Options) { o.Timing = presence.Timing{} })
+		if err := s.Preload(ctx); err != nil {
+			b.Fatal(err)
+		}
+		before := usedMemory(b, rdb) // scripts cached: a fixed cost, not per session
+		pass := func() error {
+			return parallel(4, 1000, refs, func(rs []presence.SessionRef) error { _, err := s.Touch(ctx, rs); return err })
+		}
+		if err := pass(); err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		for range b.N {
+			if err := pass(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		report(b)
+		b.ReportMetric(float64(usedMemory(b, rdb)-before)/float64(len(refs)), "B/session")
+	}
+	b.Run("store", func(b *testing.B) { store(b, refs) })
+	// The same sessions in random order: every batch spans many rooms.
+	scattered := append([]presence.SessionRef(nil), refs...)
+	rand.New(rand.NewPCG(3, 4)).Shuffle(len(scattered), func(i, j int) { scattered[i], scattered[j] = scattered[j], scattered[i] })
+	b.Run("store-scattered", func(b *testing.B) { store(b, scattered) })
+}
