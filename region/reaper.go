@@ -3,76 +3,148 @@ package region
 import (
 	"context"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
-// reapBatch bounds one due-list read and the users settled per room call.
+// reapBatch bounds the rooms one index read returns; reapLimit the users
+// settled per room call; maxRounds the reads per sweep.
 const (
 	reapBatch = 256
 	reapLimit = 1000
 	maxRounds = 64
 )
 
+type dueList struct {
+	index string
+	rooms []string
+}
+
 // Reap runs one sweep: it settles every room whose index entry is due and
 // delivers the transitions that come out. Work is proportional to the due
-// rooms, not to all rooms. Any number of reapers may run at once: each room
-// script is atomic and first checks that the room is still due, so every
-// change is announced once.
+// rooms, not to all rooms: on a cluster, one call per master reads every
+// slot's index. Any number of reapers may run at once: each room script is
+// atomic and first checks that the room is still due, so every change is
+// announced once.
 func (s *Store) Reap(ctx context.Context) (int, error) {
-	idxKeys := []string{s.opt.Prefix + ":reap"}
-	if s.cluster {
-		idxKeys = make([]string, numSlots)
-		for i := range idxKeys {
-			idxKeys[i] = s.indexKeyOfSlot(i)
-		}
-	}
+	lists, err := s.due(ctx)
 	total := 0
-	for range maxRounds {
-		dues := make([]call, len(idxKeys))
-		for i, k := range idxKeys {
-			dues[i] = call{script: scriptDue, keys: []string{k}, args: []any{reapBatch}}
-		}
-		cmds, err := runAll(ctx, s.rdb, dues)
-		if err != nil {
-			return total, &OpError{"reap", err}
-		}
+	for round := 0; err == nil && round < maxRounds; round++ {
 		var reaps []call
 		var rooms []string
-		var next []string
-		for i, c := range cmds {
-			names, _ := c.StringSlice()
-			for _, room := range names {
+		var again []string
+		for _, l := range lists {
+			for _, room := range l.rooms {
 				reaps = append(reaps, call{
 					script: scriptReap,
-					keys:   append([]string{idxKeys[i]}, s.roomKeys(room)...),
+					keys:   append([]string{l.index}, s.roomKeys(room)...),
 					args:   []any{ms(s.opt.PublishLease), s.opt.MaxOutbox, room, reapLimit},
 				})
 				rooms = append(rooms, room)
 			}
-			if len(names) == reapBatch {
-				next = append(next, idxKeys[i])
+			if len(l.rooms) >= reapBatch {
+				again = append(again, l.index)
 			}
 		}
 		if len(reaps) == 0 {
 			return total, nil
 		}
-		rcmds, err := runAll(ctx, s.rdb, reaps)
-		if err != nil {
-			return total, &OpError{"reap", err}
+		cmds, rerr := runAll(ctx, s.rdb, reaps)
+		if rerr != nil {
+			return total, &OpError{"reap", rerr}
 		}
 		s.stats.ReapedRooms.Add(int64(len(reaps)))
 		pending := map[string][]string{}
-		for i, c := range rcmds {
+		for i, c := range cmds {
 			if entries, _ := c.StringSlice(); len(entries) > 0 {
 				pending[rooms[i]] = entries
 			}
 		}
 		total += len(s.deliver(ctx, pending))
-		if len(next) == 0 {
+		if len(again) == 0 {
 			return total, nil
 		}
-		idxKeys = next
+		lists, err = s.dueIn(ctx, again)
+	}
+	if err != nil {
+		return total, &OpError{"reap", err}
 	}
 	return total, nil
+}
+
+// due reads every reap index once.
+func (s *Store) due(ctx context.Context) ([]dueList, error) {
+	cc, ok := s.rdb.(*redis.ClusterClient)
+	if !ok {
+		return s.dueIn(ctx, []string{s.opt.Prefix + ":reap"})
+	}
+	ranges, err := cc.ClusterSlots(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	calls := make([]call, len(ranges))
+	keys := make([][]string, len(ranges))
+	for i, r := range ranges {
+		args := []any{reapBatch}
+		for slot := r.Start; slot <= r.End; slot++ {
+			k := s.indexKeyOfSlot(slot)
+			keys[i] = append(keys[i], k)
+			args = append(args, k)
+		}
+		calls[i] = call{script: scriptDueAll, keys: keys[i][:1], args: args}
+	}
+	cmds, _ := runAll(ctx, s.rdb, calls)
+	var out []dueList
+	var retry []string
+	for i, c := range cmds {
+		res, err := c.Slice()
+		if err != nil {
+			// Slots moving between masters: read this range slot by slot.
+			retry = append(retry, keys[i]...)
+			continue
+		}
+		byIdx := map[int]*dueList{}
+		for j := 0; j+1 < len(res); j += 2 {
+			n := int(num(res[j])) - 1
+			if n < 0 || n >= len(keys[i]) {
+				continue
+			}
+			l := byIdx[n]
+			if l == nil {
+				out = append(out, dueList{index: keys[i][n]})
+				l = &out[len(out)-1]
+				byIdx[n] = l
+			}
+			l.rooms = append(l.rooms, str(res[j+1]))
+		}
+	}
+	if len(retry) > 0 {
+		more, err := s.dueIn(ctx, retry)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, more...)
+	}
+	return out, nil
+}
+
+// dueIn reads the given reap indexes, one call each, in one pipeline.
+func (s *Store) dueIn(ctx context.Context, idx []string) ([]dueList, error) {
+	calls := make([]call, len(idx))
+	for i, k := range idx {
+		calls[i] = call{script: scriptDue, keys: []string{k}, args: []any{reapBatch}}
+	}
+	cmds, err := runAll(ctx, s.rdb, calls)
+	if err != nil {
+		return nil, err
+	}
+	var out []dueList
+	for i, c := range cmds {
+		if rooms, _ := c.StringSlice(); len(rooms) > 0 {
+			out = append(out, dueList{index: idx[i], rooms: rooms})
+		}
+	}
+	return out, nil
 }
 
 // RunReaper sweeps every reap interval until ctx is done. Errors are

@@ -14,7 +14,9 @@ var luaFS embed.FS
 // load builds a script from lib.lua and the named body. The shebang makes
 // Redis check memory once before a writing script starts, so a script
 // either runs whole or not at all; read-only ones run on replicas too.
-func load(name string, readOnly bool) *redis.Script {
+func load(name string, readOnly bool) *redis.Script { return loadFlags(name, readOnly, "") }
+
+func loadFlags(name string, readOnly bool, extra string) *redis.Script {
 	lib, err := luaFS.ReadFile("lua/lib.lua")
 	if err != nil {
 		panic(err) // embedded at build time
@@ -23,9 +25,16 @@ func load(name string, readOnly bool) *redis.Script {
 	if err != nil {
 		panic(err)
 	}
-	head := "#!lua\n"
+	var flags []string
 	if readOnly {
-		head = "#!lua flags=no-writes\n"
+		flags = append(flags, "no-writes")
+	}
+	if extra != "" {
+		flags = append(flags, extra)
+	}
+	head := "#!lua\n"
+	if len(flags) > 0 {
+		head = "#!lua flags=" + strings.Join(flags, ",") + "\n"
 	}
 	return redis.NewScript(head + string(lib) + string(body))
 }
@@ -37,13 +46,14 @@ var (
 	scriptAck      = load("ack", false)
 	scriptSeen     = load("seen", false)
 	scriptDue      = load("due", true)
+	scriptDueAll   = loadFlags("dueall", true, "allow-cross-slot-keys")
 	scriptSnapshot = load("snapshot", true)
 	scriptState    = load("state", false)
 	scriptCount    = load("count", true)
 	scriptSessions = load("sessions", true)
 )
 
-var allScripts = []*redis.Script{scriptTouch, scriptRelease, scriptReap, scriptAck, scriptSeen, scriptDue, scriptSnapshot, scriptState, scriptCount, scriptSessions}
+var allScripts = []*redis.Script{scriptTouch, scriptRelease, scriptReap, scriptAck, scriptSeen, scriptDue, scriptDueAll, scriptSnapshot, scriptState, scriptCount, scriptSessions}
 
 type call struct {
 	script *redis.Script
