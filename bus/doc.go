@@ -18,5 +18,19 @@
 //
 // "global" is therefore not a valid region name. Requests to the query
 // service use presence-api.<region>.<endpoint>, outside presence.>, so a
-// subscriber to presence.> sees transitions only.
+// subscriber to presence.> sees transitions only:
+//
+//	presence-api.<region>.members    one page of a room's members (a snapshot)
+//	presence-api.<region>.count      a room's number of members
+//	presence-api.<region>.user       one user's presence in a room
+//
+// # Pieces
+//
+// EnsureStream creates the stream PRESENCE_<region> on presence.<region>.>;
+// Publisher stores a region's transitions in it, deduplicated on the
+// Nats-Msg-Id header (the transition id); StartService answers queries from
+// a Reader; WatchRoom follows a room live over core NATS; Replay follows it
+// from a snapshot through the stream, each transition once and in order;
+// StartEmbedded runs an in-process nats-server. docs/BUS.md describes the
+// wire formats and the snapshot + replay contract.
 package bus

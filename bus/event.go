@@ -17,11 +17,12 @@ const EventVersion = 1
 //
 //	{"v":1,"id":"eu/room42/1764444000000/17","kind":"offline","reason":"left",
 //	 "region":"eu","room":"room42","user":"u_8827","sessions":0,"seq":17,
-//	 "at":"2025-11-29T19:20:00.123Z"}
+//	 "epoch":1764444000000,"at":"2025-11-29T19:20:00.123Z"}
 //
 // id is unique per transition and stable across redelivery: dedupe on it.
-// seq orders one room's transitions within a region. session and state are
-// present on update.
+// (epoch, seq) orders one room's transitions within a region: seq grows by
+// one per transition and restarts at 1 under a later epoch once the room
+// has been empty for ten minutes. session and state are present on update.
 type Event struct {
 	V        int             `json:"v"`
 	ID       string          `json:"id"`
@@ -32,6 +33,7 @@ type Event struct {
 	User     string          `json:"user"`
 	Sessions int             `json:"sessions"`
 	Seq      uint64          `json:"seq"`
+	Epoch    int64           `json:"epoch"`
 	At       time.Time       `json:"at"`
 	Session  string          `json:"session,omitempty"`
 	State    json.RawMessage `json:"state,omitempty"`
@@ -44,7 +46,7 @@ func EncodeEvent(t presence.Transition) ([]byte, error) {
 	}
 	return json.Marshal(Event{
 		V: EventVersion, ID: t.ID, Kind: t.Kind, Reason: t.Reason, Region: t.Region, Room: t.Room,
-		User: t.User, Sessions: t.Sessions, Seq: t.Seq, At: t.At.UTC(), Session: t.Session, State: t.State,
+		User: t.User, Sessions: t.Sessions, Seq: t.Seq, Epoch: t.Epoch, At: t.At.UTC(), Session: t.Session, State: t.State,
 	})
 }
 
@@ -73,6 +75,6 @@ func DecodeEvent(data []byte) (presence.Transition, error) {
 	}
 	return presence.Transition{
 		ID: e.ID, Region: e.Region, Room: e.Room, User: e.User, Kind: e.Kind, Reason: e.Reason,
-		Sessions: e.Sessions, Seq: e.Seq, At: e.At, Session: e.Session, State: e.State,
+		Sessions: e.Sessions, Seq: e.Seq, Epoch: e.Epoch, At: e.At, Session: e.Session, State: e.State,
 	}, nil
 }

@@ -46,10 +46,13 @@ type Transition struct {
 	// Sessions is the number of the user's live sessions in the room
 	// after the change.
 	Sessions int
-	// Seq orders a room's transitions within a region; it increases by one
-	// per transition.
-	Seq uint64
-	At  time.Time
+	// Seq orders a room's transitions within a region and Epoch; it
+	// increases by one per transition. Epoch (unix ms) names the numbering:
+	// after a room has been empty for a while its Seq starts again at 1
+	// under a later Epoch. Order transitions by (Epoch, Seq).
+	Seq   uint64
+	Epoch int64
+	At    time.Time
 	// Session and State are set on Update: the session whose state changed
 	// and its new state (nil when cleared).
 	Session string

@@ -37,5 +37,6 @@ type Snapshot struct {
 	Offset    int       `json:"offset"`
 	Members   []Member  `json:"members"`
 	RoomSeq   uint64    `json:"room_seq"`
+	Epoch     int64     `json:"epoch"` // the numbering RoomSeq belongs to; 0 if none yet
 	StreamSeq uint64    `json:"stream_seq"`
 }

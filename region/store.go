@@ -307,15 +307,16 @@ func (s *Store) Snapshot(ctx context.Context, room string, offset, limit int) (p
 	if err != nil {
 		return snap, &OpError{"snapshot", err}
 	}
-	if len(res) < 4 {
+	if len(res) < 5 {
 		return snap, &OpError{"snapshot", fmt.Errorf("short reply of %d items", len(res))}
 	}
 	snap.At = time.UnixMilli(num(res[0]))
 	snap.RoomSeq = uint64(num(res[1]))
 	snap.StreamSeq = uint64(num(res[2]))
 	snap.Total = int(num(res[3]))
+	snap.Epoch = num(res[4])
 	snap.Members = []presence.Member{}
-	for i := 4; i+2 < len(res); {
+	for i := 5; i+2 < len(res); {
 		m := presence.Member{User: str(res[i]), Until: time.UnixMilli(num(res[i+1])), Sessions: []presence.SessionInfo{}}
 		k := int(num(res[i+2]))
 		i += 3
@@ -481,7 +482,8 @@ func (s *Store) parseEvent(room, e string) (presence.Transition, error) {
 	seq, err1 := strconv.ParseUint(f[0], 10, 64)
 	n, err2 := strconv.Atoi(f[5])
 	at, err3 := strconv.ParseInt(f[6], 10, 64)
-	if err := errors.Join(err1, err2, err3); err != nil {
+	epoch, err4 := strconv.ParseInt(f[1], 10, 64)
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return presence.Transition{}, err
 	}
 	t := presence.Transition{
@@ -493,6 +495,7 @@ func (s *Store) parseEvent(room, e string) (presence.Transition, error) {
 		Reason:   presence.Reason(f[3]),
 		Sessions: n,
 		Seq:      seq,
+		Epoch:    epoch,
 		At:       time.UnixMilli(at),
 		Session:  f[7],
 	}

@@ -2,7 +2,7 @@
 -- sessions and states, and the sequences that tie it to the event stream.
 -- KEYS[1] z, KEYS[2] s, KEYS[3] m, KEYS[4] st of the room
 -- ARGV[1] offset, ARGV[2] limit
--- Returns {now, room seq, stream seq, total, then per member on the page:
+-- Returns {now, room seq, stream seq, total, epoch, then per member on the page:
 -- user, until, k, then k triples (session, expiry seconds, state)}.
 local now = now_ms()
 local off, lim = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -30,8 +30,8 @@ if #page > 0 then
     end
   end
 end
-local meta = redis.call('HMGET', KEYS[3], 'seq', 'jsseq')
-local out = {now, meta[1] or '0', meta[2] or '0', #users}
+local meta = redis.call('HMGET', KEYS[3], 'seq', 'jsseq', 'epoch')
+local out = {now, meta[1] or '0', meta[2] or '0', #users, meta[3] or '0'}
 for i = 1, #page do
   local u = page[i]
   local l = page[u]

@@ -1,0 +1,154 @@
+package bus_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/internal/testnats"
+	"github.com/presence-dev/presence/internal/testredis"
+	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/region"
+)
+
+var (
+	_ region.Sink = (*bus.Publisher)(nil)
+	_ bus.Reader  = (*region.Store)(nil)
+)
+
+// testTiming is short, so grace and expiry happen within a test.
+var testTiming = presence.Timing{
+	SessionTTL:       2 * time.Second,
+	Heartbeat:        500 * time.Millisecond,
+	OfflineGrace:     time.Second,
+	ReapInterval:     100 * time.Millisecond,
+	LastSeenInterval: time.Second,
+}
+
+// env is one region's bus on a real nats-server.
+type env struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	pub    *bus.Publisher
+}
+
+func newEnv(tb testing.TB, regionName string) *env {
+	tb.Helper()
+	s := testnats.Start(tb)
+	return newEnvOn(tb, testnats.Connect(tb, s), regionName)
+}
+
+func newEnvOn(tb testing.TB, nc *nats.Conn, regionName string) *env {
+	tb.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	st, err := bus.EnsureStream(ctx(tb), js, bus.StreamConfig{Region: regionName})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &env{nc: nc, js: js, stream: st, pub: bus.NewPublisher(js, regionName)}
+}
+
+func ctx(tb testing.TB) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	tb.Cleanup(cancel)
+	return c
+}
+
+// newStore is a region store on a fresh redis-server whose sink is pub.
+func newStore(tb testing.TB, pub region.Sink) *region.Store {
+	tb.Helper()
+	rdb, _ := testredis.Client(tb)
+	st, err := region.New(rdb, region.Options{Region: "eu", Sink: pub, Timing: testTiming})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return st
+}
+
+// startReaper runs st's reaper until the test ends.
+func startReaper(tb testing.TB, st *region.Store) {
+	tb.Helper()
+	c, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); st.RunReaper(c) }()
+	tb.Cleanup(func() { cancel(); <-done })
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func streamInfo(tb testing.TB, s jetstream.Stream) *jetstream.StreamInfo {
+	tb.Helper()
+	info, err := s.Info(ctx(tb))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return info
+}
+
+// request sends a query and returns the reply body, or the micro error
+// code and description.
+func request(tb testing.TB, nc *nats.Conn, subject string, body string) (data []byte, code, desc string) {
+	tb.Helper()
+	m, err := nc.Request(subject, []byte(body), 5*time.Second)
+	if err != nil {
+		tb.Fatalf("request %s %s: %v", subject, body, err)
+	}
+	return m.Data, m.Header.Get(micro.ErrorCodeHeader), m.Header.Get(micro.ErrorHeader)
+}
+
+// query sends a query that must succeed and decodes its reply into out.
+func query(tb testing.TB, nc *nats.Conn, endpoint, body string, out any) {
+	tb.Helper()
+	data, code, desc := request(tb, nc, bus.APISubject("eu", endpoint), body)
+	if code != "" {
+		tb.Fatalf("%s %s: error %s %s", endpoint, body, code, desc)
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		tb.Fatalf("%s reply %s: %v", endpoint, data, err)
+	}
+}
+
+func ref(room, user, session string) presence.SessionRef {
+	return presence.SessionRef{Room: room, User: user, Session: session}
+}
+
+// tr is a hand-made transition for publisher tests.
+func tr(regionName, room, user string, kind presence.Kind, seq uint64) presence.Transition {
+	return presence.Transition{
+		ID:     fmt.Sprintf("%s/%s/1764444000000/%d", regionName, room, seq),
+		Region: regionName, Room: room, User: user, Kind: kind, Reason: presence.Joined,
+		Sessions: 1, Seq: seq, Epoch: 1764444000000, At: time.UnixMilli(1764444000000 + int64(seq)),
+	}
+}
+
+// connectLike opens another connection to e's server.
+func connectLike(tb testing.TB, e *env) *nats.Conn {
+	tb.Helper()
+	nc, err := nats.Connect(e.nc.ConnectedUrl())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(nc.Close)
+	return nc
+}

@@ -1,0 +1,116 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/presence-dev/presence/presence"
+)
+
+// DefaultAckTimeout bounds the wait for a batch's acks when the caller's
+// context has no earlier deadline.
+const DefaultAckTimeout = 5 * time.Second
+
+// publishWindow bounds the async publishes one Publish keeps in flight,
+// well under the client's default limit of 4000 pending, so concurrent
+// batches do not stall each other.
+const publishWindow = 256
+
+// Publisher stores a region's transitions in its stream. It is the
+// region.Sink of the regional store, and is safe for concurrent use.
+type Publisher struct {
+	js         jetstream.JetStream
+	region     string
+	stream     string
+	ackTimeout time.Duration
+}
+
+// PublisherOption configures a Publisher.
+type PublisherOption func(*Publisher)
+
+// WithAckTimeout bounds how long Publish waits for acks when its context
+// has no earlier deadline. Non-positive values are ignored.
+func WithAckTimeout(d time.Duration) PublisherOption {
+	return func(p *Publisher) {
+		if d > 0 {
+			p.ackTimeout = d
+		}
+	}
+}
+
+// NewPublisher returns a Publisher for region's stream (see EnsureStream).
+// An invalid region makes every Publish fail.
+func NewPublisher(js jetstream.JetStream, region string, opts ...PublisherOption) *Publisher {
+	p := &Publisher{js: js, region: region, stream: StreamName(region), ackTimeout: DefaultAckTimeout}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
+}
+
+// Publish stores ts in the stream, in slice order, and returns the stream
+// sequence of the last one. Each message carries Nats-Msg-Id: t.ID, so
+// publishing a transition again within DuplicateWindow stores nothing and
+// is acknowledged with the original sequence. On error some of ts may be
+// stored; publishing the whole batch again is safe.
+func (p *Publisher) Publish(ctx context.Context, ts []presence.Transition) (uint64, error) {
+	if p.js == nil {
+		return 0, errors.New("bus: publish: publisher has no JetStream context")
+	}
+	if err := ValidateRegion(p.region); err != nil {
+		return 0, fmt.Errorf("bus: publish: %w", err)
+	}
+	if len(ts) == 0 {
+		return 0, nil
+	}
+	msgs := make([]*nats.Msg, len(ts))
+	for i, t := range ts {
+		// The subject must land in this region's stream, and every token
+		// must be one valid id.
+		if t.Region != p.region {
+			return 0, fmt.Errorf("bus: publish: transition %s is of region %q, publisher is for %q", t.ID, t.Region, p.region)
+		}
+		if err := errors.Join(presence.ValidateRoom(t.Room), presence.ValidateUser(t.User)); err != nil {
+			return 0, fmt.Errorf("bus: publish: transition %s: %w", t.ID, err)
+		}
+		data, err := EncodeEvent(t)
+		if err != nil {
+			return 0, fmt.Errorf("bus: publish: %w", err)
+		}
+		msgs[i] = &nats.Msg{Subject: EventSubject(t), Data: data, Header: nats.Header{}}
+	}
+
+	ctx, cancel := context.WithTimeout(ctx, p.ackTimeout)
+	defer cancel()
+	var last uint64
+	for start := 0; start < len(msgs); start += publishWindow {
+		end := min(start+publishWindow, len(msgs))
+		futs := make([]jetstream.PubAckFuture, 0, end-start)
+		for i := start; i < end; i++ {
+			// One connection sends in call order, so the stream stores a
+			// room's transitions in Seq order.
+			f, err := p.js.PublishMsgAsync(msgs[i], jetstream.WithMsgID(ts[i].ID), jetstream.WithExpectStream(p.stream))
+			if err != nil {
+				return 0, fmt.Errorf("bus: publish %s: %w", ts[i].ID, err)
+			}
+			futs = append(futs, f)
+		}
+		for j, f := range futs {
+			select {
+			case ack := <-f.Ok():
+				// A duplicate ack carries the original message's sequence.
+				last = ack.Sequence
+			case err := <-f.Err():
+				return 0, fmt.Errorf("bus: publish %s: %w", ts[start+j].ID, err)
+			case <-ctx.Done():
+				return 0, fmt.Errorf("bus: publish %s: waiting for ack: %w", ts[start+j].ID, ctx.Err())
+			}
+		}
+	}
+	return last, nil
+}

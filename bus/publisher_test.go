@@ -1,0 +1,168 @@
+package bus_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/internal/testnats"
+	"github.com/presence-dev/presence/presence"
+)
+
+// recorder is a core subscription that keeps what it receives.
+type recorder struct {
+	mu   sync.Mutex
+	msgs []*nats.Msg
+}
+
+func record(tb testing.TB, nc *nats.Conn, subject string) *recorder {
+	tb.Helper()
+	r := &recorder{}
+	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
+		r.mu.Lock()
+		r.msgs = append(r.msgs, m)
+		r.mu.Unlock()
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		tb.Fatal(err)
+	}
+	return r
+}
+
+func (r *recorder) subjects() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, len(r.msgs))
+	for i, m := range r.msgs {
+		out[i] = m.Subject
+	}
+	return out
+}
+
+func (r *recorder) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.msgs)
+}
+
+func TestPublisherStoresOnceAndFansOut(t *testing.T) {
+	s := testnats.Start(t)
+	eu := newEnvOn(t, testnats.Connect(t, s), "eu")
+	us := newEnvOn(t, testnats.Connect(t, s), "us")
+	sub := testnats.Connect(t, s)
+	all := record(t, sub, "presence.>")
+	room42 := record(t, sub, "presence.*.room42.>")
+	euOff := record(t, sub, "presence.eu.*.offline.*")
+
+	batch := []presence.Transition{
+		tr("eu", "room42", "u1", presence.Online, 1),
+		tr("eu", "room42", "u2", presence.Online, 2),
+		tr("eu", "room42", "u1", presence.Offline, 3),
+	}
+	other := []presence.Transition{tr("eu", "room7", "u3", presence.Offline, 1)}
+	usBatch := []presence.Transition{tr("us", "room42", "u4", presence.Online, 1)}
+
+	seq, err := eu.pub.Publish(t.Context(), batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := streamInfo(t, eu.stream); info.State.Msgs != 3 || info.State.LastSeq != seq || seq != 3 {
+		t.Fatalf("after first publish: seq %d, stream %+v", seq, info.State)
+	}
+	// A retry of the same ids stores nothing and reports the original
+	// sequence of the last one.
+	again, err := eu.pub.Publish(t.Context(), batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := streamInfo(t, eu.stream); info.State.Msgs != 3 || again != seq {
+		t.Fatalf("retry doubled: seq %d -> %d, stream %+v", seq, again, info.State)
+	}
+	// A retry that overlaps new transitions stores only the new ones.
+	mixed := append(batch[1:], tr("eu", "room42", "u2", presence.Offline, 4))
+	if seq, err = eu.pub.Publish(t.Context(), mixed); err != nil || seq != 4 {
+		t.Fatalf("mixed retry: %d %v", seq, err)
+	}
+	if seq, err = eu.pub.Publish(t.Context(), other); err != nil || seq != 5 {
+		t.Fatalf("room7: %d %v", seq, err)
+	}
+	if info := streamInfo(t, eu.stream); info.State.Msgs != 5 || info.State.LastSeq != seq {
+		t.Fatalf("stream: %+v", info.State)
+	}
+	if _, err := us.pub.Publish(t.Context(), usBatch); err != nil {
+		t.Fatal(err)
+	}
+
+	// Core subscribers see every publish, retries included: dedup is the
+	// stream's, and consumers dedupe live events on id or seq.
+	waitFor(t, 5*time.Second, "core deliveries", func() bool { return all.len() == 3+3+3+1+1 })
+	all.mu.Lock()
+	for _, m := range all.msgs {
+		tr, err := bus.DecodeEvent(m.Data)
+		if err != nil {
+			t.Errorf("undecodable event on %s: %v", m.Subject, err)
+			continue
+		}
+		if bus.EventSubject(tr) != m.Subject {
+			t.Errorf("event %s came on %s", tr, m.Subject)
+		}
+		if m.Header.Get(jetstream.MsgIDHeader) != tr.ID {
+			t.Errorf("Nats-Msg-Id %q, event id %q", m.Header.Get(jetstream.MsgIDHeader), tr.ID)
+		}
+	}
+	all.mu.Unlock()
+
+	want42 := "presence.eu.room42.online.u1 presence.eu.room42.online.u2 presence.eu.room42.offline.u1 " +
+		"presence.eu.room42.online.u1 presence.eu.room42.online.u2 presence.eu.room42.offline.u1 " +
+		"presence.eu.room42.online.u2 presence.eu.room42.offline.u1 presence.eu.room42.offline.u2 " +
+		"presence.us.room42.online.u4"
+	waitFor(t, 5*time.Second, "room42 deliveries", func() bool { return room42.len() == 10 })
+	if got := strings.Join(room42.subjects(), " "); got != want42 {
+		t.Fatalf("presence.*.room42.> got\n%s\nwant\n%s", got, want42)
+	}
+	wantOff := "presence.eu.room42.offline.u1 presence.eu.room42.offline.u1 presence.eu.room42.offline.u1 " +
+		"presence.eu.room42.offline.u2 presence.eu.room7.offline.u3"
+	if got := strings.Join(euOff.subjects(), " "); got != wantOff {
+		t.Fatalf("presence.eu.*.offline.* got\n%s\nwant\n%s", got, wantOff)
+	}
+}
+
+func TestPublisherRejects(t *testing.T) {
+	e := newEnv(t, "eu")
+	for name, ts := range map[string][]presence.Transition{
+		"other region": {tr("us", "r", "u", presence.Online, 1)},
+		"bad room":     {tr("eu", "r.1", "u", presence.Online, 1)},
+		"bad user":     {tr("eu", "r", "u*", presence.Online, 1)},
+		"no id":        {{Region: "eu", Room: "r", User: "u", Kind: presence.Online}},
+		"bad kind":     {{ID: "x", Region: "eu", Room: "r", User: "u", Kind: "away"}},
+	} {
+		if _, err := e.pub.Publish(t.Context(), ts); err == nil || !strings.HasPrefix(err.Error(), "bus: publish") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if info := streamInfo(t, e.stream); info.State.Msgs != 0 {
+		t.Fatalf("rejected batches stored %d messages", info.State.Msgs)
+	}
+	if seq, err := e.pub.Publish(t.Context(), nil); seq != 0 || err != nil {
+		t.Fatalf("empty batch: %d %v", seq, err)
+	}
+	if _, err := bus.NewPublisher(e.js, "global").Publish(t.Context(), []presence.Transition{tr("global", "r", "u", presence.Online, 1)}); err == nil {
+		t.Fatal("publisher for the global token published")
+	}
+	// No stream for the region: the publish fails, within the context.
+	c, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	if _, err := bus.NewPublisher(e.js, "ap").Publish(c, []presence.Transition{tr("ap", "r", "u", presence.Online, 1)}); err == nil {
+		t.Fatal("published without a stream")
+	}
+}

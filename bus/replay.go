@@ -1,0 +1,249 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/presence-dev/presence/presence"
+)
+
+// DefaultGapTimeout is how long a Replayer holds transitions behind a
+// missing Seq before it gives the missing one up. The regional store
+// redelivers an unacknowledged transition after its publish lease (5s by
+// default), so a late one normally arrives well inside it.
+const DefaultGapTimeout = 10 * time.Second
+
+// maxHeld bounds the transitions held behind a gap; past it the gap is
+// given up at once.
+const maxHeld = 4096
+
+// Replayer follows one room's transitions in a region's stream, starting
+// where a snapshot left off. Create it with Replay.
+type Replayer struct {
+	region, room string
+	fn           func(presence.Transition)
+	notBefore    time.Time // set when the snapshot has no stream position
+	gapTimeout   time.Duration
+
+	mu      sync.Mutex // held while fn runs
+	stopped bool
+	next    uint64                         // lowest room Seq not yet delivered
+	held    map[uint64]presence.Transition // arrived above a gap
+	gapGen  int                            // invalidates a pending gap timer
+	gap     *time.Timer
+	epoch   int64 // the room's current Seq numbering; 0 until known
+
+	cc       jetstream.ConsumeContext
+	stopOnce sync.Once
+	done     chan struct{}
+}
+
+// ReplayOption configures Replay.
+type ReplayOption func(*Replayer)
+
+// WithGapTimeout sets how long transitions wait behind a missing Seq
+// (default DefaultGapTimeout). Non-positive values are ignored.
+func WithGapTimeout(d time.Duration) ReplayOption {
+	return func(r *Replayer) {
+		if d > 0 {
+			r.gapTimeout = d
+		}
+	}
+}
+
+// Replay applies the snapshot + replay contract of presence.Snapshot: it
+// starts an ordered consumer on region's stream at snap.StreamSeq+1,
+// filtered to the room, skips the room's transitions with Seq <=
+// snap.RoomSeq and calls fn with every later one, once each, in Seq order.
+// Apply snap, then what fn receives: the result follows the room's
+// membership as it changes.
+//
+// It returns once the consumer exists; fn is then called, for live
+// transitions too, until ctx is done or Stop is called. Calls to fn never
+// overlap.
+//
+// Concurrent publishers can store a room's transitions out of Seq order; a
+// transition that arrives above a missing Seq is held until the missing
+// one arrives, for at most the gap timeout, after which the missing one is
+// given up (and dropped if it comes later). Duplicates are dropped. When
+// the store restarts a quiet room's numbering (a new id epoch), the
+// Replayer follows it. With snap.StreamSeq == 0 (no transition of the room
+// acknowledged yet) the whole retained stream is read and transitions
+// older than snap.At are skipped.
+func Replay(ctx context.Context, js jetstream.JetStream, region, room string, snap presence.Snapshot, fn func(presence.Transition), opts ...ReplayOption) (*Replayer, error) {
+	if js == nil || fn == nil {
+		return nil, errors.New("bus: replay: JetStream context and callback are required")
+	}
+	if err := errors.Join(ValidateRegion(region), presence.ValidateRoom(room)); err != nil {
+		return nil, fmt.Errorf("bus: replay: %w", err)
+	}
+	if snap.Region != region || snap.Room != room {
+		return nil, fmt.Errorf("bus: replay: snapshot is of %s/%s, not %s/%s", snap.Region, snap.Room, region, room)
+	}
+	r := &Replayer{
+		region: region, room: room, fn: fn,
+		gapTimeout: DefaultGapTimeout,
+		next:       snap.RoomSeq + 1,
+		held:       map[uint64]presence.Transition{},
+		done:       make(chan struct{}),
+	}
+	for _, o := range opts {
+		o(r)
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{RoomFilter(region, room)}}
+	if snap.StreamSeq > 0 {
+		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cfg.OptStartSeq = snap.StreamSeq + 1
+		r.epoch = snap.Epoch
+	} else {
+		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
+		r.notBefore = snap.At
+	}
+	cons, err := js.OrderedConsumer(ctx, StreamName(region), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("bus: replay %s/%s: %w", region, room, err)
+	}
+	cc, err := cons.Consume(r.handle)
+	if err != nil {
+		return nil, fmt.Errorf("bus: replay %s/%s: %w", region, room, err)
+	}
+	r.cc = cc
+	go func() {
+		select {
+		case <-ctx.Done():
+			r.Stop()
+		case <-r.done:
+		}
+	}()
+	return r, nil
+}
+
+func (r *Replayer) handle(m jetstream.Msg) {
+	t, ok := decodeFor(r.region, r.room, m.Subject(), m.Data())
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped || t.At.Before(r.notBefore) {
+		return
+	}
+	switch {
+	case r.epoch == 0:
+		r.epoch = t.Epoch
+	case t.Epoch < r.epoch:
+		return // a stray of an earlier numbering
+	case t.Epoch > r.epoch:
+		// A later numbering starts at 1.
+		for len(r.held) > 0 {
+			r.skipGap()
+		}
+		r.epoch, r.next = t.Epoch, 1
+	}
+	r.offer(t)
+}
+
+// offer delivers t if it is next, holds it if it is above a gap, and
+// drops it if it was delivered or given up already. r.mu is held.
+func (r *Replayer) offer(t presence.Transition) {
+	switch {
+	case t.Seq < r.next:
+	case t.Seq == r.next:
+		r.deliver(t)
+		r.drain()
+	default:
+		if _, dup := r.held[t.Seq]; dup {
+			return
+		}
+		r.held[t.Seq] = t
+		if len(r.held) > maxHeld {
+			r.skipGap()
+		}
+		if len(r.held) > 0 && r.gap == nil {
+			r.armGap()
+		}
+	}
+}
+
+func (r *Replayer) deliver(t presence.Transition) {
+	r.next = t.Seq + 1
+	r.fn(t)
+}
+
+// drain delivers held transitions that are now next.
+func (r *Replayer) drain() {
+	for {
+		t, ok := r.held[r.next]
+		if !ok {
+			break
+		}
+		delete(r.held, r.next)
+		r.deliver(t)
+	}
+	if len(r.held) == 0 && r.gap != nil {
+		r.gap.Stop()
+		r.gap = nil
+		r.gapGen++
+	}
+}
+
+// skipGap gives up the missing Seqs below the lowest held one.
+func (r *Replayer) skipGap() {
+	lowest := uint64(0)
+	for s := range r.held {
+		if lowest == 0 || s < lowest {
+			lowest = s
+		}
+	}
+	r.next = lowest
+	r.drain()
+}
+
+func (r *Replayer) armGap() {
+	r.gapGen++
+	gen := r.gapGen
+	r.gap = time.AfterFunc(r.gapTimeout, func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.stopped || gen != r.gapGen {
+			return
+		}
+		r.gap = nil
+		r.skipGap()
+		if len(r.held) > 0 {
+			r.armGap()
+		}
+	})
+}
+
+// Seq returns the room Seq through which every transition has been
+// delivered, given up, or was in the snapshot. The Replayer has caught up
+// with a later snapshot of the room once Seq reaches its RoomSeq.
+func (r *Replayer) Seq() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.next - 1
+}
+
+// Stop ends the replay: once it returns, fn is not running and will not be
+// called again. Do not call it from fn; cancel Replay's context instead.
+func (r *Replayer) Stop() {
+	r.stopOnce.Do(func() {
+		r.mu.Lock()
+		r.stopped = true
+		if r.gap != nil {
+			r.gap.Stop()
+		}
+		r.mu.Unlock()
+		r.cc.Stop()
+		close(r.done)
+	})
+}
+
+// Done is closed when the replay has stopped.
+func (r *Replayer) Done() <-chan struct{} { return r.done }
