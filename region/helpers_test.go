@@ -99,11 +99,13 @@ func redisNow(tb testing.TB, rdb redis.UniversalClient) time.Time {
 	return t
 }
 
-// waitRedisPast waits until Redis's clock, which scores every entry, is past at.
+// waitRedisPast waits until Redis's clock, which scores every entry, is
+// past at in whole milliseconds, the resolution the scripts compare in.
 func waitRedisPast(tb testing.TB, rdb redis.UniversalClient, at time.Time) {
 	tb.Helper()
+	limit := at.Truncate(time.Millisecond).Add(time.Millisecond)
 	waitFor(tb, time.Until(at)+5*time.Second, "redis clock to pass "+at.Format(time.StampMilli), func() bool {
-		return redisNow(tb, rdb).After(at)
+		return !redisNow(tb, rdb).Before(limit)
 	})
 }
 
