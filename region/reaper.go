@@ -2,6 +2,7 @@ package region
 
 import (
 	"context"
+	"sort"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -74,9 +75,15 @@ func (s *Store) Reap(ctx context.Context) (int, error) {
 
 // due reads every reap index once.
 func (s *Store) due(ctx context.Context) ([]dueList, error) {
+	return s.scanIndexes(ctx, "now", reapBatch)
+}
+
+// scanIndexes reads the rooms of every reap index scored up to upto ("now"
+// or "+inf"), at most limit per index.
+func (s *Store) scanIndexes(ctx context.Context, upto string, limit int) ([]dueList, error) {
 	cc, ok := s.rdb.(*redis.ClusterClient)
 	if !ok {
-		return s.dueIn(ctx, []string{s.opt.Prefix + ":reap"})
+		return s.readIndexes(ctx, []string{s.opt.Prefix + ":reap"}, upto, limit)
 	}
 	ranges, err := cc.ClusterSlots(ctx).Result()
 	if err != nil {
@@ -85,7 +92,7 @@ func (s *Store) due(ctx context.Context) ([]dueList, error) {
 	calls := make([]call, len(ranges))
 	keys := make([][]string, len(ranges))
 	for i, r := range ranges {
-		args := []any{reapBatch}
+		args := []any{upto, limit}
 		for slot := r.Start; slot <= r.End; slot++ {
 			k := s.indexKeyOfSlot(slot)
 			keys[i] = append(keys[i], k)
@@ -119,7 +126,7 @@ func (s *Store) due(ctx context.Context) ([]dueList, error) {
 		}
 	}
 	if len(retry) > 0 {
-		more, err := s.dueIn(ctx, retry)
+		more, err := s.readIndexes(ctx, retry, upto, limit)
 		if err != nil {
 			return out, err
 		}
@@ -128,11 +135,16 @@ func (s *Store) due(ctx context.Context) ([]dueList, error) {
 	return out, nil
 }
 
-// dueIn reads the given reap indexes, one call each, in one pipeline.
+// dueIn reads the due rooms of the given reap indexes.
 func (s *Store) dueIn(ctx context.Context, idx []string) ([]dueList, error) {
+	return s.readIndexes(ctx, idx, "now", reapBatch)
+}
+
+// readIndexes reads the given reap indexes, one call each, in one pipeline.
+func (s *Store) readIndexes(ctx context.Context, idx []string, upto string, limit int) ([]dueList, error) {
 	calls := make([]call, len(idx))
 	for i, k := range idx {
-		calls[i] = call{script: scriptDue, keys: []string{k}, args: []any{reapBatch}}
+		calls[i] = call{script: scriptDue, keys: []string{k}, args: []any{upto, limit}}
 	}
 	cmds, err := runAll(ctx, s.rdb, calls)
 	if err != nil {
@@ -166,4 +178,20 @@ func (s *Store) RunReaper(ctx context.Context) {
 			s.pruneSeen()
 		}
 	}
+}
+
+// Rooms returns every room that holds members, sessions or undelivered
+// events in this region: the members of the reap indexes. It costs one
+// call (one per master on a cluster) plus the size of the answer.
+func (s *Store) Rooms(ctx context.Context) ([]string, error) {
+	lists, err := s.scanIndexes(ctx, "+inf", 1<<30)
+	if err != nil {
+		return nil, &OpError{"rooms", err}
+	}
+	var out []string
+	for _, l := range lists {
+		out = append(out, l.rooms...)
+	}
+	sort.Strings(out)
+	return out, nil
 }

@@ -533,3 +533,26 @@ func TestSnapshotPagesAndStreamSeq(t *testing.T) {
 		t.Fatalf("paged users: %v", users)
 	}
 }
+
+func TestRoomsListsEveryNonEmptyRoom(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	s := newStore(t, rdb, &collector{})
+	ctx := context.Background()
+	touch(t, s, ref("b", "u", "1"), ref("a", "u", "1"), ref("c", "v", "1"))
+	release(t, s, ref("c", "v", "1")) // in grace: still a room
+	rooms, err := s.Rooms(ctx)
+	if err != nil || strings.Join(rooms, ",") != "a,b,c" {
+		t.Fatalf("Rooms: %v %v", rooms, err)
+	}
+	cc, _ := testredis.Cluster(t, 3)
+	cs := newStore(t, cc, &collector{})
+	var refs []presence.SessionRef
+	for i := range 40 {
+		refs = append(refs, ref(fmt.Sprintf("r%02d", i), "u", "1"))
+	}
+	touch(t, cs, refs...)
+	rooms, err = cs.Rooms(ctx)
+	if err != nil || len(rooms) != 40 || rooms[0] != "r00" || rooms[39] != "r39" {
+		t.Fatalf("cluster Rooms: %d %v", len(rooms), err)
+	}
+}
