@@ -1,0 +1,17 @@
+# Quick start: `make dev` runs the service on embedded defaults, `make test`
+# runs the tests. Both install redis-server first when it is missing
+# (Debian, as root); the tests start their own servers.
+.PHONY: dev test deps bench
+
+deps:
+	@command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 || \
+	  { echo "installing redis-server"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
+
+dev: deps
+	go run ./cmd/presenced dev
+
+test: deps
+	go test -race -count=1 ./...
+
+bench: deps
+	go test ./region -run '^$$' -bench BenchmarkRefresh -count 3

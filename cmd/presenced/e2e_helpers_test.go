@@ -1,0 +1,364 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/gorilla/websocket"
+	"github.com/nats-io/nats.go"
+
+	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/internal/testnats"
+	"github.com/presence-dev/presence/internal/testredis"
+	"github.com/presence-dev/presence/presence"
+)
+
+// binary is the presenced built once for the end-to-end tests.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "presenced-e2e-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "presenced")
+	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build presenced: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// Short timing for the end-to-end tests.
+const (
+	e2eTTL   = 3 * time.Second
+	e2eGrace = 2 * time.Second
+	e2eReap  = 200 * time.Millisecond
+	e2eBeat  = time.Second
+)
+
+const e2eSecret = "0123456789abcdef0123456789abcdef-e2e"
+
+// env is one region: a redis-server, a nats-server, nodes started on demand.
+type env struct {
+	t     *testing.T
+	redis string
+	nats  string
+	nc    *nats.Conn
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	rs := testredis.Start(t)
+	ns := testnats.Start(t)
+	return &env{t: t, redis: rs.Addr, nats: ns.ClientURL(), nc: testnats.Connect(t, ns)}
+}
+
+// proc is a running presenced.
+type proc struct {
+	cmd  *exec.Cmd
+	addr string
+	out  *strings.Builder
+	done chan struct{}
+	err  error
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+type syncBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuilder) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuilder) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startNode runs `presenced node` against e and waits until it is healthy.
+func (e *env) startNode(extra ...string) *proc {
+	e.t.Helper()
+	addr := freeAddr(e.t)
+	args := append([]string{"node",
+		"--region", "eu", "--redis", e.redis, "--nats", e.nats, "--listen", addr,
+		"--jwt-secret", e2eSecret,
+		"--session-ttl", e2eTTL.String(), "--heartbeat", e2eBeat.String(),
+		"--offline-grace", e2eGrace.String(), "--reap-interval", e2eReap.String(),
+		"--last-seen-interval", "2s", "--drain-timeout", "5s",
+	}, extra...)
+	cmd := exec.Command(binary, args...)
+	out := &syncBuilder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		e.t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, addr: addr, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	e.t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-p.done
+		if e.t.Failed() {
+			e.t.Logf("node %s output:\n%s", addr, out.String())
+		}
+	})
+	waitFor(e.t, 15*time.Second, "node healthy", func() bool {
+		select {
+		case <-p.done:
+			e.t.Fatalf("node exited: %v\n%s", p.err, out.String())
+		default:
+		}
+		r, err := http.Get("http://" + addr + "/healthz")
+		if err != nil {
+			return false
+		}
+		r.Body.Close()
+		return r.StatusCode == http.StatusOK
+	})
+	return p
+}
+
+// exit waits for the process to end and returns its exit code.
+func (p *proc) exit(t *testing.T, within time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(within):
+		t.Fatalf("node did not exit within %v", within)
+	}
+	if ee, ok := p.err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	return 0
+}
+
+func (p *proc) signal(s syscall.Signal) { _ = p.cmd.Process.Signal(s) }
+
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// token signs an HS256 client token for user with the given rooms claim.
+func token(t *testing.T, user string, rooms ...string) string {
+	t.Helper()
+	tok := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
+		"sub": user, "rooms": rooms, "exp": time.Now().Add(time.Hour).Unix(),
+	})
+	s, err := tok.SignedString([]byte(e2eSecret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// client is a WebSocket client of a node.
+type client struct {
+	t      *testing.T
+	user   string
+	sess   string
+	ws     *websocket.Conn
+	frames chan map[string]any
+	closed chan int // close code, once
+}
+
+func dial(t *testing.T, addr, user, session string, rooms ...string) *client {
+	t.Helper()
+	if len(rooms) == 0 {
+		rooms = []string{"*"}
+	}
+	u := fmt.Sprintf("ws://%s/v1/ws?session=%s&access_token=%s", addr, session, token(t, user, rooms...))
+	ws, resp, err := websocket.DefaultDialer.Dial(u, nil)
+	if err != nil {
+		body := ""
+		if resp != nil {
+			b := make([]byte, 512)
+			n, _ := resp.Body.Read(b)
+			body = string(b[:n])
+		}
+		t.Fatalf("dial %s as %s/%s: %v %s", addr, user, session, err, body)
+	}
+	c := &client{t: t, user: user, sess: session, ws: ws, frames: make(chan map[string]any, 1024), closed: make(chan int, 1)}
+	go c.read()
+	t.Cleanup(func() { _ = ws.Close() })
+	c.expect("hello")
+	return c
+}
+
+func (c *client) read() {
+	for {
+		_, data, err := c.ws.ReadMessage()
+		if err != nil {
+			code := -1
+			if ce, ok := err.(*websocket.CloseError); ok {
+				code = ce.Code
+			}
+			c.closed <- code
+			close(c.frames)
+			return
+		}
+		var f map[string]any
+		if json.Unmarshal(data, &f) == nil {
+			c.frames <- f
+		}
+	}
+}
+
+func (c *client) send(v any) {
+	c.t.Helper()
+	b, _ := json.Marshal(v)
+	if err := c.ws.WriteMessage(websocket.TextMessage, b); err != nil {
+		c.t.Fatalf("send: %v", err)
+	}
+}
+
+// expect returns the next frame of the given type, skipping others.
+func (c *client) expect(typ string) map[string]any {
+	c.t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case f, ok := <-c.frames:
+			if !ok {
+				c.t.Fatalf("%s/%s: connection closed waiting for %q", c.user, c.sess, typ)
+			}
+			if f["type"] == typ {
+				return f
+			}
+		case <-deadline:
+			c.t.Fatalf("%s/%s: no %q frame", c.user, c.sess, typ)
+		}
+	}
+}
+
+func (c *client) join(room string) map[string]any {
+	c.t.Helper()
+	c.send(map[string]any{"type": "join", "room": room, "ref": "j-" + room})
+	for {
+		f := c.expect2("snapshot", "error")
+		if f["type"] == "error" {
+			c.t.Fatalf("join %s: %v", room, f)
+		}
+		if f["ref"] == "j-"+room {
+			return f
+		}
+	}
+}
+
+// expect2 returns the next frame of either type.
+func (c *client) expect2(a, b string) map[string]any {
+	c.t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case f, ok := <-c.frames:
+			if !ok {
+				c.t.Fatalf("connection closed waiting for %q or %q", a, b)
+			}
+			if f["type"] == a || f["type"] == b {
+				return f
+			}
+		case <-deadline:
+			c.t.Fatalf("no %q or %q frame", a, b)
+		}
+	}
+}
+
+// cut drops the TCP connection without a close frame, as a network does.
+func (c *client) cut() { _ = c.ws.UnderlyingConn().Close() }
+
+// closeCode waits for the server to close the connection.
+func (c *client) closeCode() int {
+	c.t.Helper()
+	select {
+	case code := <-c.closed:
+		return code
+	case <-time.After(10 * time.Second):
+		c.t.Fatal("connection not closed by the server")
+		return 0
+	}
+}
+
+// watcher is a plain NATS subscriber on presence.>.
+type watcher struct {
+	mu  sync.Mutex
+	evs []presence.Transition
+}
+
+func (e *env) watch() *watcher {
+	e.t.Helper()
+	w := &watcher{}
+	sub, err := e.nc.Subscribe("presence.>", func(m *nats.Msg) {
+		t, err := bus.DecodeEvent(m.Data)
+		if err != nil {
+			e.t.Errorf("undecodable event on %s: %v", m.Subject, err)
+			return
+		}
+		w.mu.Lock()
+		w.evs = append(w.evs, t)
+		w.mu.Unlock()
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.nc.Flush(); err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return w
+}
+
+func (w *watcher) all() []presence.Transition {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]presence.Transition(nil), w.evs...)
+}
+
+func (w *watcher) count(kind presence.Kind, user string) int {
+	n := 0
+	for _, t := range w.all() {
+		if t.Kind == kind && (user == "" || t.User == user) {
+			n++
+		}
+	}
+	return n
+}
+
+// pastGrace waits until a departure started at from would have been
+// announced (grace plus a few reap intervals): the window in which a
+// test asserts that nothing was.
+func pastGrace(from time.Time) { time.Sleep(time.Until(from.Add(e2eGrace + 5*e2eReap))) }

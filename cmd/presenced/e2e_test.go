@@ -1,0 +1,283 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/presence"
+)
+
+// A client whose TCP connection is cut reconnects with the same session id
+// within the grace: a subscriber on presence.> sees nothing after the
+// first online.
+func TestE2EBlipIsSilent(t *testing.T) {
+	e := newEnv(t)
+	w := e.watch()
+	n := e.startNode()
+	c := dial(t, n.addr, "alice", "tab1")
+	c.join("room42")
+	waitFor(t, 5*time.Second, "online", func() bool { return w.count(presence.Online, "alice") == 1 })
+
+	c.cut()
+	cut := time.Now()
+	time.Sleep(300 * time.Millisecond) // the network is down for a moment
+	c2 := dial(t, n.addr, "alice", "tab1")
+	c2.join("room42")
+	pastGrace(cut)
+	if evs := w.all(); len(evs) != 1 {
+		t.Fatalf("events after a blip: %v, want only the first online", evs)
+	}
+}
+
+// Two tabs: closing one announces nothing; closing the second announces
+// one offline after the grace.
+func TestE2ESecondTab(t *testing.T) {
+	e := newEnv(t)
+	w := e.watch()
+	n := e.startNode()
+	a := dial(t, n.addr, "bob", "tabA")
+	a.join("room42")
+	b := dial(t, n.addr, "bob", "tabB")
+	b.join("room42")
+	waitFor(t, 5*time.Second, "online", func() bool { return w.count(presence.Online, "bob") == 1 })
+
+	_ = a.ws.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye"))
+	closed := time.Now()
+	pastGrace(closed)
+	if evs := w.all(); len(evs) != 1 {
+		t.Fatalf("events after closing one of two tabs: %v", evs)
+	}
+	_ = b.ws.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye"))
+	closed = time.Now()
+	waitFor(t, e2eGrace+3*time.Second, "offline", func() bool { return w.count(presence.Offline, "bob") == 1 })
+	off := w.all()[1]
+	if off.Reason != presence.Left || off.At.Sub(closed) < e2eGrace-100*time.Millisecond {
+		t.Fatalf("offline %+v %v after the close, want reason left after the grace", off, off.At.Sub(closed))
+	}
+	pastGrace(time.Now())
+	if n := len(w.all()); n != 2 {
+		t.Fatalf("%d events, want online and one offline", n)
+	}
+}
+
+// A node is SIGKILLed: half its clients reconnect to another node within
+// the grace (no events for them), the others never return (one offline
+// each, reason expired, within TTL + reap interval).
+func TestE2ECrash(t *testing.T) {
+	e := newEnv(t)
+	a := e.startNode()
+	b := e.startNode()
+	var clients []*client
+	for i := range 10 {
+		c := dial(t, a.addr, fmt.Sprintf("u%d", i), fmt.Sprintf("s%d", i))
+		c.join("room42")
+		clients = append(clients, c)
+	}
+	w := e.watch() // after the joins: only what the crash causes counts
+	killed := time.Now()
+	a.signal(syscall.SIGKILL)
+	for _, c := range clients[:5] {
+		c.closeCode()
+		r := dial(t, b.addr, c.user, c.sess)
+		r.join("room42")
+	}
+	// Sessions were refreshed at most one heartbeat before the kill; their
+	// expiry is the TTL from then, rounded up to a whole second.
+	deadline := killed.Add(e2eTTL + time.Second + e2eReap)
+	waitFor(t, time.Until(deadline)+2*time.Second, "five offlines", func() bool { return w.count(presence.Offline, "") == 5 })
+	pastGrace(time.Now())
+	for i, c := range clients {
+		want := 0
+		if i >= 5 {
+			want = 1
+		}
+		if got := w.count(presence.Offline, c.user); got != want {
+			t.Fatalf("%s: %d offlines, want %d; events %v", c.user, got, want, w.all())
+		}
+	}
+	for _, ev := range w.all() {
+		if ev.Kind != presence.Offline || ev.Reason != presence.Expired {
+			t.Fatalf("unexpected event %v", ev)
+		}
+		if ev.At.After(deadline.Add(200 * time.Millisecond)) {
+			t.Fatalf("offline at %v, %v after the kill", ev.At, ev.At.Sub(killed))
+		}
+	}
+}
+
+// SIGTERM drains: clients are closed with 1012, reconnect to another node,
+// and nothing is announced; the process exits 0.
+func TestE2EDrainIsSilent(t *testing.T) {
+	e := newEnv(t)
+	a := e.startNode()
+	b := e.startNode()
+	var clients []*client
+	for i := range 5 {
+		c := dial(t, a.addr, fmt.Sprintf("d%d", i), fmt.Sprintf("s%d", i))
+		c.join("room42")
+		clients = append(clients, c)
+	}
+	w := e.watch()
+	drained := time.Now()
+	a.signal(syscall.SIGTERM)
+	for _, c := range clients {
+		if code := c.closeCode(); code != websocket.CloseServiceRestart {
+			t.Fatalf("close code %d, want 1012", code)
+		}
+		r := dial(t, b.addr, c.user, c.sess)
+		r.join("room42")
+	}
+	if code := a.exit(t, 10*time.Second); code != 0 {
+		t.Fatalf("drained node exited %d", code)
+	}
+	pastGrace(drained)
+	if evs := w.all(); len(evs) != 0 {
+		t.Fatalf("events during a drain: %v", evs)
+	}
+}
+
+// A late subscriber takes a snapshot through the query service, replays
+// the stream from its sequence, and ends with exactly the live members.
+func TestE2ESnapshotThenReplay(t *testing.T) {
+	e := newEnv(t)
+	n := e.startNode()
+	var clients []*client
+	for i := range 6 {
+		c := dial(t, n.addr, fmt.Sprintf("m%d", i), "s")
+		c.join("room42")
+		clients = append(clients, c)
+	}
+	clients[0].ws.Close() // leaves (after the grace)
+	clients[1].ws.Close()
+
+	resp, err := e.nc.Request(bus.APISubject("eu", bus.EndpointMembers), []byte(`{"room":"room42"}`), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snap presence.Snapshot
+	if err := json.Unmarshal(resp.Data, &snap); err != nil || snap.Room != "room42" {
+		t.Fatalf("snapshot: %v %s", err, resp.Data)
+	}
+	view := map[string]bool{}
+	for _, m := range snap.Members {
+		view[m.User] = true
+	}
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply := make(chan presence.Transition, 100)
+	r, err := bus.Replay(t.Context(), js, "eu", "room42", snap, func(tr presence.Transition) { apply <- tr })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	// More churn after the snapshot.
+	for i := range 3 {
+		c := dial(t, n.addr, fmt.Sprintf("late%d", i), "s")
+		c.join("room42")
+	}
+	clients[2].ws.Close()
+
+	want := func() map[string]bool {
+		resp, err := e.nc.Request(bus.APISubject("eu", bus.EndpointMembers), []byte(`{"room":"room42"}`), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s presence.Snapshot
+		_ = json.Unmarshal(resp.Data, &s)
+		m := map[string]bool{}
+		for _, x := range s.Members {
+			m[x.User] = true
+		}
+		return m
+	}
+	same := func(a, b map[string]bool) bool {
+		if len(a) != len(b) {
+			return false
+		}
+		for k := range a {
+			if !b[k] {
+				return false
+			}
+		}
+		return true
+	}
+	waitFor(t, e2eGrace+5*time.Second, "replayed view to equal the live members", func() bool {
+		for {
+			select {
+			case tr := <-apply:
+				switch tr.Kind {
+				case presence.Online:
+					if view[tr.User] {
+						t.Fatalf("online for %s, already a member: overlap", tr.User)
+					}
+					view[tr.User] = true
+				case presence.Offline:
+					if !view[tr.User] {
+						t.Fatalf("offline for %s, not a member: gap", tr.User)
+					}
+					delete(view, tr.User)
+				}
+				continue
+			default:
+			}
+			break
+		}
+		live := want()
+		return len(live) == 6 && same(view, live)
+	})
+}
+
+// A join outside the token's rooms is refused with an error frame;
+// malformed frames get error frames; the node keeps serving.
+func TestE2EBadInput(t *testing.T) {
+	e := newEnv(t)
+	w := e.watch()
+	n := e.startNode()
+	c := dial(t, n.addr, "eve", "s", "team7-*")
+	c.send(map[string]any{"type": "join", "room": "other", "ref": "x"})
+	if f := c.expect("error"); f["code"] != "forbidden" || f["ref"] != "x" {
+		t.Fatalf("join outside the token: %v", f)
+	}
+	for _, raw := range []string{`not json`, `{"type":"dance"}`, `{"type":"join","room":"a.b"}`, `{"type":"state","room":"team7-a","state":{}}`, `[1,2]`} {
+		if err := c.ws.WriteMessage(websocket.TextMessage, []byte(raw)); err != nil {
+			t.Fatal(err)
+		}
+		if f := c.expect("error"); f["code"] == "" || f["message"] == "" {
+			t.Fatalf("%s: error frame without code or message: %v", raw, f)
+		}
+	}
+	c.join("team7-a") // still serving this connection
+	// Bad handshakes are refused before the upgrade.
+	for _, u := range []string{
+		"ws://" + n.addr + "/v1/ws?session=s",                                        // no token
+		"ws://" + n.addr + "/v1/ws?session=s&access_token=garbage",                   // bad token
+		"ws://" + n.addr + "/v1/ws?session=a.b&access_token=" + token(t, "eve", "*"), // bad session id
+	} {
+		_, resp, err := websocket.DefaultDialer.Dial(u, nil)
+		if err == nil || resp == nil || (resp.StatusCode != http.StatusUnauthorized && resp.StatusCode != http.StatusBadRequest) {
+			t.Fatalf("%s: %v %v", u, err, resp)
+		}
+	}
+	r, err := http.Get("http://" + n.addr + "/healthz")
+	if err != nil || r.StatusCode != 200 {
+		t.Fatalf("node unhealthy after bad input: %v", err)
+	}
+	r.Body.Close()
+	if got := w.count(presence.Online, "eve"); got != 1 {
+		t.Fatalf("onlines: %d, want 1 (team7-a only)", got)
+	}
+	if strings.Contains(fmt.Sprint(w.all()), "other") {
+		t.Fatal("refused join wrote something")
+	}
+}

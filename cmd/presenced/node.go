@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/presence-dev/presence/node"
+	"github.com/presence-dev/presence/presence"
+)
+
+// commonFlags registers the flags node and dev share.
+type commonFlags struct {
+	region, redis, nats, natsStoreDir, listen string
+	natsPort                                  int
+	redisCluster, insecureDev                 bool
+	timing                                    presence.Timing
+	maxConns, maxRooms                        int
+	streamMaxAge, drainTimeout                time.Duration
+	logLevel, logFormat                       string
+}
+
+func (c *commonFlags) register(fs *flag.FlagSet, listen string) {
+	fs.StringVar(&c.region, "region", "local", "this region's name (letters, digits, - _ = @ + ~)")
+	fs.StringVar(&c.redis, "redis", "redis://127.0.0.1:6379", "regional Redis: a redis:// URL or host:port[,host:port...] (several: Redis Cluster)")
+	fs.BoolVar(&c.redisCluster, "redis-cluster", false, "treat --redis as a Redis Cluster even with one address")
+	fs.StringVar(&c.nats, "nats", "", "NATS server URL; empty runs an embedded nats-server")
+	fs.IntVar(&c.natsPort, "nats-port", 4222, "embedded nats-server port (-1: any free port)")
+	fs.StringVar(&c.natsStoreDir, "nats-store-dir", "", "embedded nats-server JetStream directory (default: under the temp dir)")
+	fs.StringVar(&c.listen, "listen", listen, "HTTP/WebSocket listen address")
+	durationFlag(fs, &c.timing.SessionTTL, "session-ttl", "a session not refreshed this long is gone (default 45s)")
+	durationFlag(fs, &c.timing.Heartbeat, "heartbeat", "how often the node refreshes its sessions (default 15s)")
+	durationFlag(fs, &c.timing.OfflineGrace, "offline-grace", "wait after a clean close before announcing offline (default 12s)")
+	durationFlag(fs, &c.timing.ReapInterval, "reap-interval", "how often the reaper looks for due rooms (default 1s)")
+	durationFlag(fs, &c.timing.LastSeenInterval, "last-seen-interval", "at most one last-seen write per user this often (default 60s)")
+	fs.IntVar(&c.maxConns, "max-connections", node.DefaultMaxConnections, "connections per node (keep under the open-files limit)")
+	fs.IntVar(&c.maxRooms, "max-rooms", node.DefaultMaxRooms, "rooms per connection")
+	fs.DurationVar(&c.streamMaxAge, "stream-max-age", 24*time.Hour, "how long the transition stream keeps events")
+	fs.DurationVar(&c.drainTimeout, "drain-timeout", 10*time.Second, "how long a graceful stop waits for clients to close")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
+}
+
+func (c *commonFlags) config(stderr io.Writer) (serverConfig, error) {
+	lg, err := newLogger(stderr, c.logLevel, c.logFormat)
+	if err != nil {
+		return serverConfig{}, err
+	}
+	return serverConfig{
+		Region: c.region, Redis: c.redis, RedisCluster: c.redisCluster,
+		NATS: c.nats, NATSPort: c.natsPort, NATSStoreDir: c.natsStoreDir, Listen: c.listen,
+		Timing:       c.timing.WithDefaults(),
+		Limits:       node.Limits{MaxConnections: c.maxConns, MaxRooms: c.maxRooms},
+		Auth:         node.AuthConfig{InsecureDev: c.insecureDev},
+		StreamMaxAge: c.streamMaxAge, DrainTimeout: c.drainTimeout, Log: lg,
+	}, nil
+}
+
+func runNodeCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("presenced node", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c commonFlags
+	c.register(fs, ":8080")
+	var secret, secretFile, pubKeyFile, issuer, audience, origins string
+	fs.StringVar(&secret, "jwt-secret", "", "HS256 secret for client tokens (at least 32 bytes)")
+	fs.StringVar(&secretFile, "jwt-secret-file", "", "file holding the HS256 secret")
+	fs.StringVar(&pubKeyFile, "jwt-public-key-file", "", "PEM RSA public key for RS256 client tokens")
+	fs.StringVar(&issuer, "jwt-issuer", "", "required token issuer (iss), if set")
+	fs.StringVar(&audience, "jwt-audience", "", "required token audience (aud), if set")
+	fs.StringVar(&origins, "allowed-origins", "", "comma-separated Origin values accepted on upgrade (empty: any)")
+	fs.BoolVar(&c.insecureDev, "insecure-dev", false, "DEVELOPMENT ONLY: take the user id from ?user= and verify nothing")
+	if err := parseFlags(fs, args); err != nil {
+		if err == flag.ErrHelp {
+			return nil
+		}
+		return err
+	}
+	cfg, err := c.config(stderr)
+	if err != nil {
+		return err
+	}
+	fileSecret, err := readFileFlag("jwt-secret-file", secretFile)
+	if err != nil {
+		return err
+	}
+	if secret != "" {
+		cfg.Auth.HMACSecret = []byte(secret)
+	} else if fileSecret != nil {
+		cfg.Auth.HMACSecret = []byte(strings.TrimSpace(string(fileSecret)))
+	}
+	if cfg.Auth.RSAPublicKeyPEM, err = readFileFlag("jwt-public-key-file", pubKeyFile); err != nil {
+		return err
+	}
+	cfg.Auth.Issuer, cfg.Auth.Audience = issuer, audience
+	if origins != "" {
+		cfg.Auth.AllowedOrigins = strings.Split(origins, ",")
+	}
+	if !cfg.Auth.InsecureDev && cfg.Auth.HMACSecret == nil && cfg.Auth.RSAPublicKeyPEM == nil {
+		return &usageError{"no client authentication: set --jwt-secret, --jwt-secret-file or --jwt-public-key-file (or --insecure-dev on a laptop)"}
+	}
+	return serve(ctx, cfg)
+}

@@ -1,0 +1,231 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/node"
+	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/region"
+)
+
+// serverConfig is everything one edge node process needs.
+type serverConfig struct {
+	Region       string
+	Redis        string // redis:// URL, or host:port[,host:port...]
+	RedisCluster bool
+	NATS         string // empty: an embedded nats-server
+	NATSStoreDir string
+	NATSPort     int
+	Listen       string
+	Timing       presence.Timing
+	Auth         node.AuthConfig
+	Limits       node.Limits
+	StreamMaxAge time.Duration
+	DrainTimeout time.Duration
+	Log          *slog.Logger
+
+	routes    func(*http.ServeMux) // extra HTTP routes (dev's demo page)
+	logEvents bool                 // log every transition (dev)
+	ready     func(addr string)    // called once listening
+}
+
+// newRedis returns a client for a redis:// URL or a list of addresses; a
+// list of several, or cluster, means Redis Cluster.
+func newRedis(spec string, cluster bool) (redis.UniversalClient, error) {
+	if strings.Contains(spec, "://") {
+		if cluster {
+			o, err := redis.ParseClusterURL(spec)
+			if err != nil {
+				return nil, &usageError{fmt.Sprintf("--redis %q: %v", spec, err)}
+			}
+			return redis.NewClusterClient(o), nil
+		}
+		o, err := redis.ParseURL(spec)
+		if err != nil {
+			return nil, &usageError{fmt.Sprintf("--redis %q: %v", spec, err)}
+		}
+		return redis.NewClient(o), nil
+	}
+	addrs := strings.Split(spec, ",")
+	if cluster || len(addrs) > 1 {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs}), nil
+	}
+	return redis.NewClient(&redis.Options{Addr: addrs[0]}), nil
+}
+
+// serve runs one edge node until ctx is done, then drains it: clients are
+// closed with 1012 and their sessions kept, so a reconnect elsewhere within
+// the grace is a non-event.
+func serve(ctx context.Context, cfg serverConfig) (err error) {
+	lg := cfg.Log
+	var cleanups []func()
+	defer func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+	}()
+
+	if err := bus.ValidateRegion(cfg.Region); err != nil {
+		return &usageError{"--region: " + err.Error()}
+	}
+	if err := cfg.Timing.Validate(); err != nil {
+		return &usageError{err.Error()}
+	}
+
+	// NATS: the configured server, or one in this process.
+	natsURL := cfg.NATS
+	if natsURL == "" {
+		ns, err := bus.StartEmbedded(bus.EmbeddedConfig{Port: cfg.NATSPort, StoreDir: cfg.NATSStoreDir})
+		if err != nil {
+			return fmt.Errorf("embedded nats-server: %w", err)
+		}
+		cleanups = append(cleanups, func() { ns.Shutdown(); ns.WaitForShutdown() })
+		natsURL = ns.ClientURL()
+		lg.Info("presenced: embedded nats-server", "url", natsURL)
+	}
+	nc, err := nats.Connect(natsURL, nats.Name("presenced "+cfg.Region), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(false))
+	if err != nil {
+		return fmt.Errorf("nats %s: %w", natsURL, err)
+	}
+	cleanups = append(cleanups, nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	_, err = bus.EnsureStream(sctx, js, bus.StreamConfig{Region: cfg.Region, MaxAge: cfg.StreamMaxAge})
+	cancel()
+	if err != nil {
+		return err
+	}
+
+	// Redis.
+	rdb, err := newRedis(cfg.Redis, cfg.RedisCluster)
+	if err != nil {
+		return err
+	}
+	cleanups = append(cleanups, func() { _ = rdb.Close() })
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err = rdb.Ping(pctx).Err()
+	cancel()
+	if err != nil {
+		return fmt.Errorf("redis %s: %w", cfg.Redis, err)
+	}
+	store, err := region.New(rdb, region.Options{Region: cfg.Region, Timing: cfg.Timing, Sink: bus.NewPublisher(js, cfg.Region), Logger: lg})
+	if err != nil {
+		return err
+	}
+	if err := store.Preload(ctx); err != nil {
+		return err
+	}
+
+	svc, err := bus.StartService(nc, cfg.Region, store, bus.WithLogger(lg))
+	if err != nil {
+		return fmt.Errorf("query service: %w", err)
+	}
+	cleanups = append(cleanups, func() { _ = svc.Stop() })
+
+	if cfg.logEvents {
+		sub, err := nc.Subscribe(bus.Root+".>", func(m *nats.Msg) {
+			if t, err := bus.DecodeEvent(m.Data); err == nil {
+				lg.Info("event", "subject", m.Subject, "kind", t.Kind, "reason", t.Reason, "sessions", t.Sessions)
+			}
+		})
+		if err == nil {
+			cleanups = append(cleanups, func() { _ = sub.Unsubscribe() })
+		}
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	n, err := node.New(node.Config{
+		Region: cfg.Region, Store: store, NATS: nc, Timing: cfg.Timing,
+		Auth: cfg.Auth, Limits: cfg.Limits, Logger: lg, Metrics: reg,
+	})
+	if err != nil {
+		return err
+	}
+	// The node's loops run on their own context: the heartbeat must keep
+	// refreshing sessions while the node drains.
+	if err := n.Start(context.Background()); err != nil {
+		return err
+	}
+	cleanups = append(cleanups, func() { _ = n.Close() })
+
+	mux := http.NewServeMux()
+	mux.Handle("/", n.Handler())
+	if cfg.routes != nil {
+		cfg.routes(mux)
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	addr := ln.Addr().String()
+	lg.Info("presenced: listening", "addr", addr, "region", cfg.Region, "websocket", "ws://"+addr+node.PathWebSocket)
+	if cfg.ready != nil {
+		cfg.ready(addr)
+	}
+
+	select {
+	case <-ctx.Done():
+	case err := <-served:
+		return fmt.Errorf("http: %w", err)
+	}
+	lg.Info("presenced: draining", "timeout", cfg.DrainTimeout)
+	dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
+	defer cancel()
+	derr := n.Drain(dctx)
+	_ = srv.Shutdown(dctx)
+	if derr != nil && !errors.Is(derr, context.DeadlineExceeded) {
+		return derr
+	}
+	lg.Info("presenced: stopped")
+	return nil
+}
+
+// newLogger writes text or JSON logs at the given level.
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, &usageError{fmt.Sprintf("--log-level %q: want debug, info, warn or error", level)}
+	}
+	o := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, o)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, o)), nil
+	}
+	return nil, &usageError{fmt.Sprintf("--log-format %q: want text or json", format)}
+}
+
+func readFileFlag(name, path string) ([]byte, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, &usageError{fmt.Sprintf("--%s: %v", name, err)}
+	}
+	return b, nil
+}

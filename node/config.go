@@ -1,0 +1,260 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/presence"
+)
+
+// Store is what a node needs of the regional store; *region.Store
+// implements it.
+type Store interface {
+	// Touch creates or refreshes sessions (join and heartbeat).
+	Touch(ctx context.Context, refs []presence.SessionRef) ([]presence.Transition, error)
+	// Release records a clean close; the offline grace applies.
+	Release(ctx context.Context, ref presence.SessionRef) error
+	// SetState sets or (nil) clears a live session's state; false means
+	// the session is not live and nothing was written.
+	SetState(ctx context.Context, ref presence.SessionRef, state json.RawMessage) (bool, error)
+	// Snapshot returns one page of a room's members and its RoomSeq.
+	Snapshot(ctx context.Context, room string, offset, limit int) (presence.Snapshot, error)
+	// RunReaper settles overdue departures until ctx is done.
+	RunReaper(ctx context.Context)
+}
+
+// Config configures a Node. Zero fields take the defaults documented on
+// each field; see New.
+type Config struct {
+	Region string     // required: the store's region, used for NATS subjects
+	Store  Store      // required
+	NATS   *nats.Conn // required: room events are watched here
+
+	// Timing must equal the store's. The zero value means the store's
+	// timing when the store reports one (*region.Store does), otherwise
+	// the presence defaults. Heartbeat paces the scheduler.
+	Timing presence.Timing
+	Auth   AuthConfig
+	Limits Limits
+
+	// HeartbeatSlots spreads the refreshes: slot i of N is touched every
+	// Heartbeat, Heartbeat/N after slot i-1. Default 10.
+	HeartbeatSlots int
+	// StoreTimeout bounds the store calls made for one client frame and
+	// for one heartbeat batch. Default 5s.
+	StoreTimeout time.Duration
+
+	Logger *slog.Logger // default slog.Default()
+	// Metrics receives the node's collectors. Default: a new registry.
+	// /metrics serves it when it is also a prometheus.Gatherer.
+	Metrics prometheus.Registerer
+
+	gapTimeout time.Duration // tests shorten it
+}
+
+// Limits protect a node from any one client and size its memory. Zero
+// fields take the defaults shown.
+type Limits struct {
+	// MaxConnections per node; more are refused with HTTP 503 before the
+	// upgrade. Default 15000, which keeps a node under a 20000 open-file
+	// limit with room for Redis, NATS and listeners.
+	MaxConnections int
+	// MaxFrameBytes is the largest client frame; a larger one closes the
+	// connection with 1009. Default 4096.
+	MaxFrameBytes int
+	// MaxRooms per connection; a join beyond it is refused with the error
+	// code too_many_rooms. Default 32.
+	MaxRooms int
+	// FrameRate and FrameBurst are a token bucket over every client frame
+	// (joins, leaves, state, pings). Defaults 10/s and 20.
+	FrameRate  float64
+	FrameBurst int
+	// RateStrikes consecutive rate-limited frames close the connection
+	// with 1008. Default 10.
+	RateStrikes int
+	// SendQueue frames may wait for a slow client before it is closed
+	// with 4000. Default 256.
+	SendQueue int
+	// SnapshotMembers is the most members sent in one snapshot. Default
+	// 1000.
+	SnapshotMembers int
+	// PingInterval is how often the node pings each client; a client that
+	// does not answer within PongTimeout (plus StoreTimeout, since pongs
+	// are read between frames) is dropped and released. Defaults 25s, 10s.
+	PingInterval time.Duration
+	PongTimeout  time.Duration
+	// WriteTimeout bounds one write to a client. Default 10s.
+	WriteTimeout time.Duration
+	// CloseTimeout bounds the wait for a client's answer to a close frame.
+	// Default 2s.
+	CloseTimeout time.Duration
+	// TouchBatch is the most sessions in one store Touch; it must not
+	// exceed the store's MaxBatch. Default 1000.
+	TouchBatch int
+	// ReadBufferBytes sizes each connection's read buffer (frames may be
+	// larger; client frames are small). WriteBufferBytes sizes the pooled
+	// write buffers, which idle connections do not hold. Defaults 512 and
+	// 4096.
+	ReadBufferBytes  int
+	WriteBufferBytes int
+}
+
+// Defaults for Limits and Config.
+const (
+	DefaultMaxConnections   = 15000
+	DefaultMaxFrameBytes    = 4096
+	DefaultMaxRooms         = 32
+	DefaultFrameRate        = 10
+	DefaultFrameBurst       = 20
+	DefaultRateStrikes      = 10
+	DefaultSendQueue        = 256
+	DefaultSnapshotMembers  = 1000
+	DefaultPingInterval     = 25 * time.Second
+	DefaultPongTimeout      = 10 * time.Second
+	DefaultWriteTimeout     = 10 * time.Second
+	DefaultCloseTimeout     = 2 * time.Second
+	DefaultTouchBatch       = 1000
+	DefaultReadBufferBytes  = 512
+	DefaultWriteBufferBytes = 4096
+	DefaultHeartbeatSlots   = 10
+	DefaultStoreTimeout     = 5 * time.Second
+)
+
+// ConfigError names the setting New rejected and the rule it breaks.
+type ConfigError struct {
+	Field string
+	Rule  string
+}
+
+// Error reads "node: config: <field>: <rule>".
+func (e *ConfigError) Error() string { return fmt.Sprintf("node: config: %s: %s", e.Field, e.Rule) }
+
+// WithDefaults returns l with every zero field set to its default.
+func (l Limits) WithDefaults() Limits {
+	defI := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defD := func(v *time.Duration, d time.Duration) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defI(&l.MaxConnections, DefaultMaxConnections)
+	defI(&l.MaxFrameBytes, DefaultMaxFrameBytes)
+	defI(&l.MaxRooms, DefaultMaxRooms)
+	if l.FrameRate == 0 {
+		l.FrameRate = DefaultFrameRate
+	}
+	defI(&l.FrameBurst, DefaultFrameBurst)
+	defI(&l.RateStrikes, DefaultRateStrikes)
+	defI(&l.SendQueue, DefaultSendQueue)
+	defI(&l.SnapshotMembers, DefaultSnapshotMembers)
+	defD(&l.PingInterval, DefaultPingInterval)
+	defD(&l.PongTimeout, DefaultPongTimeout)
+	defD(&l.WriteTimeout, DefaultWriteTimeout)
+	defD(&l.CloseTimeout, DefaultCloseTimeout)
+	defI(&l.TouchBatch, DefaultTouchBatch)
+	defI(&l.ReadBufferBytes, DefaultReadBufferBytes)
+	defI(&l.WriteBufferBytes, DefaultWriteBufferBytes)
+	return l
+}
+
+// Validate checks l as given; call WithDefaults first.
+func (l Limits) Validate() error {
+	for _, c := range []struct {
+		name string
+		v    int
+	}{
+		{"max connections", l.MaxConnections}, {"max frame bytes", l.MaxFrameBytes}, {"max rooms", l.MaxRooms},
+		{"frame burst", l.FrameBurst}, {"rate strikes", l.RateStrikes}, {"send queue", l.SendQueue},
+		{"snapshot members", l.SnapshotMembers}, {"touch batch", l.TouchBatch},
+		{"read buffer bytes", l.ReadBufferBytes}, {"write buffer bytes", l.WriteBufferBytes},
+	} {
+		if c.v <= 0 {
+			return &ConfigError{"limits: " + c.name, fmt.Sprintf("must be positive, got %d", c.v)}
+		}
+	}
+	for _, c := range []struct {
+		name string
+		d    time.Duration
+	}{
+		{"ping interval", l.PingInterval}, {"pong timeout", l.PongTimeout},
+		{"write timeout", l.WriteTimeout}, {"close timeout", l.CloseTimeout},
+	} {
+		if c.d <= 0 {
+			return &ConfigError{"limits: " + c.name, fmt.Sprintf("must be positive, got %v", c.d)}
+		}
+	}
+	if l.FrameRate <= 0 {
+		return &ConfigError{"limits: frame rate", fmt.Sprintf("must be positive, got %v", l.FrameRate)}
+	}
+	// A state frame carries up to MaxStateBytes of state plus its envelope.
+	if l.MaxFrameBytes < presence.MaxStateBytes+presence.MaxRoomLen+256 {
+		return &ConfigError{"limits: max frame bytes", fmt.Sprintf("must be at least %d to carry a full state frame, got %d",
+			presence.MaxStateBytes+presence.MaxRoomLen+256, l.MaxFrameBytes)}
+	}
+	return nil
+}
+
+// timinger is implemented by stores that report their timing
+// (*region.Store does); New then checks that the node agrees.
+type timinger interface{ Timing() presence.Timing }
+
+// check fills defaults and validates, returning the effective config.
+func (c Config) check() (Config, error) {
+	if err := bus.ValidateRegion(c.Region); err != nil {
+		return c, &ConfigError{"region", err.Error()}
+	}
+	if c.Store == nil {
+		return c, &ConfigError{"store", "is required"}
+	}
+	if c.NATS == nil {
+		return c, &ConfigError{"nats", "is required: room events are watched on it"}
+	}
+	st, reports := c.Store.(timinger)
+	if reports && c.Timing == (presence.Timing{}) {
+		c.Timing = st.Timing()
+	}
+	c.Timing = c.Timing.WithDefaults()
+	if err := c.Timing.Validate(); err != nil {
+		return c, &ConfigError{"timing", err.Error()}
+	}
+	if reports && st.Timing() != c.Timing {
+		return c, &ConfigError{"timing", fmt.Sprintf("%+v differs from the store's %+v: the heartbeat must fit the store's TTL", c.Timing, st.Timing())}
+	}
+	c.Limits = c.Limits.WithDefaults()
+	if err := c.Limits.Validate(); err != nil {
+		return c, err
+	}
+	if c.HeartbeatSlots == 0 {
+		c.HeartbeatSlots = DefaultHeartbeatSlots
+	}
+	if c.HeartbeatSlots < 1 || c.HeartbeatSlots > 1000 {
+		return c, &ConfigError{"heartbeat slots", fmt.Sprintf("must be between 1 and 1000, got %d", c.HeartbeatSlots)}
+	}
+	if c.Timing.Heartbeat/time.Duration(c.HeartbeatSlots) < time.Millisecond {
+		return c, &ConfigError{"heartbeat slots", fmt.Sprintf("%d slots make ticks shorter than 1ms for a %v heartbeat", c.HeartbeatSlots, c.Timing.Heartbeat)}
+	}
+	if c.StoreTimeout == 0 {
+		c.StoreTimeout = DefaultStoreTimeout
+	}
+	if c.StoreTimeout < 0 {
+		return c, &ConfigError{"store timeout", fmt.Sprintf("must be positive, got %v", c.StoreTimeout)}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = prometheus.NewRegistry()
+	}
+	return c, nil
+}

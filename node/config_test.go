@@ -1,0 +1,96 @@
+package node
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/presence-dev/presence/internal/testnats"
+	"github.com/presence-dev/presence/presence"
+)
+
+func TestConfigValidation(t *testing.T) {
+	nc := testnats.Connect(t, testnats.Start(t))
+	fs := &fakeStore{}
+	cases := []struct {
+		edit  func(*Config)
+		field string
+		rule  string
+	}{
+		{func(c *Config) { c.Region = "" }, "region", "must not be empty"},
+		{func(c *Config) { c.Region = "global" }, "region", "reserved"},
+		{func(c *Config) { c.Store = nil }, "store", "is required"},
+		{func(c *Config) { c.NATS = nil }, "nats", "is required"},
+		{func(c *Config) { c.Timing.Heartbeat = c.Timing.SessionTTL }, "timing", "third of the session TTL"},
+		{func(c *Config) { c.Limits.MaxRooms = -1 }, "limits: max rooms", "must be positive"},
+		{func(c *Config) { c.Limits.PongTimeout = -time.Second }, "limits: pong timeout", "must be positive"},
+		{func(c *Config) { c.Limits.FrameRate = -1 }, "limits: frame rate", "must be positive"},
+		{func(c *Config) { c.Limits.MaxFrameBytes = 512 }, "limits: max frame bytes", "full state frame"},
+		{func(c *Config) { c.HeartbeatSlots = 5000 }, "heartbeat slots", "between 1 and 1000"},
+		{func(c *Config) { c.StoreTimeout = -1 }, "store timeout", "must be positive"},
+		{func(c *Config) { c.Auth = AuthConfig{} }, "auth", "HMAC secret, an RSA public key, or InsecureDev"},
+		{func(c *Config) { c.Auth.HMACSecret = []byte("short") }, "auth: hmac secret", "at least 32 bytes"},
+		{func(c *Config) { c.Auth.RSAPublicKeyPEM = []byte("not pem") }, "auth: rsa public key", ""},
+		{func(c *Config) { c.Auth.Leeway = -time.Second }, "auth: leeway", "must not be negative"},
+	}
+	for _, k := range cases {
+		cfg := testConfig(fs, nc)
+		k.edit(&cfg)
+		_, err := New(cfg)
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Field != k.field || !strings.Contains(err.Error(), k.rule) || !strings.HasPrefix(err.Error(), "node: config: ") {
+			t.Errorf("%s: got %v, want a node: config: error on %q mentioning %q", k.field, err, k.field, k.rule)
+		}
+	}
+
+	// Defaults fill in.
+	cfg := testConfig(fs, nc)
+	cfg.Limits, cfg.HeartbeatSlots, cfg.StoreTimeout, cfg.Logger = Limits{}, 0, 0, nil
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	l := n.cfg.Limits
+	if l.MaxConnections != 15000 || l.MaxFrameBytes != 4096 || l.PingInterval != DefaultPingInterval || n.cfg.HeartbeatSlots != DefaultHeartbeatSlots || n.cfg.StoreTimeout != DefaultStoreTimeout {
+		t.Fatalf("defaults: %+v", n.cfg)
+	}
+	_ = n.Close()
+
+	// Metrics registered twice on one registry.
+	reg := prometheus.NewRegistry()
+	cfg = testConfig(fs, nc)
+	cfg.Metrics = reg
+	if n, err := New(cfg); err != nil {
+		t.Fatal(err)
+	} else {
+		defer n.Close()
+	}
+	if _, err := New(cfg); err == nil || !strings.HasPrefix(err.Error(), "node: config: metrics: ") {
+		t.Fatalf("second node on one registry: %v", err)
+	}
+}
+
+// The node's timing must be the store's: the zero value adopts it, and a
+// different one is refused.
+func TestConfigTimingFollowsTheStore(t *testing.T) {
+	e := newEnv(t)
+	nc := testnats.Connect(t, e.ns)
+	cfg := testConfig(e.store, nc)
+	cfg.Timing = presence.Timing{}
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.cfg.Timing != testTiming {
+		t.Fatalf("timing %+v, want the store's %+v", n.cfg.Timing, testTiming)
+	}
+	_ = n.Close()
+	cfg.Timing = presence.DefaultTiming()
+	var ce *ConfigError
+	if _, err := New(cfg); !errors.As(err, &ce) || ce.Field != "timing" || !strings.Contains(err.Error(), "differs from the store's") {
+		t.Fatalf("mismatched timing: %v", err)
+	}
+}

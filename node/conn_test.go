@@ -1,0 +1,46 @@
+package node
+
+import (
+	"testing"
+	"time"
+)
+
+func TestSlowConsumerIsClosed(t *testing.T) {
+	n := &Node{cfg: Config{Limits: Limits{SendQueue: 2}}, log: quiet}
+	c := &conn{n: n, id: &identity{user: "u"}, wake: make(chan struct{}, 1)}
+	c.send([]byte("a"))
+	c.send([]byte("b"))
+	if len(c.queue) != 2 || c.closeCode != 0 {
+		t.Fatalf("queue %d, close %d", len(c.queue), c.closeCode)
+	}
+	c.send([]byte("c"))
+	if c.closeCode != CloseSlowConsumer || c.queue != nil {
+		t.Fatalf("after overflow: close %d, queue %d; want 4000 and the queue dropped", c.closeCode, len(c.queue))
+	}
+	c.send([]byte("d"))
+	if c.queue != nil {
+		t.Fatal("queued after the close")
+	}
+}
+
+func TestRateLimiterRefills(t *testing.T) {
+	n := &Node{cfg: Config{Limits: Limits{FrameRate: 2, FrameBurst: 3}}, epoch: time.Now()}
+	c := &conn{n: n, tokens: 3, last: n.mono()}
+	for i := range 3 {
+		if !c.allow() {
+			t.Fatalf("frame %d of the burst refused", i)
+		}
+	}
+	if c.allow() {
+		t.Fatal("frame beyond the burst allowed")
+	}
+	c.last -= int64(time.Second) // a second passes: two tokens
+	if !c.allow() || !c.allow() || c.allow() {
+		t.Fatal("refill is not 2 per second")
+	}
+	c.last -= int64(time.Hour)
+	c.allow()
+	if c.tokens > 2 {
+		t.Fatalf("tokens %v above the burst", c.tokens)
+	}
+}

@@ -1,0 +1,17 @@
+// Package node is the WebSocket edge of the presence service. Browsers and
+// other clients connect to a node, join rooms and set per-session state;
+// the node keeps their sessions alive in the regional store with batched
+// heartbeats, and forwards each joined room's snapshot and then its live
+// transitions from NATS. The wire protocol is described in
+// docs/PROTOCOL.md.
+//
+// A node holds no presence state of its own: everything lives in the
+// regional store, and transitions reach NATS through the store's sink. A
+// node that dies is noticed by the TTL of its sessions; a node that drains
+// closes its clients with code 1012 without releasing their sessions, so
+// a reconnect to another node inside the TTL is not announced at all.
+//
+// Goroutines: per connection one reader and one writer. Per node one
+// heartbeat scheduler, one ping wheel, one NATS event dispatcher, one NATS
+// status watcher and the store's reaper.
+package node

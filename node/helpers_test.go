@@ -1,0 +1,475 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/gorilla/websocket"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/internal/testnats"
+	"github.com/presence-dev/presence/internal/testredis"
+	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/region"
+)
+
+// Short timing for integration tests against real servers.
+var testTiming = presence.Timing{
+	SessionTTL:       2 * time.Second,
+	Heartbeat:        500 * time.Millisecond,
+	OfflineGrace:     time.Second,
+	ReapInterval:     100 * time.Millisecond,
+	LastSeenInterval: time.Second,
+}
+
+var testSecret = []byte("0123456789abcdef0123456789abcdef-test")
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// env is one test's Redis, NATS, event recorder and a store of its own
+// (standing for another process) to place markers with.
+type env struct {
+	t     *testing.T
+	rdb   *redis.Client
+	ns    *server.Server
+	sink  region.Sink
+	store *region.Store
+	rec   *recorder
+	marks atomic.Int64
+}
+
+// natsSink publishes each transition on core NATS, standing in for the
+// JetStream publisher.
+func natsSink(nc *nats.Conn) region.Sink {
+	return region.SinkFunc(func(_ context.Context, ts []presence.Transition) (uint64, error) {
+		for _, t := range ts {
+			b, err := bus.EncodeEvent(t)
+			if err != nil {
+				return 0, err
+			}
+			if err := nc.Publish(bus.EventSubject(t), b); err != nil {
+				return 0, err
+			}
+		}
+		return 0, nc.Flush()
+	})
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	rdb, _ := testredis.Client(t)
+	ns := testnats.Start(t)
+	e := &env{t: t, rdb: rdb, ns: ns, sink: natsSink(testnats.Connect(t, ns))}
+	e.rec = newRecorder(t, testnats.Connect(t, ns))
+	e.store = e.newStore()
+	return e
+}
+
+func (e *env) newStore() *region.Store {
+	e.t.Helper()
+	s, err := region.New(e.rdb, region.Options{Region: "eu", Timing: testTiming, Sink: e.sink, PublishLease: 500 * time.Millisecond, Logger: quiet})
+	if err != nil {
+		e.t.Fatalf("region.New: %v", err)
+	}
+	return s
+}
+
+func testConfig(st Store, nc *nats.Conn) Config {
+	return Config{
+		Region: "eu", Store: st, NATS: nc, Timing: testTiming,
+		Auth:           AuthConfig{HMACSecret: testSecret},
+		Limits:         Limits{PingInterval: 200 * time.Millisecond, PongTimeout: 300 * time.Millisecond, CloseTimeout: 500 * time.Millisecond},
+		HeartbeatSlots: 5,
+		StoreTimeout:   time.Second,
+		Logger:         quiet,
+	}
+}
+
+// node is a started Node behind a test HTTP server.
+type node struct {
+	*Node
+	srv   *httptest.Server
+	store *region.Store
+}
+
+// newNode starts a node with its own store (as another process would
+// have) on the env's Redis and its own NATS connection.
+func (e *env) newNode(edit ...func(*Config)) *node {
+	e.t.Helper()
+	st := e.newStore()
+	cfg := testConfig(st, testnats.Connect(e.t, e.ns))
+	for _, f := range edit {
+		f(&cfg)
+	}
+	n, err := New(cfg)
+	if err != nil {
+		e.t.Fatalf("New: %v", err)
+	}
+	if err := n.Start(context.Background()); err != nil {
+		e.t.Fatalf("Start: %v", err)
+	}
+	srv := httptest.NewServer(n.Handler())
+	e.t.Cleanup(func() { _ = n.Close(); srv.Close() })
+	return &node{Node: n, srv: srv, store: st}
+}
+
+func (n *node) wsURL(query string) string {
+	return "ws" + strings.TrimPrefix(n.srv.URL, "http") + PathWebSocket + "?" + query
+}
+
+// token signs an HS256 token with the test secret.
+func token(t testing.TB, user string, rooms []string, ttl time.Duration) string {
+	t.Helper()
+	c := Claims{Rooms: rooms, RegisteredClaims: jwt.RegisteredClaims{Subject: user, ExpiresAt: jwt.NewNumericDate(time.Now().Add(ttl))}}
+	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(testSecret)
+	if err != nil {
+		t.Fatalf("sign: %v", err)
+	}
+	return s
+}
+
+// frame is any server frame.
+type frame struct {
+	Type      string            `json:"type"`
+	Ref       string            `json:"ref"`
+	Room      string            `json:"room"`
+	Reason    string            `json:"reason"`
+	Code      string            `json:"code"`
+	Message   string            `json:"message"`
+	Truncated bool              `json:"truncated"`
+	Snapshot  presence.Snapshot `json:"snapshot"`
+	Event     bus.Event         `json:"event"`
+	V         int               `json:"v"`
+	User      string            `json:"user"`
+	Session   string            `json:"session"`
+	raw       string
+}
+
+// client is a test WebSocket client. Its reader goroutine answers pings
+// and queues frames; its end is the reader's error.
+type client struct {
+	t      *testing.T
+	ws     *websocket.Conn
+	frames chan frame
+	end    chan error
+	hello  frame
+}
+
+func dialRaw(url string, h http.Header) (*websocket.Conn, *http.Response, error) {
+	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second, Subprotocols: websocket.Subprotocols(&http.Request{Header: h})}
+	h = h.Clone()
+	h.Del("Sec-Websocket-Protocol")
+	return d.Dial(url, h)
+}
+
+// dial connects with a bearer token and reads the hello frame.
+func (n *node) dial(t *testing.T, tok, session string) *client {
+	t.Helper()
+	h := http.Header{}
+	h.Set("Authorization", "Bearer "+tok)
+	return n.dialWith(t, "session="+session, h)
+}
+
+func (n *node) dialWith(t *testing.T, query string, h http.Header) *client {
+	t.Helper()
+	ws, resp, err := dialRaw(n.wsURL(query), h)
+	if err != nil {
+		body := ""
+		if resp != nil {
+			b, _ := io.ReadAll(resp.Body)
+			body = fmt.Sprintf(" (HTTP %d: %s)", resp.StatusCode, b)
+		}
+		t.Fatalf("dial: %v%s", err, body)
+	}
+	c := &client{t: t, ws: ws, frames: make(chan frame, 1024), end: make(chan error, 1)}
+	go func() {
+		for {
+			_, b, err := ws.ReadMessage()
+			if err != nil {
+				c.end <- err
+				close(c.frames)
+				return
+			}
+			var f frame
+			if err := json.Unmarshal(b, &f); err != nil {
+				f.Type = "!unparsable"
+			}
+			f.raw = string(b)
+			c.frames <- f
+		}
+	}()
+	t.Cleanup(func() { _ = ws.Close() })
+	c.hello = c.expect("hello")
+	return c
+}
+
+func (c *client) send(v any) {
+	c.t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.sendRaw(websocket.TextMessage, b)
+}
+
+func (c *client) sendRaw(mt int, b []byte) {
+	c.t.Helper()
+	if err := c.ws.WriteMessage(mt, b); err != nil {
+		c.t.Fatalf("write: %v", err)
+	}
+}
+
+// next returns the next frame, failing the test after 5s.
+func (c *client) next() frame {
+	c.t.Helper()
+	select {
+	case f, ok := <-c.frames:
+		if !ok {
+			c.t.Fatal("connection ended while a frame was expected")
+		}
+		return f
+	case <-time.After(5 * time.Second):
+		c.t.Fatal("no frame within 5s")
+	}
+	return frame{}
+}
+
+// expect returns the next frame, which must be of type typ.
+func (c *client) expect(typ string) frame {
+	c.t.Helper()
+	f := c.next()
+	if f.Type != typ {
+		c.t.Fatalf("got frame %s, want type %q", f.raw, typ)
+	}
+	return f
+}
+
+// expectError returns the next frame, which must be an error with code.
+func (c *client) expectError(code ErrorCode, ref string) frame {
+	c.t.Helper()
+	f := c.expect("error")
+	if f.Code != string(code) || f.Ref != ref || f.Message == "" {
+		c.t.Fatalf("got error %s, want code %q ref %q and a message", f.raw, code, ref)
+	}
+	return f
+}
+
+// replyAndOwnEvent reads a reply and the event the request caused for
+// the client itself, which may come in either order; it returns the reply.
+func (c *client) replyAndOwnEvent(reply string, kind presence.Kind) frame {
+	c.t.Helper()
+	var r frame
+	gotEvent := false
+	for r.Type == "" || !gotEvent {
+		f := c.next()
+		switch {
+		case f.Type == reply && r.Type == "":
+			r = f
+		case f.Type == "event" && f.Event.Kind == kind && !gotEvent:
+			gotEvent = true
+		default:
+			c.t.Fatalf("got %s, want a %s reply and a %s event", f.raw, reply, kind)
+		}
+	}
+	return r
+}
+
+// join joins a room and returns its snapshot frame.
+func (c *client) join(room string) frame {
+	c.t.Helper()
+	c.send(map[string]string{"type": "join", "room": room, "ref": "j-" + room})
+	f := c.expect("snapshot")
+	if f.Ref != "j-"+room || f.Room != room || f.Reason != "join" {
+		c.t.Fatalf("join reply: %s", f.raw)
+	}
+	return f
+}
+
+// ping round-trips an application ping: the connection is alive and every
+// frame before has been handled.
+func (c *client) ping() {
+	c.t.Helper()
+	c.send(map[string]string{"type": "ping", "ref": "p"})
+	if f := c.expect("pong"); f.Ref != "p" {
+		c.t.Fatalf("pong: %s", f.raw)
+	}
+}
+
+// closeNormally sends a close frame and waits for the end.
+func (c *client) closeNormally() {
+	c.t.Helper()
+	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye"), time.Now().Add(time.Second))
+	c.waitEnd()
+}
+
+// waitEnd waits for the connection to end and returns the reader error,
+// skipping frames still queued.
+func (c *client) waitEnd() error {
+	c.t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case _, ok := <-c.frames:
+			if !ok {
+				return <-c.end
+			}
+		case <-timeout:
+			c.t.Fatal("connection did not end within 10s")
+		}
+	}
+}
+
+// expectClose waits for the end and checks the close code.
+func (c *client) expectClose(code int) {
+	c.t.Helper()
+	err := c.waitEnd()
+	if !websocket.IsCloseError(err, code) {
+		c.t.Fatalf("connection ended with %v, want close code %d", err, code)
+	}
+}
+
+// recorder records every transition published on presence.>.
+type recorder struct {
+	mu sync.Mutex
+	ts []presence.Transition
+}
+
+func newRecorder(t *testing.T, nc *nats.Conn) *recorder {
+	t.Helper()
+	r := &recorder{}
+	_, err := nc.Subscribe(bus.Root+".>", func(m *nats.Msg) {
+		tr, err := bus.DecodeEvent(m.Data)
+		if err != nil {
+			t.Errorf("recorder: %v", err)
+			return
+		}
+		r.mu.Lock()
+		r.ts = append(r.ts, tr)
+		r.mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (r *recorder) all() []presence.Transition {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]presence.Transition(nil), r.ts...)
+}
+
+// of returns the transitions of one kind for one user in one room.
+func (r *recorder) of(kind presence.Kind, room, user string) []presence.Transition {
+	var out []presence.Transition
+	for _, t := range r.all() {
+		if t.Kind == kind && t.Room == room && t.User == user {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// ofUser returns every transition of one user in one room.
+func (r *recorder) ofUser(room, user string) []presence.Transition {
+	var out []presence.Transition
+	for _, t := range r.all() {
+		if t.Room == room && t.User == user {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (e *env) redisNow() time.Time {
+	e.t.Helper()
+	t, err := e.rdb.Time(context.Background()).Result()
+	if err != nil {
+		e.t.Fatalf("TIME: %v", err)
+	}
+	return t
+}
+
+// waitRedisPast waits until Redis's clock, which scores every entry, is
+// past at.
+func (e *env) waitRedisPast(at time.Time) {
+	e.t.Helper()
+	waitFor(e.t, time.Until(at)+5*time.Second, "redis clock to pass "+at.Format(time.StampMilli), func() bool {
+		return e.redisNow().After(at)
+	})
+}
+
+// quiesce makes the recorder complete for room: a marker session joins
+// (its touch first settles every departure already due, so those are
+// numbered before it), then quiesce waits until every transition of the
+// room up to the marker's has been recorded. Anything not recorded by
+// then was not due.
+func (e *env) quiesce(room string) {
+	e.t.Helper()
+	user := fmt.Sprintf("zz-marker-%d", e.marks.Add(1))
+	ts, err := e.store.Touch(context.Background(), []presence.SessionRef{{Room: room, User: user, Session: "m"}})
+	if err != nil || len(ts) == 0 {
+		e.t.Fatalf("marker touch: %v %v", ts, err)
+	}
+	upto := ts[len(ts)-1].Seq
+	waitFor(e.t, 5*time.Second, fmt.Sprintf("transitions 1..%d of %s", upto, room), func() bool {
+		seen := map[uint64]bool{}
+		for _, t := range e.rec.all() {
+			if t.Room == room {
+				seen[t.Seq] = true
+			}
+		}
+		for s := uint64(1); s <= upto; s++ {
+			if !seen[s] {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// live reports the user's live sessions in room, per Redis.
+func (e *env) live(room, user string) []string {
+	e.t.Helper()
+	m, ok, err := e.store.Sessions(context.Background(), room, user)
+	if err != nil {
+		e.t.Fatalf("Sessions: %v", err)
+	}
+	if !ok {
+		return nil
+	}
+	var ids []string
+	for _, s := range m.Sessions {
+		ids = append(ids, s.ID)
+	}
+	return ids
+}

@@ -1,0 +1,557 @@
+package node
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/presence"
+)
+
+// Hub buffers. maxHeld bounds the events held back while an earlier one is
+// missing; maxBuffered bounds the events kept for a member, or a room,
+// waiting for its snapshot. Past either, the node starts over from a new
+// snapshot.
+const (
+	maxHeld      = 64
+	maxBuffered  = 4096
+	msgQueue     = 16384 // NATS messages waiting for the dispatcher
+	gapTimeout   = time.Second
+	resyncPause  = time.Second // between failed resync snapshots
+	maxSnapTries = 4
+)
+
+// hub keeps one NATS subscription per room with local members and fans
+// each transition out to them, in Seq order and once each.
+//
+// Transitions are ordered by (Epoch, Seq). Per room the hub tracks the
+// epoch and base, the highest Seq up to which every transition has been
+// passed on (or is reflected in a snapshot). A transition at or below
+// base, or of an earlier epoch, is a redelivery and is dropped; one above
+// base+1 is held until the missing ones arrive. A gap that stays open for
+// gapTimeout (a transition lost on the way: NATS slow consumer, a failed
+// publish), a NATS reconnect, or a later epoch (the store restarted the
+// room's numbering) makes the hub resync the room: it takes a new
+// snapshot and sends it to every member with reason "resync", and the
+// live stream continues from it.
+type hub struct {
+	nc       *nats.Conn
+	region   string
+	store    Store
+	limit    int // snapshot members
+	log      *slog.Logger
+	metrics  *metrics
+	ctx      context.Context
+	timeout  time.Duration
+	msgs     chan *nats.Msg
+	wg       *sync.WaitGroup
+	gapAfter time.Duration
+
+	mu    sync.Mutex
+	rooms map[string]*room
+	gappy map[*room]struct{}
+}
+
+type room struct {
+	name    string
+	sub     *nats.Subscription
+	ready   chan struct{} // closed once subscribed, or failed (err set)
+	err     error
+	members map[*conn]*member
+
+	synced    bool   // epoch and base are known from a snapshot
+	epoch     int64  // the numbering base belongs to; 0 until known
+	base      uint64 // every Seq <= base is passed on or in a snapshot
+	held      []event
+	early     []event // received before the first snapshot
+	lost      bool    // early overflowed
+	gapSince  time.Time
+	resyncing bool
+}
+
+// member is one connection in a room. Until its snapshot is sent it is
+// not live and its transitions are buffered; after, it gets those with a
+// Seq above its snapshot's.
+type member struct {
+	after  uint64
+	live   bool
+	resync bool // waiting for the room's resync snapshot
+	lost   bool // buf overflowed: needs a newer snapshot
+	buf    []event
+}
+
+type event struct {
+	epoch int64 // 0: not known
+	seq   uint64
+	frame []byte
+}
+
+func newHub(n *Node) *hub {
+	return &hub{
+		nc: n.cfg.NATS, region: n.cfg.Region, store: n.cfg.Store, limit: n.cfg.Limits.SnapshotMembers,
+		log: n.log, metrics: n.metrics, ctx: n.ctx, timeout: n.cfg.StoreTimeout, wg: &n.wg,
+		msgs:     make(chan *nats.Msg, msgQueue),
+		gapAfter: cmp.Or(n.cfg.gapTimeout, gapTimeout),
+		rooms:    map[string]*room{}, gappy: map[*room]struct{}{},
+	}
+}
+
+// count returns the number of rooms with local members.
+func (h *hub) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.rooms)
+}
+
+// add makes c a (not yet live) member of the room. The first member
+// subscribes and flushes, so that the server has the interest before any
+// snapshot is taken; later members wait for that.
+func (h *hub) add(ctx context.Context, name string, c *conn) error {
+	h.mu.Lock()
+	r := h.rooms[name]
+	create := r == nil
+	if create {
+		r = &room{name: name, ready: make(chan struct{}), members: map[*conn]*member{}}
+		h.rooms[name] = r
+	}
+	r.members[c] = &member{}
+	h.mu.Unlock()
+
+	if create {
+		sub, err := h.nc.ChanSubscribe(bus.RoomFilter(h.region, name), h.msgs)
+		if err == nil {
+			err = h.nc.FlushWithContext(ctx)
+		}
+		h.mu.Lock()
+		r.sub, r.err = sub, err
+		if err != nil && h.rooms[name] == r {
+			delete(h.rooms, name)
+		}
+		close(r.ready)
+		h.mu.Unlock()
+		if err != nil && sub != nil {
+			_ = sub.Unsubscribe()
+		}
+		return err
+	}
+	select {
+	case <-r.ready:
+		return r.err
+	case <-ctx.Done():
+		h.removeFrom(r, c)
+		return ctx.Err()
+	}
+}
+
+// remove takes c out of the room; the last member out unsubscribes.
+func (h *hub) remove(name string, c *conn) {
+	h.mu.Lock()
+	var sub *nats.Subscription
+	if r := h.rooms[name]; r != nil {
+		sub = h.removeLocked(r, c)
+	}
+	h.mu.Unlock()
+	unsubscribe(sub)
+}
+
+func (h *hub) removeFrom(r *room, c *conn) {
+	h.mu.Lock()
+	sub := h.removeLocked(r, c)
+	h.mu.Unlock()
+	unsubscribe(sub)
+}
+
+// removeLocked returns the subscription to drop when c was the last
+// member.
+func (h *hub) removeLocked(r *room, c *conn) *nats.Subscription {
+	delete(r.members, c)
+	if len(r.members) > 0 || h.rooms[r.name] != r {
+		return nil
+	}
+	select {
+	case <-r.ready:
+		delete(h.rooms, r.name)
+		delete(h.gappy, r)
+		return r.sub
+	default: // the creator is still subscribing, and is a member
+		return nil
+	}
+}
+
+// unsubscribe drops a room subscription. Messages already queued for it
+// find no room, or a new one of the same name, whose dedup drops them.
+func unsubscribe(sub *nats.Subscription) {
+	if sub != nil {
+		_ = sub.Unsubscribe()
+	}
+}
+
+// snapshot takes the room's snapshot for member c and makes it live:
+// the snapshot frame is queued first, then the buffered transitions above
+// it, then live ones.
+func (h *hub) snapshot(ctx context.Context, name string, c *conn, ref string) error {
+	h.mu.Lock()
+	if r := h.rooms[name]; r != nil && r.members[c] != nil {
+		m := r.members[c]
+		m.live, m.buf, m.lost = false, nil, false
+	}
+	h.mu.Unlock()
+	for try := 1; ; try++ {
+		snap, err := h.store.Snapshot(ctx, name, 0, h.limit)
+		if err != nil {
+			// A member that was live (a repeated join) must not stay
+			// muted: the room's resync serves it once the store is back.
+			h.mu.Lock()
+			if r := h.rooms[name]; r.memberOf(c) != nil {
+				r.members[c].resync = true
+				h.startResyncLocked(r)
+			}
+			h.mu.Unlock()
+			return err
+		}
+		h.mu.Lock()
+		r := h.rooms[name]
+		m := r.memberOf(c)
+		if m == nil {
+			h.mu.Unlock()
+			return nil // left meanwhile
+		}
+		if h.readyLocked(r, snap, try, ref, reasonJoin, map[*conn]*member{c: m}) {
+			h.mu.Unlock()
+			return nil
+		}
+		h.mu.Unlock()
+		if try == maxSnapTries {
+			return errors.New("node: the room's events kept outrunning its snapshot")
+		}
+	}
+}
+
+func (r *room) memberOf(c *conn) *member {
+	if r == nil {
+		return nil
+	}
+	return r.members[c]
+}
+
+// readyLocked makes the given members live from snap, or reports false
+// when snap cannot serve (older than what the room already passed on, or
+// buffers overflowed) and a newer one is needed. A snapshot still older
+// on the second try means the room's numbering went backwards (the store
+// lost data), and one of a later epoch means it restarted: either way the
+// room starts over from it.
+func (h *hub) readyLocked(r *room, snap presence.Snapshot, try int, ref, reason string, ms map[*conn]*member) bool {
+	if r.synced {
+		older := snap.RoomSeq < r.base
+		if snap.Epoch != 0 && r.epoch != 0 && snap.Epoch != r.epoch {
+			older = snap.Epoch < r.epoch
+		}
+		switch {
+		case older && try < 2:
+			return false
+		case older:
+			h.log.Warn("node: room numbering went backwards; starting the room over", "room", r.name,
+				"epoch", r.epoch, "base", r.base, "snapshot_epoch", snap.Epoch, "snapshot_seq", snap.RoomSeq)
+			h.resetLocked(r)
+		case snap.Epoch > r.epoch && r.epoch != 0:
+			h.resetLocked(r)
+		}
+	}
+	if !r.synced && r.lost {
+		r.lost, r.early = false, nil
+		return false
+	}
+	for _, m := range ms {
+		if m.lost {
+			m.lost, m.buf = false, nil
+			return false
+		}
+	}
+	frame := encodeSnapshot(ref, reason, snap)
+	for c, m := range ms {
+		c.send(frame)
+		m.after, m.live, m.resync = snap.RoomSeq, true, false
+		for _, e := range m.buf {
+			if e.seq > m.after {
+				c.send(e.frame)
+			}
+		}
+		m.buf = nil
+	}
+	if !r.synced {
+		r.synced, r.epoch, r.base, r.held = true, snap.Epoch, snap.RoomSeq, nil
+		early := r.early
+		r.early = nil
+		for _, e := range early {
+			h.eventLocked(r, e)
+		}
+	}
+	return true
+}
+
+// resetLocked forgets the room's position and puts every member on a
+// resync.
+func (h *hub) resetLocked(r *room) {
+	r.synced, r.epoch, r.base, r.held, r.early, r.lost = false, 0, 0, nil, nil, false
+	r.gapSince = time.Time{}
+	delete(h.gappy, r)
+	for _, m := range r.members {
+		m.live, m.buf, m.lost, m.resync = false, nil, false, true
+	}
+	h.metrics.resyncs.Inc()
+	h.startResyncLocked(r)
+}
+
+// startResyncLocked runs a resync of r unless one is running.
+func (h *hub) startResyncLocked(r *room) {
+	if !r.resyncing {
+		r.resyncing = true
+		h.wg.Add(1)
+		go h.runResync(r)
+	}
+}
+
+// runResync takes snapshots until no member waits on a resync, retrying
+// while the store fails.
+func (h *hub) runResync(r *room) {
+	defer h.wg.Done()
+	for try := 1; ; try++ {
+		if len(h.waiting(r)) == 0 {
+			return
+		}
+		ctx, cancel := context.WithTimeout(h.ctx, h.timeout)
+		snap, err := h.store.Snapshot(ctx, r.name, 0, h.limit)
+		cancel()
+		if err == nil {
+			h.mu.Lock()
+			// Readying may start the room over, putting members back on a
+			// resync: the loop then looks again with a fresh count.
+			if ms := h.waitingLocked(r); len(ms) > 0 && h.readyLocked(r, snap, try, "", reasonResync, ms) {
+				try = 0
+			}
+			h.mu.Unlock()
+			continue
+		}
+		h.log.Warn("node: resync snapshot failed; retrying", "room", r.name, "err", err)
+		select {
+		case <-h.ctx.Done():
+			h.mu.Lock()
+			r.resyncing = false
+			h.mu.Unlock()
+			return
+		case <-time.After(resyncPause):
+		}
+	}
+}
+
+// waiting returns the members waiting on a resync of r; when there are
+// none, the resync is over.
+func (h *hub) waiting(r *room) map[*conn]*member {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.waitingLocked(r)
+}
+
+func (h *hub) waitingLocked(r *room) map[*conn]*member {
+	ms := map[*conn]*member{}
+	if h.rooms[r.name] == r {
+		for c, m := range r.members {
+			if m.resync {
+				ms[c] = m
+			}
+		}
+	}
+	if len(ms) == 0 {
+		r.resyncing = false
+	}
+	return ms
+}
+
+// resyncAll starts every room over; after a NATS reconnect, transitions
+// sent while disconnected are lost.
+func (h *hub) resyncAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.rooms {
+		select {
+		case <-r.ready:
+			h.resetLocked(r)
+		default:
+		}
+	}
+}
+
+// eventLocked passes one transition on in Seq order, exactly once.
+func (h *hub) eventLocked(r *room, e event) {
+	if !r.synced {
+		if len(r.early) >= maxBuffered {
+			r.lost = true
+			return
+		}
+		r.early = append(r.early, e)
+		return
+	}
+	if e.epoch != r.epoch && e.epoch != 0 {
+		switch {
+		case r.epoch == 0:
+			r.epoch = e.epoch // the snapshot predates any numbering
+		case e.epoch < r.epoch:
+			return // a redelivery from an earlier numbering
+		default:
+			h.log.Info("node: room numbering restarted; starting the room over", "room", r.name, "epoch", e.epoch)
+			h.resetLocked(r)
+			return
+		}
+	}
+	switch {
+	case e.seq <= r.base:
+		return // redelivered, or in a snapshot
+	case e.seq == r.base+1:
+		h.deliverLocked(r, e)
+		for len(r.held) > 0 && r.held[0].seq <= r.base+1 {
+			if r.held[0].seq == r.base+1 {
+				h.deliverLocked(r, r.held[0])
+			}
+			r.held = r.held[1:]
+		}
+	case e.seq > r.base+maxHeld:
+		h.resetLocked(r)
+		return
+	default:
+		i := 0
+		for i < len(r.held) && r.held[i].seq < e.seq {
+			i++
+		}
+		if i < len(r.held) && r.held[i].seq == e.seq {
+			return // duplicate of a held one
+		}
+		r.held = append(r.held, event{})
+		copy(r.held[i+1:], r.held[i:])
+		r.held[i] = e
+	}
+	if len(r.held) == 0 {
+		r.held, r.gapSince = nil, time.Time{}
+		delete(h.gappy, r)
+	} else if r.gapSince.IsZero() {
+		r.gapSince = time.Now()
+		h.gappy[r] = struct{}{}
+	}
+}
+
+func (h *hub) deliverLocked(r *room, e event) {
+	r.base = e.seq
+	for c, m := range r.members {
+		switch {
+		case e.seq <= m.after:
+		case m.live:
+			c.send(e.frame)
+			h.metrics.forwarded.Inc()
+		case len(m.buf) >= maxBuffered:
+			m.lost, m.buf = true, nil
+		case !m.lost:
+			m.buf = append(m.buf, e)
+		}
+	}
+}
+
+// onMsg handles one message from a room subscription.
+func (h *hub) onMsg(msg *nats.Msg) {
+	t, err := bus.DecodeEvent(msg.Data)
+	if err == nil && t.Region != h.region {
+		err = errors.New("event of another region")
+	}
+	var frame []byte
+	if err == nil {
+		frame, err = encodeEvent(t)
+	}
+	if err != nil {
+		h.metrics.badEvents.Inc()
+		h.log.Debug("node: ignoring a malformed event", "subject", msg.Subject, "err", err)
+		return
+	}
+	h.mu.Lock()
+	if r := h.rooms[t.Room]; r != nil {
+		h.eventLocked(r, event{epoch: t.Epoch, seq: t.Seq, frame: frame})
+	}
+	h.mu.Unlock()
+}
+
+// checkGaps resyncs rooms whose gap stayed open too long.
+func (h *hub) checkGaps(now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for r := range h.gappy {
+		if now.Sub(r.gapSince) >= h.gapAfter {
+			h.log.Info("node: transitions missing; resyncing the room", "room", r.name, "base", r.base)
+			h.resetLocked(r)
+		}
+	}
+}
+
+// dispatch runs the hub until ctx is done.
+func (h *hub) dispatch(ctx context.Context) {
+	t := time.NewTicker(h.gapAfter / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case m := <-h.msgs:
+			h.onMsg(m)
+		case now := <-t.C:
+			h.checkGaps(now)
+		}
+	}
+}
+
+// watch resyncs every room after NATS reconnects.
+func (h *hub) watch(ctx context.Context) {
+	ch := h.nc.StatusChanged(nats.CONNECTED)
+	defer h.nc.RemoveStatusListener(ch)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-ch:
+			if !ok {
+				return
+			}
+			// Subscriptions were sent again on reconnect; make sure the
+			// server has them before the snapshots are taken.
+			fctx, cancel := context.WithTimeout(ctx, h.timeout)
+			err := h.nc.FlushWithContext(fctx)
+			cancel()
+			if err != nil {
+				h.log.Warn("node: flush after NATS reconnect failed", "err", err)
+			}
+			h.log.Info("node: NATS reconnected; resyncing every room")
+			h.resyncAll()
+		}
+	}
+}
+
+// close unsubscribes every room.
+func (h *hub) close() {
+	h.mu.Lock()
+	var subs []*nats.Subscription
+	for name, r := range h.rooms {
+		select {
+		case <-r.ready:
+			if r.sub != nil {
+				subs = append(subs, r.sub)
+			}
+		default:
+		}
+		delete(h.rooms, name)
+	}
+	h.mu.Unlock()
+	for _, s := range subs {
+		_ = s.Unsubscribe()
+	}
+}

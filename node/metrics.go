@@ -1,0 +1,71 @@
+package node
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the node's Prometheus collectors, all named presence_node_*.
+type metrics struct {
+	joins          prometheus.Counter
+	leaves         *prometheus.CounterVec // how: leave, close, kept
+	touchSeconds   prometheus.Histogram
+	touchErrors    prometheus.Counter
+	rejectedFrames *prometheus.CounterVec // code
+	rejectedConns  *prometheus.CounterVec // reason
+	closes         *prometheus.CounterVec // close code the node sent
+	resyncs        prometheus.Counter
+	forwarded      prometheus.Counter
+	badEvents      prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, n *Node) (*metrics, error) {
+	const ns, sub = "presence", "node"
+	m := &metrics{
+		joins: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "joins_total",
+			Help: "Rooms joined by clients."}),
+		leaves: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "leaves_total",
+			Help: "Sessions this node stopped holding, by how: leave (frame), close (connection ended; released) or kept (drain; left to the TTL)."}, []string{"how"}),
+		touchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "heartbeat_touch_seconds",
+			Help:    "Latency of one heartbeat Touch batch.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}}),
+		touchErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "heartbeat_touch_errors_total",
+			Help: "Heartbeat Touch batches that failed."}),
+		rejectedFrames: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "rejected_frames_total",
+			Help: "Client frames answered with an error frame, by error code (too_big: closed with 1009)."}, []string{"code"}),
+		rejectedConns: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "rejected_connections_total",
+			Help: "Handshakes refused before the upgrade, by reason."}, []string{"reason"}),
+		closes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "closes_total",
+			Help: "Connections the node closed, by close code."}, []string{"code"}),
+		resyncs: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "resyncs_total",
+			Help: "Rooms started over from a new snapshot (lost transitions, NATS reconnect)."}),
+		forwarded: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "events_forwarded_total",
+			Help: "Transitions queued to clients."}),
+		badEvents: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "bad_events_total",
+			Help: "Messages on room subjects that are not valid events of this region."}),
+	}
+	cs := []prometheus.Collector{
+		m.joins, m.leaves, m.touchSeconds, m.touchErrors, m.rejectedFrames, m.rejectedConns, m.closes,
+		m.resyncs, m.forwarded, m.badEvents,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "connections",
+			Help: "Open client connections."}, func() float64 { return float64(n.open.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "sessions",
+			Help: "Sessions (room, user, session) held and refreshed by this node."}, func() float64 { return float64(n.sched.held()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "rooms",
+			Help: "Rooms with local members, each one NATS subscription."}, func() float64 { return float64(n.hub.count()) }),
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, &ConfigError{"metrics", "registering: " + err.Error()}
+		}
+	}
+	// Codes and reasons exist from the start, so rates work before the
+	// first rejection.
+	for _, c := range []ErrorCode{CodeBadFrame, CodeUnknownType, CodeInvalidRoom, CodeInvalidState, CodeForbidden,
+		CodeTooManyRooms, CodeNotJoined, CodeRateLimited, CodeUnavailable, "too_big"} {
+		m.rejectedFrames.WithLabelValues(string(c))
+	}
+	for _, r := range []string{"auth", "capacity", "draining", "bad_request", "origin"} {
+		m.rejectedConns.WithLabelValues(r)
+	}
+	return m, nil
+}

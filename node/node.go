@@ -1,0 +1,328 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/presence-dev/presence/presence"
+)
+
+// Paths served by Handler.
+const (
+	PathWebSocket = "/v1/ws"
+	PathHealth    = "/healthz"
+	PathMetrics   = "/metrics"
+)
+
+// Node states, in order.
+const (
+	stateNew int32 = iota
+	stateRunning
+	stateDraining
+	stateClosed
+)
+
+// ErrState is returned by Start on a node already started or closed.
+var ErrState = errors.New("node: already started or closed")
+
+// Node is one WebSocket edge node. It is safe for concurrent use.
+type Node struct {
+	cfg      Config
+	log      *slog.Logger
+	auth     *authenticator
+	sched    *scheduler
+	hub      *hub
+	wheel    wheel
+	metrics  *metrics
+	upgrader websocket.Upgrader
+	gatherer prometheus.Gatherer
+	handler  http.Handler
+	epoch    time.Time // origin of mono()
+
+	// ctx carries the store calls made for clients; Close cancels it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu        sync.Mutex // Start, Drain, Close
+	state     atomic.Int32
+	runCancel context.CancelFunc
+	wg        sync.WaitGroup // background loops and resyncs
+	connWG    sync.WaitGroup // connection goroutines, two per connection
+
+	active atomic.Int64 // handshakes and connections, against MaxConnections
+	open   atomic.Int64 // upgraded connections
+}
+
+// New checks cfg and returns a node. Serve its Handler and call Start.
+func New(cfg Config) (*Node, error) {
+	cfg, err := cfg.check()
+	if err != nil {
+		return nil, err
+	}
+	auth, err := newAuthenticator(cfg.Auth)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger, auth: auth, epoch: time.Now()}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.sched = newScheduler(cfg.Store, cfg.Timing.Heartbeat, cfg.HeartbeatSlots, cfg.Limits.TouchBatch, cfg.StoreTimeout, n.log,
+		func(d time.Duration, _ int, err error) {
+			n.metrics.touchSeconds.Observe(d.Seconds())
+			if err != nil {
+				n.metrics.touchErrors.Inc()
+			}
+		})
+	if n.metrics, err = newMetrics(cfg.Metrics, n); err != nil {
+		n.cancel()
+		return nil, err
+	}
+	n.hub = newHub(n)
+	n.upgrader = websocket.Upgrader{
+		HandshakeTimeout: 10 * time.Second,
+		ReadBufferSize:   cfg.Limits.ReadBufferBytes,
+		WriteBufferSize:  cfg.Limits.WriteBufferBytes,
+		// Idle connections hold no write buffer.
+		WriteBufferPool: &sync.Pool{},
+		Subprotocols:    []string{Subprotocol},
+		CheckOrigin:     func(*http.Request) bool { return true }, // checked before, against AllowedOrigins
+		Error: func(w http.ResponseWriter, _ *http.Request, status int, reason error) {
+			http.Error(w, "node: "+reason.Error(), status)
+		},
+	}
+	if g, ok := cfg.Metrics.(prometheus.Gatherer); ok {
+		n.gatherer = g
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc(PathWebSocket, n.serveWS)
+	mux.HandleFunc(PathHealth, n.serveHealth)
+	if n.gatherer != nil {
+		mux.Handle(PathMetrics, promhttp.HandlerFor(n.gatherer, promhttp.HandlerOpts{}))
+	}
+	n.handler = mux
+	if cfg.Auth.InsecureDev {
+		n.log.Warn("node: INSECURE DEV AUTH: any client may claim any user id with ?user= and join any room; never use this in production")
+	}
+	return n, nil
+}
+
+// mono is a monotonic clock in nanoseconds.
+func (n *Node) mono() int64 { return int64(time.Since(n.epoch)) }
+
+// Handler serves the WebSocket endpoint (PathWebSocket), health
+// (PathHealth) and metrics (PathMetrics, when the registerer is a
+// gatherer).
+func (n *Node) Handler() http.Handler { return n.handler }
+
+// Start runs the heartbeat scheduler, the store's reaper, the ping wheel
+// and the NATS dispatcher until ctx is done or Close is called. ctx should
+// outlive Drain: sessions are refreshed until Close. Connections are
+// refused with 503 until Start.
+func (n *Node) Start(ctx context.Context) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.state.Load() != stateNew {
+		return ErrState
+	}
+	run, cancel := context.WithCancel(ctx)
+	n.runCancel = cancel
+	for _, loop := range []func(context.Context){
+		n.sched.run,
+		n.cfg.Store.RunReaper,
+		func(ctx context.Context) { n.wheel.run(ctx, n.cfg.Limits.PingInterval) },
+		n.hub.dispatch,
+		n.hub.watch,
+	} {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			loop(run)
+		}()
+	}
+	n.state.Store(stateRunning)
+	n.log.Info("node: started", "region", n.cfg.Region, "heartbeat", n.cfg.Timing.Heartbeat, "max_connections", n.cfg.Limits.MaxConnections)
+	return nil
+}
+
+// Drain stops accepting connections (503) and closes every client with
+// 1012 so that it reconnects, elsewhere, with the same session id. Their
+// sessions are not released: they live out their TTL unless a reconnect
+// refreshes them, which then announces nothing. Drain returns once every
+// connection has ended, its in-flight store calls included, or when ctx
+// is done (connections are then dropped). The heartbeat and the reaper
+// keep running until Close.
+func (n *Node) Drain(ctx context.Context) error {
+	n.mu.Lock()
+	if n.state.Load() < stateDraining {
+		n.state.Store(stateDraining)
+	}
+	n.mu.Unlock()
+	conns := n.wheel.close()
+	n.log.Info("node: draining", "connections", len(conns))
+	for _, c := range conns {
+		c.shutdown(CloseRestart, "service restart", true)
+	}
+	return n.waitConns(ctx, conns)
+}
+
+// waitConns waits for conns to end, dropping them when ctx is done.
+func (n *Node) waitConns(ctx context.Context, conns []*conn) error {
+	done := make(chan struct{})
+	go func() { n.connWG.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+	}
+	for _, c := range conns {
+		c.kill()
+	}
+	<-done
+	return ctx.Err()
+}
+
+// Close stops the node: remaining connections are closed with 1001
+// without releasing their sessions (as in Drain), then the background
+// loops stop. It does not close the store's Redis client or the NATS
+// connection, which belong to the caller.
+func (n *Node) Close() error {
+	n.mu.Lock()
+	if n.state.Load() == stateClosed {
+		n.mu.Unlock()
+		return nil
+	}
+	n.state.Store(stateClosed)
+	runCancel := n.runCancel
+	n.mu.Unlock()
+
+	conns := n.wheel.close()
+	for _, c := range conns {
+		c.shutdown(CloseGoingAway, "server closing", true)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Limits.CloseTimeout)
+	_ = n.waitConns(ctx, conns)
+	cancel()
+	if runCancel != nil {
+		runCancel()
+	}
+	n.cancel()
+	n.wg.Wait()
+	n.hub.close()
+	return nil
+}
+
+// refuse answers a handshake before the upgrade.
+func (n *Node) refuse(w http.ResponseWriter, status int, reason, msg string) {
+	n.metrics.rejectedConns.WithLabelValues(reason).Inc()
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	http.Error(w, msg, status)
+}
+
+func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
+	switch n.state.Load() {
+	case stateNew:
+		n.refuse(w, http.StatusServiceUnavailable, "draining", "node: not started")
+		return
+	case stateDraining, stateClosed:
+		n.refuse(w, http.StatusServiceUnavailable, "draining", "node: draining; connect to another node")
+		return
+	}
+	if !websocket.IsWebSocketUpgrade(r) {
+		n.refuse(w, http.StatusBadRequest, "bad_request", "node: expected a WebSocket upgrade (GET with Upgrade: websocket)")
+		return
+	}
+	if !n.auth.originAllowed(r) {
+		n.refuse(w, http.StatusForbidden, "origin", "node: origin "+strconv.Quote(r.Header.Get("Origin"))+" is not allowed")
+		return
+	}
+	max := int64(n.cfg.Limits.MaxConnections)
+	if n.active.Add(1) > max {
+		n.active.Add(-1)
+		n.refuse(w, http.StatusServiceUnavailable, "capacity", fmt.Sprintf("node: at capacity (%d connections); connect to another node", max))
+		return
+	}
+	reserved := true
+	defer func() {
+		if reserved {
+			n.active.Add(-1)
+		}
+	}()
+	q := r.URL.Query()
+	id, err := n.auth.authenticate(r, q)
+	if err != nil {
+		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token", error_description=`+strconv.Quote(err.Error()))
+		n.refuse(w, http.StatusUnauthorized, "auth", err.Error())
+		return
+	}
+	session := q.Get(SessionQueryParam)
+	if err := presence.ValidateSession(session); err != nil {
+		n.refuse(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("node: ?%s= must be a session id the client keeps across reconnects: %v", SessionQueryParam, err))
+		return
+	}
+	ws, err := n.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		n.metrics.rejectedConns.WithLabelValues("bad_request").Inc()
+		return // the upgrader has answered
+	}
+	c := n.newConn(ws, id, session)
+	if !n.wheel.add(c, &n.connWG) {
+		// Drain began during the handshake.
+		_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(CloseRestart, "service restart"), time.Now().Add(time.Second))
+		_ = ws.Close()
+		return
+	}
+	reserved = false
+	n.open.Add(1)
+	lim := &n.cfg.Limits
+	c.send(mustJSON(helloFrame{Type: typeHello, V: ProtocolVersion, Region: n.cfg.Region, User: id.user, Session: session,
+		Limits: helloLimits{MaxRooms: lim.MaxRooms, MaxFrameBytes: lim.MaxFrameBytes, MaxStateBytes: presence.MaxStateBytes,
+			FrameRate: lim.FrameRate, FrameBurst: lim.FrameBurst, PingIntervalMS: lim.PingInterval.Milliseconds()}}))
+	go c.writeLoop()
+	go c.readLoop()
+}
+
+// Health is the body of the health endpoint.
+type Health struct {
+	Status      string `json:"status"` // ok, starting, draining or closed
+	NATS        string `json:"nats"`
+	Connections int64  `json:"connections"`
+	Sessions    int    `json:"sessions"`
+	Rooms       int    `json:"rooms"`
+}
+
+// serveHealth answers 200 while the node accepts connections and NATS is
+// connected, else 503, so a load balancer stops sending clients to a
+// draining node.
+func (n *Node) serveHealth(w http.ResponseWriter, _ *http.Request) {
+	h := Health{NATS: n.cfg.NATS.Status().String(), Connections: n.open.Load(), Sessions: n.sched.held(), Rooms: n.hub.count()}
+	code := http.StatusServiceUnavailable
+	switch n.state.Load() {
+	case stateNew:
+		h.Status = "starting"
+	case stateRunning:
+		h.Status = "ok"
+		if n.cfg.NATS.IsConnected() {
+			code = http.StatusOK
+		}
+	case stateDraining:
+		h.Status = "draining"
+	default:
+		h.Status = "closed"
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(h)
+}

@@ -1,0 +1,141 @@
+package node
+
+import (
+	"encoding/json"
+
+	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/presence"
+)
+
+// ProtocolVersion is the version of the client protocol in
+// docs/PROTOCOL.md, announced in the hello frame.
+const ProtocolVersion = 1
+
+// Close codes a node sends. Codes 1000-1015 are RFC 6455's; 4000-4999 are
+// the application's own.
+const (
+	CloseGoingAway    = 1001 // Close without Drain: the node is stopping
+	ClosePolicy       = 1008 // persistent rate-limit abuse: back off before reconnecting
+	CloseTooBig       = 1009 // a frame was over Limits.MaxFrameBytes
+	CloseRestart      = 1012 // Drain: reconnect (elsewhere) with the same session id
+	CloseSlowConsumer = 4000 // the client read too slowly; reconnect
+)
+
+// ErrorCode is the stable code of an error frame.
+type ErrorCode string
+
+// Error codes. A client acts on the code, never on the message.
+const (
+	CodeBadFrame     ErrorCode = "bad_frame"      // not a JSON object of the documented shape, or a binary frame
+	CodeUnknownType  ErrorCode = "unknown_type"   // type is not one this version knows
+	CodeInvalidRoom  ErrorCode = "invalid_room"   // room missing or not a valid id
+	CodeInvalidState ErrorCode = "invalid_state"  // state missing, not JSON, or over presence.MaxStateBytes
+	CodeForbidden    ErrorCode = "forbidden"      // the token does not grant the room
+	CodeTooManyRooms ErrorCode = "too_many_rooms" // Limits.MaxRooms reached
+	CodeNotJoined    ErrorCode = "not_joined"     // leave or state for a room not joined
+	CodeRateLimited  ErrorCode = "rate_limited"   // frame dropped by the rate limit; slow down
+	CodeUnavailable  ErrorCode = "unavailable"    // the store or NATS failed; nothing changed, retry later
+)
+
+// Frame types.
+const (
+	typeJoin     = "join"
+	typeLeave    = "leave"
+	typeState    = "state"
+	typePing     = "ping"
+	typeHello    = "hello"
+	typeSnapshot = "snapshot"
+	typeEvent    = "event"
+	typeLeft     = "left"
+	typeStateSet = "state_set"
+	typePong     = "pong"
+	typeError    = "error"
+)
+
+// maxRefLen bounds the client's ref, which is echoed.
+const maxRefLen = 64
+
+// request is a client frame. Unknown fields are ignored so that a later
+// version may add some.
+type request struct {
+	Type  string          `json:"type"`
+	Ref   string          `json:"ref"`
+	Room  string          `json:"room"`
+	State json.RawMessage `json:"state"`
+}
+
+type errorFrame struct {
+	Type    string    `json:"type"`
+	Code    ErrorCode `json:"code"`
+	Message string    `json:"message"`
+	Ref     string    `json:"ref,omitempty"`
+}
+
+type replyFrame struct {
+	Type string `json:"type"`
+	Ref  string `json:"ref,omitempty"`
+	Room string `json:"room,omitempty"`
+}
+
+type helloFrame struct {
+	Type    string      `json:"type"`
+	V       int         `json:"v"`
+	Region  string      `json:"region"`
+	User    string      `json:"user"`
+	Session string      `json:"session"`
+	Limits  helloLimits `json:"limits"`
+}
+
+type helloLimits struct {
+	MaxRooms       int     `json:"max_rooms"`
+	MaxFrameBytes  int     `json:"max_frame_bytes"`
+	MaxStateBytes  int     `json:"max_state_bytes"`
+	FrameRate      float64 `json:"frame_rate"`
+	FrameBurst     int     `json:"frame_burst"`
+	PingIntervalMS int64   `json:"ping_interval_ms"`
+}
+
+// Snapshot reasons.
+const (
+	reasonJoin   = "join"   // reply to a join
+	reasonResync = "resync" // the node lost events and starts the room over
+)
+
+type snapshotFrame struct {
+	Type      string            `json:"type"`
+	Ref       string            `json:"ref,omitempty"`
+	Room      string            `json:"room"`
+	Reason    string            `json:"reason"`
+	Truncated bool              `json:"truncated"`
+	Snapshot  presence.Snapshot `json:"snapshot"`
+}
+
+// mustJSON encodes frames built from this package's types, which cannot
+// fail to encode.
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("node: encoding a frame: " + err.Error())
+	}
+	return b
+}
+
+func encodeError(code ErrorCode, msg, ref string) []byte {
+	return mustJSON(errorFrame{Type: typeError, Code: code, Message: msg, Ref: ref})
+}
+
+func encodeSnapshot(ref, reason string, s presence.Snapshot) []byte {
+	return mustJSON(snapshotFrame{Type: typeSnapshot, Ref: ref, Room: s.Room, Reason: reason, Truncated: s.Total > len(s.Members), Snapshot: s})
+}
+
+// encodeEvent wraps a version 1 bus event: {"type":"event","event":{...}}.
+func encodeEvent(t presence.Transition) ([]byte, error) {
+	ev, err := bus.EncodeEvent(t)
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, len(ev)+27)
+	b = append(b, `{"type":"event","event":`...)
+	b = append(b, ev...)
+	return append(b, '}'), nil
+}
