@@ -18,8 +18,11 @@ import (
 
 // conn is one client connection. The reader goroutine owns the fields
 // marked so and makes every store call of the connection, one frame at a
-// time; the writer goroutine is the only one writing data frames. Others
-// only queue frames and request pings or a close, under mu.
+// time. A writer goroutine runs only while there is something to write
+// (an idle connection has none: at 15k connections a parked writer's
+// stack is a quarter of the node's memory); at most one runs at a time,
+// so it is the only data writer. Others only queue frames and request
+// pings or a close, under mu.
 //
 // Kept small: at 15k connections per node every field costs.
 type conn struct {
@@ -46,21 +49,30 @@ type conn struct {
 	closeCode int  // close frame to send; set once
 	closeText string
 	done      bool // the reader has exited; the writer stops
-	wake      chan struct{}
+	writing   bool // a writer goroutine is running
 }
 
 func (n *Node) newConn(ws *websocket.Conn, id *identity, session string) *conn {
 	return &conn{
 		n: n, ws: ws, id: id, session: session,
 		tokens: float64(n.cfg.Limits.FrameBurst), last: n.mono(),
-		widx: -1, wake: make(chan struct{}, 1),
+		widx: -1,
 	}
 }
 
+// signal starts a writer unless one is running or the reader has exited.
+// The reader's WaitGroup slot is held while done is false, so the Add
+// here never races a Wait that has seen zero.
 func (c *conn) signal() {
-	select {
-	case c.wake <- struct{}{}:
-	default:
+	c.mu.Lock()
+	start := !c.writing && !c.done
+	if start {
+		c.writing = true
+		c.n.connWG.Add(1)
+	}
+	c.mu.Unlock()
+	if start {
+		go c.write()
 	}
 }
 
@@ -112,18 +124,21 @@ func (c *conn) shutdown(code int, text string, keep bool) {
 // kill drops the TCP connection; the reader then fails and cleans up.
 func (c *conn) kill() { _ = c.ws.NetConn().Close() }
 
-// writeLoop is the connection's only data writer.
-func (c *conn) writeLoop() {
+// write writes what is queued until nothing is, then exits. A close ends
+// the connection's writing for good: writing stays set.
+func (c *conn) write() {
 	defer c.n.connWG.Done()
 	lim := &c.n.cfg.Limits
-	for range c.wake {
+	for {
 		c.mu.Lock()
 		q, ping, code, text, done := c.queue, c.ping, c.closeCode, c.closeText, c.done
 		c.queue, c.ping = nil, false
-		c.mu.Unlock()
-		if done {
+		if done || (len(q) == 0 && !ping && code == 0) {
+			c.writing = false
+			c.mu.Unlock()
 			return
 		}
+		c.mu.Unlock()
 		if code != 0 {
 			now := time.Now()
 			_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text), now.Add(lim.WriteTimeout))
@@ -193,6 +208,7 @@ func (c *conn) readLoop() {
 func (c *conn) cleanup(err error) {
 	n := c.n
 	n.wheel.remove(c)
+	n.sess.remove(c)
 	for _, room := range c.rooms {
 		n.hub.remove(room, c)
 	}

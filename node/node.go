@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -44,6 +45,8 @@ type Node struct {
 	auth     *authenticator
 	sched    *scheduler
 	hub      *hub
+	sess     *sessions
+	takeover *nats.Subscription
 	wheel    wheel
 	metrics  *metrics
 	upgrader websocket.Upgrader
@@ -59,7 +62,7 @@ type Node struct {
 	state     atomic.Int32
 	runCancel context.CancelFunc
 	wg        sync.WaitGroup // background loops and resyncs
-	connWG    sync.WaitGroup // connection goroutines, two per connection
+	connWG    sync.WaitGroup // connection readers, and writers while they run
 
 	active atomic.Int64 // handshakes and connections, against MaxConnections
 	open   atomic.Int64 // upgraded connections
@@ -89,6 +92,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.hub = newHub(n)
+	n.sess = newSessions()
 	n.upgrader = websocket.Upgrader{
 		HandshakeTimeout: 10 * time.Second,
 		ReadBufferSize:   cfg.Limits.ReadBufferBytes,
@@ -135,6 +139,11 @@ func (n *Node) Start(ctx context.Context) error {
 	if n.state.Load() != stateNew {
 		return ErrState
 	}
+	sub, err := n.cfg.NATS.Subscribe(TakeoverSubject(n.cfg.Region), n.onTakeover)
+	if err != nil {
+		return fmt.Errorf("node: subscribe %s: %w", TakeoverSubject(n.cfg.Region), err)
+	}
+	n.takeover = sub
 	run, cancel := context.WithCancel(ctx)
 	n.runCancel = cancel
 	for _, loop := range []func(context.Context){
@@ -219,6 +228,9 @@ func (n *Node) Close() error {
 	n.cancel()
 	n.wg.Wait()
 	n.hub.close()
+	if n.takeover != nil {
+		_ = n.takeover.Unsubscribe()
+	}
 	return nil
 }
 
@@ -286,11 +298,12 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	reserved = false
 	n.open.Add(1)
+	n.sess.add(c)
+	n.announce(c)
 	lim := &n.cfg.Limits
 	c.send(mustJSON(helloFrame{Type: typeHello, V: ProtocolVersion, Region: n.cfg.Region, User: id.user, Session: session,
 		Limits: helloLimits{MaxRooms: lim.MaxRooms, MaxFrameBytes: lim.MaxFrameBytes, MaxStateBytes: presence.MaxStateBytes,
 			FrameRate: lim.FrameRate, FrameBurst: lim.FrameBurst, PingIntervalMS: lim.PingInterval.Milliseconds()}}))
-	go c.writeLoop()
 	go c.readLoop()
 }
 

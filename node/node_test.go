@@ -542,3 +542,27 @@ func TestNATSReconnectResyncs(t *testing.T) {
 		t.Fatalf("live event after resync: %s", f.raw)
 	}
 }
+
+// A client reconnects to another node while the first still thinks its
+// old connection is alive: the first closes it with 4001 and keeps the
+// session, so nothing is announced.
+func TestTakeoverClosesTheStaleConnectionSilently(t *testing.T) {
+	e := newEnv(t)
+	n1 := e.newNode()
+	n2 := e.newNode()
+	tok := token(t, "lee", []string{"*"}, time.Hour)
+	old := n1.dial(t, tok, "tab")
+	old.join("room")
+	fresh := n2.dial(t, tok, "tab")
+	old.expectClose(CloseSessionMoved)
+	fresh.join("room")
+	waitFor(t, 5*time.Second, "n1 to drop the session", func() bool { return n1.sched.held() == 0 })
+	e.waitRedisPast(e.redisNow().Add(testTiming.OfflineGrace + 200*time.Millisecond))
+	e.quiesce("room")
+	if got := e.rec.ofUser("room", "lee"); len(got) != 1 || got[0].Kind != presence.Online {
+		t.Fatalf("lee's transitions: %v, want only the first online", got)
+	}
+	if live := e.live("room", "lee"); len(live) != 1 || live[0] != "tab" {
+		t.Fatalf("live sessions %v, want tab", live)
+	}
+}

@@ -19,6 +19,7 @@ const (
 	CloseTooBig       = 1009 // a frame was over Limits.MaxFrameBytes
 	CloseRestart      = 1012 // Drain: reconnect (elsewhere) with the same session id
 	CloseSlowConsumer = 4000 // the client read too slowly; reconnect
+	CloseSessionMoved = 4001 // the session was accepted on a newer connection (another node); the session lives on
 )
 
 // ErrorCode is the stable code of an error frame.

@@ -39,7 +39,7 @@ func (w *wheel) add(c *conn, wg *sync.WaitGroup) bool {
 	c.wslot, c.widx = int32(best), int32(len(w.slots[best]))
 	w.slots[best] = append(w.slots[best], c)
 	w.n++
-	wg.Add(2)
+	wg.Add(1) // the reader; writers add themselves
 	return true
 }
 

@@ -19,7 +19,7 @@ redis-server --port 6391 --bind 127.0.0.1 --save '' --appendonly no --dir "$bin"
 "$bin/nats-server" -a 127.0.0.1 -p 4231 -js -sd "$bin/js" >/dev/null 2>&1 &
 sleep 1
 "$bin/presenced" node --insecure-dev --region load --redis 127.0.0.1:6391 \
-  --nats nats://127.0.0.1:4231 --listen 127.0.0.1:8091 --log-level warn 2>"$bin/node.log" &
+  --nats nats://127.0.0.1:4231 --listen 127.0.0.1:8091 --log-level warn ${PPROF:+--pprof-listen 127.0.0.1:6061} 2>"$bin/node.log" &
 for _ in $(seq 50); do curl -sf http://127.0.0.1:8091/healthz >/dev/null && break; sleep 0.2; done
 
 case $mode in

@@ -20,6 +20,7 @@ type commonFlags struct {
 	maxConns, maxRooms                        int
 	streamMaxAge, drainTimeout                time.Duration
 	logLevel, logFormat                       string
+	pprofListen                               string
 }
 
 func (c *commonFlags) register(fs *flag.FlagSet, listen string) {
@@ -41,6 +42,7 @@ func (c *commonFlags) register(fs *flag.FlagSet, listen string) {
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 10*time.Second, "how long a graceful stop waits for clients to close")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
+	fs.StringVar(&c.pprofListen, "pprof-listen", "", "serve /debug/pprof on this address (e.g. 127.0.0.1:6060); off when empty")
 }
 
 func (c *commonFlags) config(stderr io.Writer) (serverConfig, error) {
@@ -55,6 +57,7 @@ func (c *commonFlags) config(stderr io.Writer) (serverConfig, error) {
 		Limits:       node.Limits{MaxConnections: c.maxConns, MaxRooms: c.maxRooms},
 		Auth:         node.AuthConfig{InsecureDev: c.insecureDev},
 		StreamMaxAge: c.streamMaxAge, DrainTimeout: c.drainTimeout, Log: lg,
+		PprofListen: c.pprofListen,
 	}, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"strings"
 	"time"
@@ -39,6 +40,7 @@ type serverConfig struct {
 	StreamMaxAge time.Duration
 	DrainTimeout time.Duration
 	Log          *slog.Logger
+	PprofListen  string // profiling endpoint, off when empty
 
 	routes    func(*http.ServeMux) // extra HTTP routes (dev's demo page)
 	logEvents bool                 // log every transition (dev)
@@ -167,6 +169,22 @@ func serve(ctx context.Context, cfg serverConfig) (err error) {
 		return err
 	}
 	cleanups = append(cleanups, func() { _ = n.Close() })
+
+	if cfg.PprofListen != "" {
+		pl, err := net.Listen("tcp", cfg.PprofListen)
+		if err != nil {
+			return fmt.Errorf("--pprof-listen %s: %w", cfg.PprofListen, err)
+		}
+		pm := http.NewServeMux()
+		pm.HandleFunc("/debug/pprof/", pprof.Index)
+		pm.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		pm.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		pm.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		ps := &http.Server{Handler: pm, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = ps.Serve(pl) }()
+		cleanups = append(cleanups, func() { _ = ps.Close() })
+		lg.Info("presenced: pprof", "addr", pl.Addr().String())
+	}
 
 	mux := http.NewServeMux()
 	mux.Handle("/", n.Handler())
