@@ -23,6 +23,7 @@ import (
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/internal/testnats"
 	"github.com/presence-dev/presence/internal/testredis"
+	"github.com/presence-dev/presence/internal/testwait"
 	"github.com/presence-dev/presence/presence"
 	"github.com/presence-dev/presence/region"
 )
@@ -398,17 +399,8 @@ func (r *recorder) ofUser(room, user string) []presence.Transition {
 	return out
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// waitFor polls with a deadline (see testwait.For).
+var waitFor = testwait.For
 
 func (e *env) redisNow() time.Time {
 	e.t.Helper()

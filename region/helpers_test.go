@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/presence-dev/presence/internal/testwait"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -78,17 +79,8 @@ func startReaper(tb testing.TB, s *Store) {
 	tb.Cleanup(func() { cancel(); <-done })
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// waitFor polls with a deadline (see testwait.For).
+var waitFor = testwait.For
 
 func redisNow(tb testing.TB, rdb redis.UniversalClient) time.Time {
 	tb.Helper()

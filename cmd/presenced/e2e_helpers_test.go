@@ -21,6 +21,7 @@ import (
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/internal/testnats"
 	"github.com/presence-dev/presence/internal/testredis"
+	"github.com/presence-dev/presence/internal/testwait"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -162,16 +163,8 @@ func (p *proc) exit(t *testing.T, within time.Duration) int {
 
 func (p *proc) signal(s syscall.Signal) { _ = p.cmd.Process.Signal(s) }
 
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// waitFor polls with a deadline (see testwait.For).
+var waitFor = testwait.For
 
 // token signs an HS256 client token for user with the given rooms claim.
 func token(t *testing.T, user string, rooms ...string) string {
