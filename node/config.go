@@ -30,12 +30,25 @@ type Store interface {
 	RunReaper(ctx context.Context)
 }
 
+// Snapshotter returns pages of a room's members with the sequences that
+// join them to the room's event stream: the regional store, or the
+// cross-region aggregators' query service (global.Client).
+type Snapshotter interface {
+	Snapshot(ctx context.Context, room string, offset, limit int) (presence.Snapshot, error)
+}
+
 // Config configures a Node. Zero fields take the defaults documented on
 // each field; see New.
 type Config struct {
 	Region string     // required: the store's region, used for NATS subjects
 	Store  Store      // required
 	NATS   *nats.Conn // required: room events are watched here
+
+	// Global, when set, makes clients see the cross-region view: room
+	// snapshots come from it and events from presence.global.<room>.>.
+	// Set it when several regions are configured. Sessions and state are
+	// always written to the regional Store.
+	Global Snapshotter
 
 	// Timing must equal the store's. The zero value means the store's
 	// timing when the store reports one (*region.Store does), otherwise
@@ -257,4 +270,20 @@ func (c Config) check() (Config, error) {
 		c.Metrics = prometheus.NewRegistry()
 	}
 	return c, nil
+}
+
+// viewRegion is the region token of the events clients see.
+func (c Config) viewRegion() string {
+	if c.Global != nil {
+		return bus.GlobalRegion
+	}
+	return c.Region
+}
+
+// snapshots is where clients' room snapshots come from.
+func (c Config) snapshots() Snapshotter {
+	if c.Global != nil {
+		return c.Global
+	}
+	return c.Store
 }

@@ -42,9 +42,9 @@ const (
 // live stream continues from it.
 type hub struct {
 	nc       *nats.Conn
-	region   string
-	store    Store
-	limit    int // snapshot members
+	region   string      // region token of the watched subjects: the node's, or bus.GlobalRegion
+	store    Snapshotter // where room snapshots come from
+	limit    int         // snapshot members
 	log      *slog.Logger
 	metrics  *metrics
 	ctx      context.Context
@@ -94,7 +94,7 @@ type event struct {
 
 func newHub(n *Node) *hub {
 	return &hub{
-		nc: n.cfg.NATS, region: n.cfg.Region, store: n.cfg.Store, limit: n.cfg.Limits.SnapshotMembers,
+		nc: n.cfg.NATS, region: n.cfg.viewRegion(), store: n.cfg.snapshots(), limit: n.cfg.Limits.SnapshotMembers,
 		log: n.log, metrics: n.metrics, ctx: n.ctx, timeout: n.cfg.StoreTimeout, wg: &n.wg,
 		msgs:     make(chan *nats.Msg, msgQueue),
 		gapAfter: cmp.Or(n.cfg.gapTimeout, gapTimeout),
