@@ -108,14 +108,27 @@ func (s *syncBuilder) String() string {
 // startNode runs `presenced node` against e and waits until it is healthy.
 func (e *env) startNode(extra ...string) *proc {
 	e.t.Helper()
+	return e.startNodeIn("eu", extra...)
+}
+
+// startNodeIn runs a node of the given region.
+func (e *env) startNodeIn(region string, extra ...string) *proc {
+	e.t.Helper()
 	addr := freeAddr(e.t)
 	args := append([]string{"node",
-		"--region", "eu", "--redis", e.redis, "--nats", e.nats, "--listen", addr,
+		"--region", region, "--redis", e.redis, "--nats", e.nats, "--listen", addr,
 		"--jwt-secret", e2eSecret,
 		"--session-ttl", e2eTTL.String(), "--heartbeat", e2eBeat.String(),
 		"--offline-grace", e2eGrace.String(), "--reap-interval", e2eReap.String(),
 		"--last-seen-interval", "2s", "--drain-timeout", "5s",
 	}, extra...)
+	return e.start(addr, args, true)
+}
+
+// start runs presenced with args; health, when set, waits for addr's
+// /healthz.
+func (e *env) start(addr string, args []string, health bool) *proc {
+	e.t.Helper()
 	cmd := exec.Command(binary, args...)
 	out := &syncBuilder{}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -131,6 +144,9 @@ func (e *env) startNode(extra ...string) *proc {
 			e.t.Logf("node %s output:\n%s", addr, out.String())
 		}
 	})
+	if !health {
+		return p
+	}
 	waitFor(e.t, 15*time.Second, "node healthy", func() bool {
 		select {
 		case <-p.done:

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/presence-dev/presence/global"
 	"github.com/presence-dev/presence/node"
 	"github.com/presence-dev/presence/presence"
 )
@@ -21,6 +22,8 @@ type commonFlags struct {
 	streamMaxAge, drainTimeout                time.Duration
 	logLevel, logFormat                       string
 	pprofListen                               string
+	global                                    bool
+	globalCadence                             time.Duration
 }
 
 func (c *commonFlags) register(fs *flag.FlagSet, listen string) {
@@ -43,6 +46,8 @@ func (c *commonFlags) register(fs *flag.FlagSet, listen string) {
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
 	fs.StringVar(&c.pprofListen, "pprof-listen", "", "serve /debug/pprof on this address (e.g. 127.0.0.1:6060); off when empty")
+	fs.BoolVar(&c.global, "global", false, "this region is one of several: publish it to the aggregators and show clients the global view")
+	fs.DurationVar(&c.globalCadence, "global-cadence", global.DefaultCadence, "how often the region publishes to the aggregators (with --global)")
 }
 
 func (c *commonFlags) config(stderr io.Writer) (serverConfig, error) {
@@ -57,7 +62,7 @@ func (c *commonFlags) config(stderr io.Writer) (serverConfig, error) {
 		Limits:       node.Limits{MaxConnections: c.maxConns, MaxRooms: c.maxRooms},
 		Auth:         node.AuthConfig{InsecureDev: c.insecureDev},
 		StreamMaxAge: c.streamMaxAge, DrainTimeout: c.drainTimeout, Log: lg,
-		PprofListen: c.pprofListen,
+		PprofListen: c.pprofListen, Global: c.global, GlobalCadence: c.globalCadence,
 	}, nil
 }
 

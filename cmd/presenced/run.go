@@ -22,6 +22,7 @@ const usage = `usage: presenced <command> [flags]
 
 commands:
   node        run an edge node (WebSocket + regional Redis + NATS)
+  aggregator  run a cross-region aggregator (the global view)
   dev         run everything on this machine: embedded NATS, a local
               redis-server, one node and a demo page
   version     print the version
@@ -41,6 +42,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runNodeCommand(ctx, args[1:], stdout, stderr)
 	case "dev":
 		return runDevCommand(ctx, args[1:], stdout, stderr)
+	case "aggregator":
+		return runAggregatorCommand(ctx, args[1:], stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, "presenced", version)
 		return nil

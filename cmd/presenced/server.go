@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/global"
 	"github.com/presence-dev/presence/node"
 	"github.com/presence-dev/presence/presence"
 	"github.com/presence-dev/presence/region"
@@ -41,6 +42,11 @@ type serverConfig struct {
 	DrainTimeout time.Duration
 	Log          *slog.Logger
 	PprofListen  string // profiling endpoint, off when empty
+	// Global: this region is one of several. The node publishes the
+	// region's sessions to the aggregators (one node per region is
+	// active) and shows clients the global view.
+	Global        bool
+	GlobalCadence time.Duration
 
 	routes    func(*http.ServeMux) // extra HTTP routes (dev's demo page)
 	logEvents bool                 // log every transition (dev)
@@ -154,10 +160,25 @@ func serve(ctx context.Context, cfg serverConfig) (err error) {
 		}
 	}
 
+	var globalView node.Snapshotter
+	if cfg.Global {
+		pub, err := global.NewRegionPublisher(global.PublisherConfig{
+			Region: cfg.Region, Source: store, NATS: nc, JetStream: js, Cadence: cfg.GlobalCadence, Logger: lg,
+		})
+		if err != nil {
+			return err
+		}
+		if err := pub.Start(ctx); err != nil {
+			return fmt.Errorf("region publisher: %w", err)
+		}
+		cleanups = append(cleanups, pub.Close)
+		globalView = global.NewClient(nc)
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	n, err := node.New(node.Config{
-		Region: cfg.Region, Store: store, NATS: nc, Timing: cfg.Timing,
+		Region: cfg.Region, Store: store, NATS: nc, Timing: cfg.Timing, Global: globalView,
 		Auth: cfg.Auth, Limits: cfg.Limits, Logger: lg, Metrics: reg,
 	})
 	if err != nil {

@@ -1,0 +1,430 @@
+package global
+
+import (
+	"time"
+
+	"github.com/presence-dev/presence/presence"
+)
+
+// regionState is one region's contribution as an aggregator holds it.
+type regionState struct {
+	name     string
+	expected bool // configured: down from the aggregator's start until heard
+	gen      uint64
+	inst     string
+	seq      uint64
+	synced   bool      // rooms are a full plus every delta since, in order
+	heard    time.Time // last publication applied; zero: never
+	dropped  bool
+	rooms    RegionView
+	asm      *assembly // full snapshot being received
+	asked    time.Time // last resync request
+}
+
+// assembly collects the parts of one full snapshot.
+type assembly struct {
+	gen        uint64
+	inst       string
+	seq        uint64
+	next, last int
+	view       RegionView
+}
+
+// live reports whether the region's contribution may bring users online:
+// it is in sync and was heard within downAfter.
+func (r *regionState) live(now time.Time, downAfter time.Duration) bool {
+	return r.synced && !r.dropped && !r.heard.IsZero() && now.Sub(r.heard) < downAfter
+}
+
+// RegionState names what an aggregator makes of a region.
+type RegionState string
+
+// Region states.
+const (
+	RegionLive    RegionState = "live"    // in sync and heard recently: counts fully
+	RegionDown    RegionState = "down"    // not heard for DownAfter, or out of sync: held
+	RegionDropped RegionState = "dropped" // not heard for DropAfter: its users are gone
+)
+
+// decision is the aggregator's memory about one user in one room.
+type decision struct {
+	seen  bool      // this aggregator saw the user present in some region
+	since time.Time // absent from every region since; zero: present
+	lost  bool      // the absence came from dropping a region
+}
+
+// intent is a global transition the view calls for.
+type intent struct {
+	room, user string
+	kind       presence.Kind
+	reason     presence.Reason
+	sessions   int
+}
+
+// touchSet names the users to evaluate, per room.
+type touchSet map[string]map[string]struct{}
+
+func (t touchSet) add(room, user string) {
+	m := t[room]
+	if m == nil {
+		m = map[string]struct{}{}
+		t[room] = m
+	}
+	m[user] = struct{}{}
+}
+
+func (t touchSet) addView(v RegionView) {
+	for room, users := range v {
+		for u := range users {
+			t.add(room, u)
+		}
+	}
+}
+
+func (t touchSet) addOps(ops []RoomOps) {
+	for _, op := range ops {
+		for u := range op.Set {
+			t.add(op.Room, u)
+		}
+		for _, u := range op.Del {
+			t.add(op.Room, u)
+		}
+	}
+}
+
+// core is an aggregator's state and decisions: the regions'
+// contributions, the announced view and each user's absence timer. Time
+// comes in as an argument, so the rules are tested without a clock. Not
+// safe for concurrent use.
+type core struct {
+	cadence, grace, downAfter, dropAfter time.Duration
+	start                                time.Time
+	regions                              map[string]*regionState
+	ann                                  *announced
+	dec                                  map[string]map[string]*decision // room -> user
+	absent                               touchSet                        // users whose absence timer runs
+	stats                                *AggregatorStats
+}
+
+func newCore(cfg AggregatorConfig, start time.Time, stats *AggregatorStats) *core {
+	c := &core{
+		cadence: cfg.Cadence, grace: cfg.Grace, downAfter: cfg.DownAfter, dropAfter: cfg.DropAfter,
+		start: start, regions: map[string]*regionState{}, ann: newAnnounced(),
+		dec: map[string]map[string]*decision{}, absent: touchSet{}, stats: stats,
+	}
+	for _, r := range cfg.Regions {
+		c.regions[r] = &regionState{name: r, expected: true, rooms: RegionView{}}
+	}
+	return c
+}
+
+func (c *core) region(name string) *regionState {
+	r := c.regions[name]
+	if r == nil {
+		r = &regionState{name: name, rooms: RegionView{}}
+		c.regions[name] = r
+	}
+	return r
+}
+
+// publication applies one region publication. It returns the users to
+// evaluate and whether the region should be asked for a full snapshot.
+func (c *core) publication(p *Publication, now time.Time) (touchSet, bool) {
+	r := c.region(p.Region)
+	current := p.Gen == r.gen && p.Inst == r.inst
+	// A lower generation is a publisher that lost its lease and has not
+	// noticed yet; it is ignored while the current one is heard from.
+	stale := p.Gen < r.gen && !r.heard.IsZero() && now.Sub(r.heard) < c.downAfter
+	if stale {
+		return nil, false
+	}
+	switch p.Kind {
+	case KindDelta:
+		switch {
+		case current && r.synced && p.Seq == r.seq+1:
+			touched := touchSet{}
+			touched.addOps(p.Rooms)
+			r.rooms.Apply(p.Rooms)
+			r.seq, r.heard = p.Seq, now
+			c.stats.Publications.Add(1)
+			return touched, false
+		case current && p.Seq <= r.seq:
+			return nil, false // a duplicate
+		case r.asm != nil && p.Gen == r.asm.gen && p.Inst == r.asm.inst && p.Seq == r.asm.seq+1:
+			// Follows a full whose parts did not all arrive.
+			r.asm = nil
+		}
+		if r.synced {
+			c.stats.Gaps.Add(1)
+		}
+		r.synced = false // hold what we have; wait for a full
+		return nil, c.ask(r, now)
+	case KindFull:
+		if current && r.synced && p.Seq <= r.seq {
+			return nil, false // a duplicate
+		}
+		if p.Part == 1 {
+			r.asm = &assembly{gen: p.Gen, inst: p.Inst, seq: p.Seq, next: 1, last: p.Parts, view: RegionView{}}
+		}
+		a := r.asm
+		if a == nil || a.gen != p.Gen || a.inst != p.Inst || a.seq != p.Seq || a.next != p.Part || a.last != p.Parts {
+			r.asm = nil // a lost part; the next full starts over
+			if r.synced {
+				c.stats.Gaps.Add(1)
+			}
+			r.synced = false
+			return nil, c.ask(r, now)
+		}
+		a.view.Apply(p.Rooms)
+		a.next++
+		if p.Part < p.Parts {
+			return nil, false
+		}
+		touched := touchSet{}
+		touched.addView(r.rooms)
+		touched.addView(a.view)
+		r.rooms, r.asm = a.view, nil
+		r.gen, r.inst, r.seq = p.Gen, p.Inst, p.Seq
+		r.synced, r.dropped, r.heard = true, false, now
+		c.stats.Publications.Add(1)
+		return touched, false
+	}
+	return nil, false
+}
+
+// ask reports whether to request a full from r now: at most once a
+// cadence per region.
+func (c *core) ask(r *regionState, now time.Time) bool {
+	if !r.asked.IsZero() && now.Sub(r.asked) < c.cadence {
+		return false
+	}
+	r.asked = now
+	c.stats.ResyncRequests.Add(1)
+	return true
+}
+
+// tick drops regions not heard for dropAfter and returns the users whose
+// status may have changed with time.
+func (c *core) tick(now time.Time) touchSet {
+	touched := touchSet{}
+	for room, users := range c.absent {
+		for u := range users {
+			touched.add(room, u)
+		}
+	}
+	for _, r := range c.regions {
+		ref := r.heard
+		if ref.IsZero() {
+			ref = c.start
+		}
+		if r.dropped || now.Sub(ref) < c.dropAfter {
+			continue
+		}
+		r.dropped, r.synced, r.asm = true, false, nil
+		gone := r.rooms
+		r.rooms = RegionView{}
+		touched.addView(gone)
+		// Users whose last presence was in r are lost with it.
+		for room, users := range gone {
+			for u := range users {
+				if c.ann.member(room, u) && !c.presentAnywhere(room, u) {
+					c.decision(room, u).lost = true
+				}
+			}
+		}
+	}
+	return touched
+}
+
+func (c *core) presentAnywhere(room, user string) bool {
+	for _, r := range c.regions {
+		if _, ok := r.rooms[room][user]; ok && !r.dropped {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *core) decision(room, user string) *decision {
+	m := c.dec[room]
+	if m == nil {
+		m = map[string]*decision{}
+		c.dec[room] = m
+	}
+	d := m[user]
+	if d == nil {
+		d = &decision{}
+		m[user] = d
+	}
+	return d
+}
+
+func (c *core) forget(room, user string) {
+	if m := c.dec[room]; m != nil {
+		delete(m, user)
+		if len(m) == 0 {
+			delete(c.dec, room)
+		}
+	}
+	c.clearAbsent(room, user)
+}
+
+func (c *core) clearAbsent(room, user string) {
+	if m := c.absent[room]; m != nil {
+		delete(m, user)
+		if len(m) == 0 {
+			delete(c.absent, room)
+		}
+	}
+}
+
+// settled reports whether users announced before this aggregator heard
+// anything of them may now be judged: the regions had DownAfter to be
+// heard, and none is merely down (it might hold them).
+func (c *core) settled(now time.Time) (ok bool, anyDropped bool) {
+	if now.Sub(c.start) < c.downAfter {
+		return false, false
+	}
+	for _, r := range c.regions {
+		switch {
+		case r.dropped:
+			anyDropped = true
+		case !r.live(now, c.downAfter):
+			return false, false
+		}
+	}
+	return true, anyDropped
+}
+
+// evaluate decides, for each touched user, whether the global view calls
+// for a transition. A user is present while any region not dropped lists
+// them; only a live region brings a user online (a held one only keeps
+// them); a user absent everywhere goes offline after the grace, or at
+// once with reason region_lost when dropping a region took them away.
+func (c *core) evaluate(touched touchSet, now time.Time) []intent {
+	var out []intent
+	for _, room := range sortedKeys(touched) {
+		for _, user := range sortedKeys(touched[room]) {
+			if it, ok := c.evaluateUser(room, user, now); ok {
+				out = append(out, it)
+			}
+		}
+	}
+	return out
+}
+
+func (c *core) evaluateUser(room, user string, now time.Time) (intent, bool) {
+	liveHas, heldHas := false, false
+	var sessions map[string]struct{}
+	for _, r := range c.regions {
+		if r.dropped {
+			continue
+		}
+		ss, ok := r.rooms[room][user]
+		if !ok {
+			continue
+		}
+		if r.live(now, c.downAfter) {
+			liveHas = true
+		} else {
+			heldHas = true
+		}
+		if sessions == nil {
+			sessions = map[string]struct{}{}
+		}
+		for _, s := range ss {
+			sessions[s] = struct{}{}
+		}
+	}
+	member := c.ann.member(room, user)
+	if liveHas || heldHas {
+		d := c.decision(room, user)
+		d.seen, d.since, d.lost = true, time.Time{}, false
+		c.clearAbsent(room, user)
+		if !member && liveHas {
+			return intent{room, user, presence.Online, presence.Joined, len(sessions)}, true
+		}
+		if !member {
+			c.forget(room, user) // held only: nothing to announce or time
+		}
+		return intent{}, false
+	}
+	if !member {
+		c.forget(room, user)
+		return intent{}, false
+	}
+	d := c.decision(room, user)
+	if d.since.IsZero() {
+		d.since = now
+		c.absent.add(room, user)
+	}
+	switch {
+	case d.lost:
+		return intent{room, user, presence.Offline, presence.RegionLost, 0}, true
+	case !d.seen:
+		// Announced before this aggregator heard of them: wait until
+		// every region had its chance to claim them.
+		ok, anyDropped := c.settled(now)
+		if !ok || now.Sub(d.since) < c.grace {
+			return intent{}, false
+		}
+		reason := presence.Left
+		if anyDropped {
+			reason = presence.RegionLost
+		}
+		return intent{room, user, presence.Offline, reason, 0}, true
+	case now.Sub(d.since) >= c.grace:
+		return intent{room, user, presence.Offline, presence.Left, 0}, true
+	}
+	return intent{}, false
+}
+
+// everyone returns every announced member and every present user, to
+// evaluate after the announced view was replaced.
+func (c *core) everyone() touchSet {
+	t := touchSet{}
+	for room, r := range c.ann.rooms {
+		for u := range r.members {
+			t.add(room, u)
+		}
+	}
+	for _, r := range c.regions {
+		t.addView(r.rooms)
+	}
+	return t
+}
+
+// sessions returns the union of a user's session ids over the regions not
+// dropped, sorted.
+func (c *core) sessions(room, user string) []string {
+	var all []string
+	for _, r := range c.regions {
+		if !r.dropped {
+			all = append(all, r.rooms[room][user]...)
+		}
+	}
+	return normSessions(all)
+}
+
+// regionsOf returns the regions (not dropped) that list the user, sorted.
+func (c *core) regionsOf(room, user string) []string {
+	var out []string
+	for _, name := range sortedKeys(c.regions) {
+		r := c.regions[name]
+		if _, ok := r.rooms[room][user]; ok && !r.dropped {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// state returns what the aggregator makes of region r now.
+func (c *core) state(r *regionState, now time.Time) RegionState {
+	switch {
+	case r.dropped:
+		return RegionDropped
+	case r.live(now, c.downAfter):
+		return RegionLive
+	}
+	return RegionDown
+}

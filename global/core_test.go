@@ -1,0 +1,280 @@
+package global
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/presence-dev/presence/presence"
+)
+
+// The decision rules, on a core driven by hand-made publications and an
+// explicit clock.
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+type coreRig struct {
+	t    *testing.T
+	c    *core
+	now  time.Time
+	gen  map[string]uint64
+	seq  map[string]uint64
+	next uint64 // stream sequence of the next applied transition
+	all  []intent
+}
+
+func newRig(t *testing.T, regions ...string) *coreRig {
+	cfg := AggregatorConfig{
+		Cadence: 100 * time.Millisecond, Grace: 300 * time.Millisecond,
+		DownAfter: 500 * time.Millisecond, DropAfter: 2 * time.Second, Regions: regions,
+	}
+	return &coreRig{t: t, c: newCore(cfg, t0, &AggregatorStats{}), now: t0, gen: map[string]uint64{}, seq: map[string]uint64{}}
+}
+
+// full sends a one-part full snapshot of region as a new publisher
+// generation when gen is true.
+func (r *coreRig) full(region string, view RegionView, newGen bool) []intent {
+	if newGen || r.gen[region] == 0 {
+		r.gen[region]++
+	}
+	r.seq[region]++
+	touched, _ := r.c.publication(&Publication{V: 1, Kind: KindFull, Region: region, Gen: r.gen[region], Inst: "i", Seq: r.seq[region], Part: 1, Parts: 1, Rooms: view.Ops()}, r.now)
+	return r.settle(touched)
+}
+
+func (r *coreRig) delta(region string, ops ...RoomOps) []intent {
+	r.seq[region]++
+	touched, ask := r.c.publication(&Publication{V: 1, Kind: KindDelta, Region: region, Gen: r.gen[region], Inst: "i", Seq: r.seq[region], Rooms: ops}, r.now)
+	if ask {
+		r.t.Fatalf("delta %d of %s asked for a resync", r.seq[region], region)
+	}
+	return r.settle(touched)
+}
+
+// advance moves the clock, keeping the given regions alive with empty
+// deltas every cadence, and returns what the ticks called for.
+func (r *coreRig) advance(d time.Duration, alive ...string) []intent {
+	var out []intent
+	for end := r.now.Add(d); r.now.Before(end); {
+		r.now = r.now.Add(25 * time.Millisecond)
+		if r.now.Sub(t0)%(100*time.Millisecond) == 0 {
+			for _, reg := range alive {
+				out = append(out, r.delta(reg)...)
+			}
+		}
+		out = append(out, r.settle(r.c.tick(r.now))...)
+	}
+	return out
+}
+
+// settle evaluates and applies the intents as the leader would.
+func (r *coreRig) settle(touched touchSet) []intent {
+	its := r.c.evaluate(touched, r.now)
+	for _, it := range its {
+		epoch, seq := r.c.ann.next(it.room, r.now)
+		r.next++
+		r.c.ann.apply(presence.Transition{Room: it.room, User: it.user, Kind: it.kind, Epoch: epoch, Seq: seq}, r.next, r.now)
+		if it.kind == presence.Offline {
+			r.c.forget(it.room, it.user)
+		}
+	}
+	r.all = append(r.all, its...)
+	return its
+}
+
+func set(room string, users map[string][]string) RoomOps { return RoomOps{Room: room, Set: users} }
+func del(room string, users ...string) RoomOps           { return RoomOps{Room: room, Del: users} }
+
+func want(t *testing.T, what string, got []intent, want ...string) {
+	t.Helper()
+	var g []string
+	for _, it := range got {
+		g = append(g, fmt.Sprintf("%s %s/%s %s %d", it.kind, it.room, it.user, it.reason, it.sessions))
+	}
+	if !slices.Equal(g, want) {
+		t.Fatalf("%s: got %q, want %q", what, g, want)
+	}
+}
+
+func TestCoreJoinLeaveAfterGrace(t *testing.T) {
+	r := newRig(t, "eu")
+	want(t, "empty full", r.full("eu", RegionView{}, false))
+	want(t, "join", r.delta("eu", set("r", map[string][]string{"u1": {"s1"}})), "online r/u1 joined 1")
+	want(t, "refresh of the same", r.delta("eu", set("r", map[string][]string{"u1": {"s1"}})))
+	want(t, "leave", r.delta("eu", del("r", "u1")))
+	want(t, "inside the grace", r.advance(275*time.Millisecond, "eu"))
+	want(t, "grace over", r.advance(50*time.Millisecond, "eu"), "offline r/u1 left 0")
+	want(t, "nothing more", r.advance(time.Second, "eu"))
+}
+
+func TestCoreRegionMoveIsANonEvent(t *testing.T) {
+	r := newRig(t, "eu", "ap")
+	r.full("eu", RegionView{"r": {"u1": {"s1"}}}, false)
+	r.full("ap", RegionView{}, false)
+	want(t, "history", r.all, "online r/u1 joined 1")
+	want(t, "leaves eu", r.delta("eu", del("r", "u1")))
+	want(t, "in between", r.advance(200*time.Millisecond, "eu", "ap"))
+	want(t, "appears in ap with the same session", r.delta("ap", set("r", map[string][]string{"u1": {"s1"}})))
+	want(t, "afterwards", r.advance(time.Second, "eu", "ap"))
+	if got := r.c.sessions("r", "u1"); !slices.Equal(got, []string{"s1"}) {
+		t.Fatalf("sessions %v", got)
+	}
+}
+
+func TestCoreTwoTabsInTwoRegionsAreOneMember(t *testing.T) {
+	r := newRig(t, "eu", "ap")
+	r.full("eu", RegionView{"r": {"u1": {"tab1"}}}, false)
+	want(t, "second tab elsewhere", r.full("ap", RegionView{"r": {"u1": {"tab2"}}}, false))
+	want(t, "history", r.all, "online r/u1 joined 1")
+	if got := r.c.sessions("r", "u1"); !slices.Equal(got, []string{"tab1", "tab2"}) {
+		t.Fatalf("sessions %v", got)
+	}
+	// The same session seen in both during a handover counts once.
+	r.delta("ap", set("r", map[string][]string{"u1": {"tab1", "tab2"}}))
+	if got := r.c.sessions("r", "u1"); !slices.Equal(got, []string{"tab1", "tab2"}) {
+		t.Fatalf("sessions %v", got)
+	}
+	want(t, "one tab closes", r.delta("eu", del("r", "u1")))
+	want(t, "still there", r.advance(time.Second, "eu", "ap"))
+}
+
+func TestCoreGraceMemberCountsAsPresent(t *testing.T) {
+	r := newRig(t, "eu")
+	r.full("eu", RegionView{"r": {"u1": {"s1"}}}, false)
+	want(t, "regional grace: no sessions", r.delta("eu", set("r", map[string][]string{"u1": {}})))
+	want(t, "held by the regional grace", r.advance(time.Second, "eu"))
+	if !r.c.ann.member("r", "u1") {
+		t.Fatal("u1 not a member")
+	}
+}
+
+func TestCoreDownRegionIsHeldThenDropped(t *testing.T) {
+	r := newRig(t, "eu", "ap")
+	r.full("eu", RegionView{"r": {"only-eu": {"s1"}, "both": {"s2"}}}, false)
+	r.full("ap", RegionView{"r": {"both": {"s3"}}}, false)
+	r.all = nil
+	// eu falls silent: down after 500ms (held), dropped after 2s.
+	want(t, "down but held", r.advance(1900*time.Millisecond, "ap"))
+	if s := r.c.state(r.c.regions["eu"], r.now); s != RegionDown {
+		t.Fatalf("eu is %s", s)
+	}
+	want(t, "dropped", r.advance(200*time.Millisecond, "ap"), "offline r/only-eu region_lost 0")
+	want(t, "nothing more", r.advance(time.Second, "ap"))
+	// eu comes back: a full from its publisher.
+	want(t, "heal", r.full("eu", RegionView{"r": {"only-eu": {"s1"}, "both": {"s2"}}}, false), "online r/only-eu joined 1")
+	want(t, "settled", r.advance(time.Second, "eu", "ap"))
+}
+
+func TestCoreHeldRegionBringsNobodyOnline(t *testing.T) {
+	r := newRig(t, "eu")
+	r.full("eu", RegionView{}, false)
+	r.advance(600 * time.Millisecond) // eu is down now
+	// A delta still in order (it was late): applied, but eu is not live
+	// until heard again... it is heard by this very delta.
+	want(t, "late delta revives", r.delta("eu", set("r", map[string][]string{"u1": {"s1"}})), "online r/u1 joined 1")
+	// A region out of sync is held: its users neither come nor go.
+	r.seq["eu"]++ // a lost delta
+	touched, ask := r.c.publication(&Publication{V: 1, Kind: KindDelta, Region: "eu", Gen: r.gen["eu"], Inst: "i", Seq: r.seq["eu"] + 1, Rooms: []RoomOps{del("r", "u1"), set("r", map[string][]string{"u2": {"s2"}})}}, r.now)
+	if !ask || len(touched) != 0 {
+		t.Fatalf("gap: ask %v touched %v", ask, touched)
+	}
+	want(t, "held while out of sync", r.advance(400*time.Millisecond))
+	if r.c.stats.Gaps.Load() != 1 {
+		t.Fatalf("gaps %d", r.c.stats.Gaps.Load())
+	}
+	want(t, "resynced", r.full("eu", RegionView{"r": {"u2": {"s2"}}}, false), "online r/u2 joined 1")
+	want(t, "u1 left while we were out of sync", r.advance(400*time.Millisecond, "eu"), "offline r/u1 left 0")
+}
+
+func TestCoreGenerations(t *testing.T) {
+	r := newRig(t, "eu")
+	r.full("eu", RegionView{"r": {"u1": {"s1"}}}, false)
+	old := r.gen["eu"]
+	r.full("eu", RegionView{"r": {"u1": {"s1"}, "u2": {"s2"}}}, true) // a new publisher
+	// The old one's late delta is ignored while the new one is heard.
+	touched, ask := r.c.publication(&Publication{V: 1, Kind: KindDelta, Region: "eu", Gen: old, Inst: "i", Seq: 99, Rooms: []RoomOps{del("r", "u2")}}, r.now)
+	if touched != nil || ask {
+		t.Fatalf("stale generation applied: %v %v", touched, ask)
+	}
+	// A full from an older generation is ignored too.
+	touched, _ = r.c.publication(&Publication{V: 1, Kind: KindFull, Region: "eu", Gen: old, Inst: "i", Seq: 100, Part: 1, Parts: 1}, r.now)
+	if touched != nil {
+		t.Fatal("stale full applied")
+	}
+	want(t, "history", r.all, "online r/u1 joined 1", "online r/u2 joined 1")
+}
+
+func TestCoreFullInParts(t *testing.T) {
+	r := newRig(t, "eu")
+	r.gen["eu"] = 1
+	pub := func(part, parts int, seq uint64, users map[string][]string) (touchSet, bool) {
+		return r.c.publication(&Publication{V: 1, Kind: KindFull, Region: "eu", Gen: 1, Inst: "i", Seq: seq, Part: part, Parts: parts, Rooms: []RoomOps{set("r", users)}}, r.now)
+	}
+	if tt, _ := pub(1, 2, 1, map[string][]string{"u1": {"s1"}}); tt != nil {
+		t.Fatal("applied a partial full")
+	}
+	tt, _ := pub(2, 2, 1, map[string][]string{"u2": {"s2"}})
+	want(t, "complete", r.settle(tt), "online r/u1 joined 1", "online r/u2 joined 1")
+	// A full whose part 1 was lost is dropped; the region is asked again.
+	if _, ask := pub(2, 2, 2, map[string][]string{"u3": {"s3"}}); !ask {
+		t.Fatal("lost part did not ask for a resync")
+	}
+	if r.c.regions["eu"].synced {
+		t.Fatal("still in sync after a lost part")
+	}
+}
+
+func TestCoreUnattributedMembersWaitForEveryRegion(t *testing.T) {
+	// The stream says u1 and u2 are online; this aggregator just started
+	// and knows nothing of them. eu is live and lists u2; ap is listed
+	// in the configuration but silent.
+	r := newRig(t, "eu", "ap")
+	r.c.ann.apply(presence.Transition{Room: "r", User: "u1", Kind: presence.Online, Epoch: 1, Seq: 1}, 1, t0)
+	r.c.ann.apply(presence.Transition{Room: "r", User: "u2", Kind: presence.Online, Epoch: 1, Seq: 2}, 2, t0)
+	r.next = 2
+	want(t, "the stream's view, as after a reload", r.settle(r.c.everyone()))
+	want(t, "eu", r.full("eu", RegionView{"r": {"u2": {"s2"}}}, false))
+	want(t, "ap may hold u1 until dropped", r.advance(1900*time.Millisecond, "eu"))
+	want(t, "ap dropped", r.advance(200*time.Millisecond, "eu"), "offline r/u1 region_lost 0")
+}
+
+func TestCoreUnattributedLeftWhenEveryRegionIsLive(t *testing.T) {
+	r := newRig(t)
+	r.c.ann.apply(presence.Transition{Room: "r", User: "u1", Kind: presence.Online, Epoch: 1, Seq: 1}, 1, t0)
+	r.next = 1
+	want(t, "the stream's view, as after a reload", r.settle(r.c.everyone()))
+	r.full("eu", RegionView{}, false)
+	// Settled after DownAfter (500ms) with every region live; then the
+	// grace (300ms) from when the absence was first seen.
+	want(t, "before DownAfter", r.advance(475*time.Millisecond, "eu"))
+	want(t, "after", r.advance(100*time.Millisecond, "eu"), "offline r/u1 left 0")
+}
+
+func TestAnnouncedNumbering(t *testing.T) {
+	a := newAnnounced()
+	e, s := a.next("r", t0)
+	if e != t0.UnixMilli() || s != 1 {
+		t.Fatalf("new room: %d %d", e, s)
+	}
+	a.apply(presence.Transition{Room: "r", User: "u", Kind: presence.Online, Epoch: e, Seq: s}, 10, t0)
+	if e2, s2 := a.next("r", t0); e2 != e || s2 != 2 {
+		t.Fatalf("next: %d %d", e2, s2)
+	}
+	if on := a.apply(presence.Transition{Room: "r", User: "u", Kind: presence.Offline, Epoch: e, Seq: 2}, 11, t0); on != 10 {
+		t.Fatalf("superseded online %d", on)
+	}
+	if a.apply(presence.Transition{Room: "r", User: "x", Kind: presence.Online, Epoch: e, Seq: 3}, 11, t0) != 0 || a.member("r", "x") {
+		t.Fatal("applied a message at or below through")
+	}
+	// A room whose newest message may have expired is renumbered.
+	later := t0.Add(time.Hour)
+	a.settle(later, time.Hour)
+	if e3, s3 := a.next("r", later); e3 != later.UnixMilli() || s3 != 1 {
+		t.Fatalf("stale room: %d %d", e3, s3)
+	}
+	a.prune(later.Add(emptyRoomTTL), func(string) bool { return false })
+	if len(a.rooms) != 0 {
+		t.Fatal("empty room not pruned")
+	}
+}

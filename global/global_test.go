@@ -1,0 +1,145 @@
+package global_test
+
+import (
+	"context"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/presence-dev/presence/global"
+)
+
+// A session that leaves eu and shows up in us with the same id inside
+// the global grace is no global transition, and the user is never
+// counted twice (nor zero times) on the way.
+func TestRegionMoveIsNoGlobalTransition(t *testing.T) {
+	w := newWorld(t, "us", "eu", "us")
+	agg, _ := w.aggregator("us")
+	rec := w.record("eu")
+	eu, us := w.regions["eu"], w.regions["us"]
+	cli := global.NewClient(w.sc.Connect(t, "eu"))
+
+	mover, crasher := ref("room", "mover", "tab1"), ref("room", "crasher", "tab9")
+	eu.join(t, mover, crasher)
+	t.Cleanup(func() { dump(t, "agg", agg) })
+	waitFor(t, 5*time.Second, "both online", func() bool { return len(rec.members("room")) == 2 })
+
+	// Count the room all along: it must stay 2.
+	var bad atomic.Int64
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			n, err := cli.Count(context.Background(), "room")
+			if err != nil || n != 2 {
+				bad.Add(1)
+				t.Errorf("count %d, %v", n, err)
+			}
+			if s := agg.Union("room")["mover"]; len(s) > 1 {
+				t.Errorf("mover has sessions %v", s)
+			}
+		}
+	}()
+
+	// mover closes cleanly in eu; once eu has let them go (its regional
+	// grace), they reconnect to us with the same session id.
+	eu.leave(t, mover)
+	waitFor(t, 5*time.Second, "eu to drop mover", func() bool { _, ok := eu.truth(t, "room")["mover"]; return !ok })
+	us.join(t, mover)
+	// crasher's eu node dies; they reconnect to us at once, so for the
+	// session TTL both regions list the same session.
+	eu.crash(crasher)
+	us.join(t, crasher)
+	waitFor(t, 5*time.Second, "both regions to list crasher", func() bool {
+		return slices.Equal(agg.Regions("room", "crasher"), []string{"eu", "us"})
+	})
+	if s := agg.Union("room")["crasher"]; !slices.Equal(s, []string{"tab9"}) {
+		t.Errorf("crasher's sessions during the overlap: %v", s)
+	}
+	waitFor(t, 10*time.Second, "eu to expire crasher", func() bool { _, ok := eu.truth(t, "room")["crasher"]; return !ok })
+	time.Sleep(grace + 2*cadence) // anything due would be out by now
+	close(stop)
+	<-done
+
+	for _, u := range []string{"mover", "crasher"} {
+		if got := rec.of("room", u); !slices.Equal(got, []string{"online joined"}) {
+			t.Errorf("%s: global transitions %q, want only the first online", u, got)
+		}
+	}
+	if got := agg.Regions("room", "mover"); !slices.Equal(got, []string{"us"}) {
+		t.Errorf("mover now in %v", got)
+	}
+	rec.checkOrder(t)
+}
+
+// Two tabs in two regions are one global member with two sessions.
+func TestTwoTabsInTwoRegionsAreOneMember(t *testing.T) {
+	w := newWorld(t, "us", "eu", "us")
+	agg, _ := w.aggregator("us")
+	rec := w.record("us")
+	cli := global.NewClient(w.sc.Connect(t, "eu"))
+	ctx := context.Background()
+
+	w.regions["eu"].join(t, ref("room", "u1", "tab1"))
+	w.regions["us"].join(t, ref("room", "u1", "tab2"))
+	waitFor(t, 5*time.Second, "two sessions", func() bool {
+		rep, err := cli.User(ctx, "room", "u1")
+		return err == nil && rep.Online && len(rep.Member.Sessions) == 2
+	})
+	rep, _ := cli.User(ctx, "room", "u1")
+	if !slices.Equal(rep.Regions, []string{"eu", "us"}) || rep.Region != "global" || rep.LastSeen != nil {
+		t.Fatalf("user reply %+v", rep)
+	}
+	snap, err := cli.Snapshot(ctx, "room", 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Total != 1 || len(snap.Members) != 1 || snap.Region != "global" {
+		t.Fatalf("snapshot %+v", snap)
+	}
+	var ids []string
+	for _, s := range snap.Members[0].Sessions {
+		ids = append(ids, s.ID)
+	}
+	if !slices.Equal(ids, []string{"tab1", "tab2"}) {
+		t.Fatalf("sessions %v", ids)
+	}
+	if n, _ := cli.Count(ctx, "room"); n != 1 {
+		t.Fatalf("count %d", n)
+	}
+
+	// One tab closes: still one member; the other closes: one offline.
+	w.regions["eu"].leave(t, ref("room", "u1", "tab1"))
+	waitFor(t, 5*time.Second, "one session", func() bool { return slices.Equal(agg.Regions("room", "u1"), []string{"us"}) })
+	w.regions["us"].leave(t, ref("room", "u1", "tab2"))
+	waitFor(t, 10*time.Second, "offline", func() bool { return len(rec.of("room", "u1")) == 2 })
+	if got := rec.of("room", "u1"); !slices.Equal(got, []string{"online joined", "offline left"}) {
+		t.Fatalf("transitions %q", got)
+	}
+	rec.checkOrder(t)
+
+	// The stream keeps the current view: u1's online, superseded, is
+	// purged; the offline stays (until its TTL).
+	waitFor(t, 5*time.Second, "the superseded online purged", func() bool { return agg.Stats().Purges.Load() == 1 })
+	js, _ := jetstream.New(w.sc.Connect(t, "us"))
+	st, err := js.Stream(ctx, global.StreamName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(">"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 1 || info.State.Subjects["presence.global.room.offline.u1"] != 1 {
+		t.Fatalf("stream state %+v", info.State)
+	}
+}

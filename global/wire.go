@@ -1,0 +1,317 @@
+package global
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/presence"
+)
+
+// SyncRoot is the first token of the internal subjects regions and
+// aggregators talk on. It is outside presence.>, so a subscriber to
+// presence.> sees transitions only.
+const SyncRoot = "presence-sync"
+
+// SyncVersion is the version of the publication encoding. An aggregator
+// drops (and counts) a version it does not know.
+const SyncVersion = 1
+
+// Publication kinds; each is also the last token of its subject.
+const (
+	KindDelta  = "delta"
+	KindFull   = "full"
+	kindResync = "resync"
+)
+
+// DeltaSubject is where region publishes its deltas (and liveness).
+func DeltaSubject(region string) string { return SyncRoot + "." + region + "." + KindDelta }
+
+// FullSubject is where region publishes its full snapshots.
+func FullSubject(region string) string { return SyncRoot + "." + region + "." + KindFull }
+
+// ResyncSubject asks region's active publisher for a full snapshot.
+func ResyncSubject(region string) string { return SyncRoot + "." + region + "." + kindResync }
+
+// ResyncAllSubject asks every region's active publisher for a full
+// snapshot; an aggregator sends it when it starts.
+const ResyncAllSubject = SyncRoot + "." + kindResync
+
+// ingestRoot is where the leading aggregator sends global transitions;
+// the global stream stores them as presence.global.> and republishes them
+// there once stored.
+const ingestRoot = SyncRoot + "." + bus.GlobalRegion
+
+// ingestSubject is the subject an aggregator publishes t on.
+func ingestSubject(t presence.Transition) string {
+	return ingestRoot + "." + t.Room + "." + string(t.Kind) + "." + t.User
+}
+
+// Publication is one message of a region's publication stream (version
+// 1). A delta applies to the state after Seq-1; a full (Parts messages
+// sharing one Seq) replaces the state. Gen orders publishers: it is the
+// revision of the lease that made this publisher active, so a later
+// leader always has a higher Gen.
+//
+//	{"v":1,"kind":"delta","region":"eu","gen":7,"inst":"Xq3…","seq":42,
+//	 "at":1764444000000,"rooms":[{"room":"r1","set":{"u1":["tab1","tab2"]},"del":["u2"]}]}
+//
+// set gives a user's complete list of live session ids in the region
+// (empty: the user is inside the regional offline grace, still present);
+// del removes the user from the room in this region. An empty delta is
+// the region's liveness signal.
+type Publication struct {
+	V      int       `json:"v"`
+	Kind   string    `json:"kind"`
+	Region string    `json:"region"`
+	Gen    uint64    `json:"gen"`
+	Inst   string    `json:"inst"`
+	Seq    uint64    `json:"seq"`
+	Part   int       `json:"part,omitempty"`  // full only: 1..Parts
+	Parts  int       `json:"parts,omitempty"` // full only
+	At     int64     `json:"at"`              // publisher clock, unix ms; informational
+	Rooms  []RoomOps `json:"rooms"`
+}
+
+// RoomOps is the part of a publication about one room.
+type RoomOps struct {
+	Room string              `json:"room"`
+	Set  map[string][]string `json:"set,omitempty"`
+	Del  []string            `json:"del,omitempty"`
+}
+
+// maxParts bounds a full snapshot's parts, so a bad message cannot make
+// an aggregator hold an unbounded assembly.
+const maxParts = 100000
+
+// DecodePublication parses and checks a publication received on subject.
+// A publication whose body disagrees with its subject is malformed.
+func DecodePublication(subject string, data []byte) (*Publication, error) {
+	var p Publication
+	if err := json.Unmarshal(data, &p); err != nil {
+		return nil, fmt.Errorf("global: decode publication: %w", err)
+	}
+	if p.V != SyncVersion {
+		return nil, fmt.Errorf("global: decode publication: version %d, this build reads %d", p.V, SyncVersion)
+	}
+	if err := bus.ValidateRegion(p.Region); err != nil {
+		return nil, fmt.Errorf("global: decode publication: %w", err)
+	}
+	switch p.Kind {
+	case KindDelta:
+		if subject != DeltaSubject(p.Region) || p.Part != 0 || p.Parts != 0 {
+			return nil, fmt.Errorf("global: decode publication: delta of %s on %q", p.Region, subject)
+		}
+	case KindFull:
+		if subject != FullSubject(p.Region) {
+			return nil, fmt.Errorf("global: decode publication: full of %s on %q", p.Region, subject)
+		}
+		if p.Parts < 1 || p.Parts > maxParts || p.Part < 1 || p.Part > p.Parts {
+			return nil, fmt.Errorf("global: decode publication: part %d of %d", p.Part, p.Parts)
+		}
+	default:
+		return nil, fmt.Errorf("global: decode publication: unknown kind %q", p.Kind)
+	}
+	if p.Gen == 0 || p.Seq == 0 || p.Inst == "" {
+		return nil, errors.New("global: decode publication: gen, seq and inst are required")
+	}
+	for _, r := range p.Rooms {
+		if err := presence.ValidateRoom(r.Room); err != nil {
+			return nil, fmt.Errorf("global: decode publication: %w", err)
+		}
+		for u, ss := range r.Set {
+			if err := presence.ValidateUser(u); err != nil {
+				return nil, fmt.Errorf("global: decode publication: %w", err)
+			}
+			for _, s := range ss {
+				if err := presence.ValidateSession(s); err != nil {
+					return nil, fmt.Errorf("global: decode publication: %w", err)
+				}
+			}
+		}
+		if p.Kind == KindFull && len(r.Del) > 0 {
+			return nil, errors.New("global: decode publication: a full has no deletions")
+		}
+		for _, u := range r.Del {
+			if err := presence.ValidateUser(u); err != nil {
+				return nil, fmt.Errorf("global: decode publication: %w", err)
+			}
+		}
+	}
+	return &p, nil
+}
+
+// RegionView is a region's presence as publications carry it:
+// room -> user -> sorted live session ids. A user with no sessions is
+// inside the regional offline grace and still present.
+type RegionView map[string]map[string][]string
+
+// Diff returns the operations that turn old into v, rooms and users in
+// sorted order.
+func (v RegionView) Diff(old RegionView) []RoomOps {
+	rooms := map[string]struct{}{}
+	for r := range v {
+		rooms[r] = struct{}{}
+	}
+	for r := range old {
+		rooms[r] = struct{}{}
+	}
+	var out []RoomOps
+	for _, r := range sortedKeys(rooms) {
+		now, was := v[r], old[r]
+		ops := RoomOps{Room: r}
+		for _, u := range sortedKeys(now) {
+			if prev, ok := was[u]; !ok || !equalStrings(prev, now[u]) {
+				if ops.Set == nil {
+					ops.Set = map[string][]string{}
+				}
+				ops.Set[u] = nonNil(now[u])
+			}
+		}
+		for _, u := range sortedKeys(was) {
+			if _, ok := now[u]; !ok {
+				ops.Del = append(ops.Del, u)
+			}
+		}
+		if ops.Set != nil || ops.Del != nil {
+			out = append(out, ops)
+		}
+	}
+	return out
+}
+
+// Ops returns v as operations from nothing, as a full carries it.
+func (v RegionView) Ops() []RoomOps { return v.Diff(nil) }
+
+// Apply applies ops to v in place.
+func (v RegionView) Apply(ops []RoomOps) {
+	for _, op := range ops {
+		room := v[op.Room]
+		if room == nil {
+			room = map[string][]string{}
+			v[op.Room] = room
+		}
+		for u, ss := range op.Set {
+			room[u] = normSessions(ss)
+		}
+		for _, u := range op.Del {
+			delete(room, u)
+		}
+		if len(room) == 0 {
+			delete(v, op.Room)
+		}
+	}
+}
+
+// chunkOps splits ops into groups whose JSON stays under budget bytes,
+// splitting a large room across groups. Entry sizes are an upper bound of
+// their JSON (ids need no escaping), so no group exceeds the budget
+// unless one user alone does.
+func chunkOps(ops []RoomOps, budget int) [][]RoomOps {
+	var (
+		out  [][]RoomOps
+		cur  []RoomOps
+		size int
+	)
+	for _, op := range ops {
+		roomCost := len(op.Room) + 32
+		// place returns the RoomOps of op.Room in the current group,
+		// starting a new group when cost would not fit.
+		place := func(cost int) *RoomOps {
+			open := len(cur) > 0 && cur[len(cur)-1].Room == op.Room
+			need := cost
+			if !open {
+				need += roomCost
+			}
+			if len(cur) > 0 && size+need > budget {
+				out = append(out, cur)
+				cur, size, open, need = nil, 0, false, cost+roomCost
+			}
+			if !open {
+				cur = append(cur, RoomOps{Room: op.Room})
+			}
+			size += need
+			return &cur[len(cur)-1]
+		}
+		for _, u := range sortedKeys(op.Set) {
+			ss := op.Set[u]
+			cost := len(u) + 6
+			for _, s := range ss {
+				cost += len(s) + 3
+			}
+			p := place(cost)
+			if p.Set == nil {
+				p.Set = map[string][]string{}
+			}
+			p.Set[u] = nonNil(ss)
+		}
+		for _, u := range op.Del {
+			p := place(len(u) + 3)
+			p.Del = append(p.Del, u)
+		}
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// normSessions returns ss sorted and without duplicates.
+func normSessions(ss []string) []string {
+	out := append([]string{}, ss...)
+	sort.Strings(out)
+	n := 0
+	for i, s := range out {
+		if i == 0 || s != out[n-1] {
+			out[n] = s
+			n++
+		}
+	}
+	return out[:n]
+}
+
+// keyEscape maps a region id onto the bytes KV bucket names allow
+// ([A-Za-z0-9_-]): other bytes, and '_' itself, become _XX (hex).
+func keyEscape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "_%02X", c)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,118 @@
+package global
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestDiffApplyRoundTrip(t *testing.T) {
+	old := RegionView{"r1": {"u1": {"a"}, "u2": {"b", "c"}}, "r2": {"u3": {}}}
+	now := RegionView{"r1": {"u1": {"a"}, "u2": {"c"}, "u4": {}}, "r3": {"u5": {"d"}}}
+	ops := now.Diff(old)
+	got := RegionView{"r1": {"u1": {"a"}, "u2": {"b", "c"}}, "r2": {"u3": {}}}
+	got.Apply(ops)
+	if !reflect.DeepEqual(got, now) {
+		t.Fatalf("apply(diff) = %v, want %v", got, now)
+	}
+	if d := now.Diff(now); len(d) != 0 {
+		t.Fatalf("diff of equal views: %v", d)
+	}
+	// u1 unchanged is not sent; u3's room vanished entirely.
+	data, _ := json.Marshal(ops)
+	if strings.Contains(string(data), `"u1"`) || !strings.Contains(string(data), `"del":["u3"]`) {
+		t.Fatalf("ops %s", data)
+	}
+}
+
+func TestChunkOpsStaysUnderBudget(t *testing.T) {
+	v := RegionView{}
+	for r := range 7 {
+		room := map[string][]string{}
+		for u := range 300 {
+			room[fmt.Sprintf("user-%04d", u)] = []string{fmt.Sprintf("sess-%d-%d-a", r, u), fmt.Sprintf("sess-%d-%d-b", r, u)}
+		}
+		v[fmt.Sprintf("room-%d", r)] = room
+	}
+	const budget = 8 << 10
+	chunks := chunkOps(v.Ops(), budget)
+	if len(chunks) < 10 {
+		t.Fatalf("%d chunks for ~%dKiB", len(chunks), len(mustJSON(t, v.Ops()))>>10)
+	}
+	back := RegionView{}
+	for _, c := range chunks {
+		if n := len(mustJSON(t, c)); n > budget {
+			t.Fatalf("chunk of %d bytes over the %d budget", n, budget)
+		}
+		back.Apply(c)
+	}
+	if !reflect.DeepEqual(back, v) {
+		t.Fatal("chunks do not add up to the view")
+	}
+	dels := chunkOps([]RoomOps{{Room: "r", Del: []string{"a", "b"}}}, budget)
+	if len(dels) != 1 || len(dels[0][0].Del) != 2 {
+		t.Fatalf("deletions: %v", dels)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestDecodePublicationRejects(t *testing.T) {
+	good := `{"v":1,"kind":"delta","region":"eu","gen":1,"inst":"i","seq":1,"at":0,"rooms":[{"room":"r","set":{"u":["s"]},"del":["x"]}]}`
+	if _, err := DecodePublication(DeltaSubject("eu"), []byte(good)); err != nil {
+		t.Fatalf("good delta: %v", err)
+	}
+	goodFull := `{"v":1,"kind":"full","region":"eu","gen":1,"inst":"i","seq":1,"part":1,"parts":1,"rooms":[]}`
+	if _, err := DecodePublication(FullSubject("eu"), []byte(goodFull)); err != nil {
+		t.Fatalf("good full: %v", err)
+	}
+	bad := map[string]struct{ subject, body string }{
+		"not JSON":          {DeltaSubject("eu"), `{`},
+		"version":           {DeltaSubject("eu"), strings.Replace(good, `"v":1`, `"v":2`, 1)},
+		"region reserved":   {DeltaSubject("global"), strings.Replace(good, `"eu"`, `"global"`, 1)},
+		"region invalid":    {"presence-sync.e u.delta", strings.Replace(good, `"eu"`, `"e u"`, 1)},
+		"subject mismatch":  {DeltaSubject("ap"), good},
+		"kind mismatch":     {FullSubject("eu"), good},
+		"unknown kind":      {DeltaSubject("eu"), strings.Replace(good, `"delta"`, `"beat"`, 1)},
+		"no gen":            {DeltaSubject("eu"), strings.Replace(good, `"gen":1`, `"gen":0`, 1)},
+		"no seq":            {DeltaSubject("eu"), strings.Replace(good, `"seq":1`, `"seq":0`, 1)},
+		"no instance":       {DeltaSubject("eu"), strings.Replace(good, `"inst":"i"`, `"inst":""`, 1)},
+		"bad room":          {DeltaSubject("eu"), strings.Replace(good, `"room":"r"`, `"room":"a.b"`, 1)},
+		"bad user":          {DeltaSubject("eu"), strings.Replace(good, `{"u":`, `{"u*":`, 1)},
+		"bad session":       {DeltaSubject("eu"), strings.Replace(good, `["s"]`, `["s>"]`, 1)},
+		"bad deleted user":  {DeltaSubject("eu"), strings.Replace(good, `["x"]`, `[""]`, 1)},
+		"part of a delta":   {DeltaSubject("eu"), strings.Replace(good, `"at":0`, `"at":0,"part":1,"parts":1`, 1)},
+		"part 0":            {FullSubject("eu"), strings.Replace(goodFull, `"part":1`, `"part":0`, 1)},
+		"part beyond parts": {FullSubject("eu"), strings.Replace(goodFull, `"part":1`, `"part":2`, 1)},
+		"too many parts":    {FullSubject("eu"), strings.Replace(goodFull, `"parts":1`, `"parts":1000000`, 1)},
+		"full deletes":      {FullSubject("eu"), strings.Replace(goodFull, `"rooms":[]`, `"rooms":[{"room":"r","del":["u"]}]`, 1)},
+		"wrong type":        {DeltaSubject("eu"), strings.Replace(good, `"seq":1`, `"seq":"1"`, 1)},
+	}
+	for name, c := range bad {
+		if _, err := DecodePublication(c.subject, []byte(c.body)); err == nil {
+			t.Errorf("%s: accepted", name)
+		} else if !strings.HasPrefix(err.Error(), "global: decode publication") {
+			t.Errorf("%s: error %v", name, err)
+		}
+	}
+}
+
+func TestKeyEscape(t *testing.T) {
+	for in, want := range map[string]string{"eu-west": "eu-west", "a_b": "a_5Fb", "x@y+z~w=v": "x_40y_2Bz_7Ew_3Dv"} {
+		if got := keyEscape(in); got != want {
+			t.Errorf("keyEscape(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if err := checkBucket("b", LeaseBucket("a@b_c")); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,66 @@
+package testnats
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestSuperClusterIsolateAndHeal(t *testing.T) {
+	sc := StartSuperCluster(t, "a", "b", "c")
+	na, nb := sc.Connect(t, "a"), sc.Connect(t, "b")
+	sub, err := nb.SubscribeSync("x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nb.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// Interest reaches a a moment after b's flush: publish until it lands.
+	roundTrip := func() error {
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+			if err := na.Publish("x", []byte("1")); err != nil {
+				return err
+			}
+			if _, err := sub.NextMsg(100 * time.Millisecond); err == nil {
+				return nil
+			}
+		}
+		return errors.New("timed out")
+	}
+	if err := roundTrip(); err != nil {
+		t.Fatalf("a -> b before the cut: %v", err)
+	}
+	if n, err := sc.GatewayBytes(); err != nil || n == 0 || sc.WireBytes() == 0 {
+		t.Fatalf("gateway bytes %d (%v), wire bytes %d", n, err, sc.WireBytes())
+	}
+
+	sc.Isolate("a")
+	deadline := time.Now().Add(5 * time.Second)
+	for sc.connected([]string{"a", "b"}) == nil || sc.connected([]string{"a", "c"}) == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("a's gateways still up after Isolate")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for {
+		if _, err := sub.NextMsg(50 * time.Millisecond); err != nil {
+			break // drained what crossed before the cut
+		}
+	}
+	for range 5 {
+		_ = na.Publish("x", []byte("2"))
+	}
+	if m, err := sub.NextMsg(500 * time.Millisecond); err == nil {
+		t.Fatalf("a reached b across a cut gateway: %q", m.Data)
+	}
+	if err := sc.connected([]string{"b", "c"}); err != nil {
+		t.Fatalf("b and c lost each other: %v", err)
+	}
+
+	sc.Heal("a")
+	sc.WaitConnected(t, 20*time.Second)
+	if err := roundTrip(); err != nil {
+		t.Fatalf("a -> b after heal: %v", err)
+	}
+}
