@@ -93,6 +93,15 @@ type UserReply struct {
 	Online   bool             `json:"online"`
 	Member   *presence.Member `json:"member"`
 	LastSeen *time.Time       `json:"last_seen"`
+	// Regions lists the regions where the user is present; only the
+	// global view (a Reader that is a RegionLister) fills it.
+	Regions []string `json:"regions,omitempty"`
+}
+
+// RegionLister is implemented by a Reader that knows which regions hold a
+// user: the cross-region aggregator.
+type RegionLister interface {
+	Regions(room, user string) []string
 }
 
 // ErrorReply is the body of an error response; the same code and
@@ -130,17 +139,19 @@ func WithLogger(l *slog.Logger) ServiceOption {
 	}
 }
 
-// StartService adds the query service for region to nc: micro service
-// ServiceName, discoverable with $SRV.PING / nats micro ls, with endpoints
-// members, count and user on APISubject(region, name). Instances share a
-// queue group, so any number may serve one region. Stop the returned
-// service to remove it.
+// StartService adds the query service for region (or GlobalRegion, for
+// the cross-region view) to nc: micro service ServiceName, discoverable
+// with $SRV.PING / nats micro ls, with endpoints members, count and user
+// on APISubject(region, name). Instances share a queue group, so any
+// number may serve one region. Stop the returned service to remove it.
 func StartService(nc *nats.Conn, region string, r Reader, opts ...ServiceOption) (micro.Service, error) {
 	if nc == nil || r == nil {
 		return nil, errors.New("bus: service: connection and reader are required")
 	}
-	if err := ValidateRegion(region); err != nil {
-		return nil, fmt.Errorf("bus: service: %w", err)
+	if region != GlobalRegion {
+		if err := ValidateRegion(region); err != nil {
+			return nil, fmt.Errorf("bus: service: %w", err)
+		}
 	}
 	o := serviceOpts{timeout: DefaultRequestTimeout, log: slog.Default()}
 	for _, f := range opts {
@@ -313,6 +324,9 @@ func (h *handler) user(ctx context.Context, data []byte) (any, *apiError) {
 		return nil, h.backend(ctx, "last seen", err)
 	}
 	rep := UserReply{Region: h.region, Room: q.Room, User: q.User, Online: ok}
+	if rl, isGlobal := h.r.(RegionLister); isGlobal {
+		rep.Regions = rl.Regions(q.Room, q.User)
+	}
 	if ok {
 		utcMember(&m)
 		rep.Member = &m

@@ -88,8 +88,8 @@ func TestServiceDiscoverable(t *testing.T) {
 	if len(subjects) != 3 || subjects["members"] != "presence-api.eu.members" || subjects["count"] != "presence-api.eu.count" || subjects["user"] != "presence-api.eu.user" {
 		t.Fatalf("endpoints: %+v", info.Endpoints)
 	}
-	if _, err := bus.StartService(e.nc, "global", &fakeReader{}); err == nil {
-		t.Fatal("service for the global token started")
+	if _, err := bus.StartService(e.nc, "e.u", &fakeReader{}); err == nil {
+		t.Fatal("service for a bad region started")
 	}
 	if _, err := bus.StartService(e.nc, "eu", nil); err == nil {
 		t.Fatal("service without a reader started")

@@ -200,7 +200,7 @@ func (a *Aggregator) Start(ctx context.Context) error {
 		a.unsubscribe()
 		return fmt.Errorf("global: aggregator: follow %s: %w", StreamName, err)
 	}
-	if a.svc, err = startService(nc, a); err != nil {
+	if a.svc, err = bus.StartService(nc, bus.GlobalRegion, a, bus.WithLogger(a.log)); err != nil {
 		a.cancel()
 		a.follower.Stop()
 		a.unsubscribe()

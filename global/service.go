@@ -1,13 +1,10 @@
 package global
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -16,14 +13,6 @@ import (
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/presence"
 )
-
-// UserReply answers a bus.UserRequest on presence-api.global.user: the
-// regional reply's fields (region "global", last_seen always null) plus
-// the regions currently listing the user.
-type UserReply struct {
-	bus.UserReply
-	Regions []string `json:"regions"`
-}
 
 // Snapshot returns one page of a room's global members, ordered by user
 // id: the users whose last global transition is online. Each member's
@@ -151,132 +140,6 @@ func (a *Aggregator) RegionStatuses() []RegionStatus {
 	return out
 }
 
-// startService adds the global query service: micro service
-// bus.ServiceName with metadata region=global and endpoints members,
-// count and user on presence-api.global.<endpoint>, with the request and
-// reply shapes of the regional service. Every aggregator serves them in
-// one queue group.
-func startService(nc *nats.Conn, a *Aggregator) (micro.Service, error) {
-	svc, err := micro.AddService(nc, micro.Config{
-		Name:        bus.ServiceName,
-		Version:     bus.Version,
-		Description: "presence queries for the global view",
-		Metadata:    map[string]string{"region": bus.GlobalRegion},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("global: service: %w", err)
-	}
-	for _, ep := range []struct {
-		name string
-		fn   func([]byte) (any, *apiError)
-	}{
-		{bus.EndpointMembers, a.handleMembers},
-		{bus.EndpointCount, a.handleCount},
-		{bus.EndpointUser, a.handleUser},
-	} {
-		err := svc.AddEndpoint(ep.name, wrap(ep.fn),
-			micro.WithEndpointSubject(bus.APISubject(bus.GlobalRegion, ep.name)),
-			micro.WithEndpointMetadata(map[string]string{"region": bus.GlobalRegion}))
-		if err != nil {
-			_ = svc.Stop()
-			return nil, fmt.Errorf("global: service: endpoint %s: %w", ep.name, err)
-		}
-	}
-	return svc, nil
-}
-
-type apiError struct{ code, desc string }
-
-func badRequest(format string, a ...any) *apiError {
-	return &apiError{bus.CodeBadRequest, fmt.Sprintf(format, a...)}
-}
-
-func wrap(fn func([]byte) (any, *apiError)) micro.HandlerFunc {
-	return func(req micro.Request) {
-		out, aerr := fn(req.Data())
-		if aerr == nil {
-			if body, err := json.Marshal(out); err == nil {
-				_ = req.Respond(body)
-				return
-			}
-			aerr = &apiError{bus.CodeInternal, "internal error: reply not encodable"}
-		}
-		desc := strings.NewReplacer("\r", " ", "\n", "; ").Replace(aerr.desc)
-		body, _ := json.Marshal(bus.ErrorReply{Code: aerr.code, Error: desc})
-		_ = req.Error(aerr.code, desc, body)
-	}
-}
-
-// decode reads exactly one JSON object with no unknown fields, as the
-// regional service does.
-func decode(data []byte, v any, want string) *apiError {
-	if len(bytes.TrimSpace(data)) == 0 {
-		return badRequest("empty request, want %s", want)
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return badRequest("bad request JSON (want %s): %v", want, err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return badRequest("bad request JSON (want %s): data after the object", want)
-	}
-	return nil
-}
-
-func (a *Aggregator) handleMembers(data []byte) (any, *apiError) {
-	var q bus.MembersRequest
-	if e := decode(data, &q, `{"room":"r","offset":0,"limit":100}`); e != nil {
-		return nil, e
-	}
-	if err := presence.ValidateRoom(q.Room); err != nil {
-		return nil, badRequest("%v", err)
-	}
-	if q.Offset < 0 {
-		return nil, badRequest("offset must be >= 0, got %d", q.Offset)
-	}
-	if q.Limit == 0 {
-		q.Limit = bus.DefaultLimit
-	}
-	if q.Limit < 0 || q.Limit > bus.MaxLimit {
-		return nil, badRequest("limit must be between 1 and %d, got %d", bus.MaxLimit, q.Limit)
-	}
-	snap, _ := a.Snapshot(context.Background(), q.Room, q.Offset, q.Limit)
-	snap.At = snap.At.UTC()
-	return snap, nil
-}
-
-func (a *Aggregator) handleCount(data []byte) (any, *apiError) {
-	var q bus.CountRequest
-	if e := decode(data, &q, `{"room":"r"}`); e != nil {
-		return nil, e
-	}
-	if err := presence.ValidateRoom(q.Room); err != nil {
-		return nil, badRequest("%v", err)
-	}
-	n, _ := a.Count(context.Background(), q.Room)
-	return bus.CountReply{Region: bus.GlobalRegion, Room: q.Room, Count: n}, nil
-}
-
-func (a *Aggregator) handleUser(data []byte) (any, *apiError) {
-	var q bus.UserRequest
-	if e := decode(data, &q, `{"room":"r","user":"u"}`); e != nil {
-		return nil, e
-	}
-	if err := errors.Join(presence.ValidateRoom(q.Room), presence.ValidateUser(q.User)); err != nil {
-		return nil, badRequest("%v", err)
-	}
-	m, ok, _ := a.Sessions(context.Background(), q.Room, q.User)
-	rep := UserReply{UserReply: bus.UserReply{Region: bus.GlobalRegion, Room: q.Room, User: q.User, Online: ok}, Regions: a.Regions(q.Room, q.User)}
-	if rep.Regions == nil {
-		rep.Regions = []string{}
-	}
-	if ok {
-		rep.Member = &m
-	}
-	return rep, nil
-}
-
 // QueryError is an error reply of the global query service.
 type QueryError struct {
 	Code        string // bus.CodeBadRequest or bus.CodeInternal
@@ -338,8 +201,8 @@ func (c *Client) Count(ctx context.Context, room string) (int, error) {
 }
 
 // User returns one user's global presence in a room.
-func (c *Client) User(ctx context.Context, room, user string) (UserReply, error) {
-	var rep UserReply
+func (c *Client) User(ctx context.Context, room, user string) (bus.UserReply, error) {
+	var rep bus.UserReply
 	err := c.request(ctx, bus.EndpointUser, bus.UserRequest{Room: room, User: user}, &rep)
 	return rep, err
 }
