@@ -1,6 +1,6 @@
 module github.com/presence-dev/presence
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/golang-jwt/jwt/v5 v5.3.1
