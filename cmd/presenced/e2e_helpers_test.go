@@ -73,7 +73,7 @@ func newEnv(t *testing.T) *env {
 type proc struct {
 	cmd  *exec.Cmd
 	addr string
-	out  *strings.Builder
+	out  *syncBuilder
 	done chan struct{}
 	err  error
 }
@@ -135,7 +135,7 @@ func (e *env) start(addr string, args []string, health bool) *proc {
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}
-	p := &proc{cmd: cmd, addr: addr, done: make(chan struct{})}
+	p := &proc{cmd: cmd, addr: addr, out: out, done: make(chan struct{})}
 	go func() { p.err = cmd.Wait(); close(p.done) }()
 	e.t.Cleanup(func() {
 		_ = cmd.Process.Kill()

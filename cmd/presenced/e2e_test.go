@@ -281,3 +281,28 @@ func TestE2EBadInput(t *testing.T) {
 		t.Fatal("refused join wrote something")
 	}
 }
+
+// A second signal during a drain exits at once (code 1) instead of
+// waiting for slow clients.
+func TestE2ESecondSignalExitsAtOnce(t *testing.T) {
+	e := newEnv(t)
+	n := e.startNode()
+	// A client that never reads, so never answers the close frame: the
+	// drain waits for it (close timeout 2s).
+	u := fmt.Sprintf("ws://%s/v1/ws?session=s&access_token=%s", n.addr, token(t, "mute", "*"))
+	ws, _, err := websocket.DefaultDialer.Dial(u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	n.signal(syscall.SIGTERM)
+	waitFor(t, 5*time.Second, "the drain to start", func() bool { return strings.Contains(n.out.String(), "presenced: draining") })
+	second := time.Now()
+	n.signal(syscall.SIGTERM)
+	if code := n.exit(t, 5*time.Second); code != 1 {
+		t.Fatalf("exit code %d after a second signal, want 1", code)
+	}
+	if d := time.Since(second); d > time.Second {
+		t.Fatalf("exited %v after the second signal", d)
+	}
+}
