@@ -35,7 +35,8 @@ func TestRateLimiterRefills(t *testing.T) {
 		t.Fatal("frame beyond the burst allowed")
 	}
 	c.last -= int64(time.Second) // a second passes: two tokens
-	if !c.allow() || !c.allow() || c.allow() {
+	first, second, third := c.allow(), c.allow(), c.allow()
+	if !first || !second || third {
 		t.Fatal("refill is not 2 per second")
 	}
 	c.last -= int64(time.Hour)

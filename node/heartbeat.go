@@ -143,6 +143,7 @@ func (s *scheduler) unhold(ctx context.Context, r presence.SessionRef, release b
 	}
 	// Wait out a touch that may have copied r before it was dropped.
 	s.busy[slot].Lock()
+	//lint:ignore SA2001 the lock is a barrier: the batch in flight ends first
 	s.busy[slot].Unlock()
 	return true, s.store.Release(ctx, r)
 }

@@ -73,12 +73,6 @@ func (w *wheel) close() []*conn {
 	return all
 }
 
-func (w *wheel) len() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.n
-}
-
 // run pings one slot per tick until ctx is done, so each connection is
 // pinged once per interval.
 func (w *wheel) run(ctx context.Context, interval time.Duration) {

@@ -85,20 +85,27 @@ func (s *Store) scanIndexes(ctx context.Context, upto string, limit int) ([]dueL
 	if !ok {
 		return s.readIndexes(ctx, []string{s.opt.Prefix + ":reap"}, upto, limit)
 	}
-	ranges, err := cc.ClusterSlots(ctx).Result()
+	shards, err := cc.ClusterShards(ctx).Result()
 	if err != nil {
 		return nil, err
 	}
-	calls := make([]call, len(ranges))
-	keys := make([][]string, len(ranges))
-	for i, r := range ranges {
+	calls := make([]call, 0, len(shards))
+	var keys [][]string
+	for _, sh := range shards {
 		args := []any{upto, limit}
-		for slot := r.Start; slot <= r.End; slot++ {
-			k := s.indexKeyOfSlot(slot)
-			keys[i] = append(keys[i], k)
-			args = append(args, k)
+		var ks []string
+		for _, r := range sh.Slots {
+			for slot := r.Start; slot <= r.End; slot++ {
+				k := s.indexKeyOfSlot(int(slot))
+				ks = append(ks, k)
+				args = append(args, k)
+			}
 		}
-		calls[i] = call{script: scriptDueAll, keys: keys[i][:1], args: args}
+		if len(ks) == 0 {
+			continue // a shard that serves no slots
+		}
+		keys = append(keys, ks)
+		calls = append(calls, call{script: scriptDueAll, keys: ks[:1], args: args})
 	}
 	cmds, _ := runAll(ctx, s.rdb, calls)
 	var out []dueList
