@@ -2,13 +2,14 @@ package region
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"log/slog"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -181,24 +182,23 @@ func (s *Store) Touch(ctx context.Context, refs []presence.SessionRef) ([]presen
 		}
 	}
 
-	// Group by room, keeping first-seen order; then by index key (slot).
+	// Sorted by room then user: each room's pairs are one run, and a
+	// user's sessions are adjacent, as touch.lua expects.
+	sorted := slices.Clone(refs)
+	slices.SortStableFunc(sorted, func(a, b presence.SessionRef) int {
+		return cmp.Or(strings.Compare(a.Room, b.Room), strings.Compare(a.User, b.User))
+	})
 	type roomBatch struct {
 		room  string
 		pairs []any
 	}
-	byRoom := map[string]int{}
 	var rooms []roomBatch
-	for _, r := range refs {
-		i, ok := byRoom[r.Room]
-		if !ok {
-			i = len(rooms)
-			byRoom[r.Room] = i
+	for _, r := range sorted {
+		if len(rooms) == 0 || rooms[len(rooms)-1].room != r.Room {
 			rooms = append(rooms, roomBatch{room: r.Room})
 		}
-		rooms[i].pairs = append(rooms[i].pairs, r.User, r.Session)
-	}
-	for _, rb := range rooms {
-		sortPairs(rb.pairs)
+		last := &rooms[len(rooms)-1]
+		last.pairs = append(last.pairs, r.User, r.Session)
 	}
 	byIndex := map[string][]int{}
 	var order []string
@@ -503,22 +503,6 @@ func (s *Store) parseEvent(room, e string) (presence.Transition, error) {
 		t.State = json.RawMessage(f[8])
 	}
 	return t, nil
-}
-
-// sortPairs orders (user, session) pairs by user so a user's sessions are
-// adjacent, as touch.lua expects.
-func sortPairs(p []any) {
-	n := len(p) / 2
-	idx := make([]int, n)
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.SliceStable(idx, func(a, b int) bool { return p[2*idx[a]].(string) < p[2*idx[b]].(string) })
-	out := make([]any, 0, len(p))
-	for _, i := range idx {
-		out = append(out, p[2*i], p[2*i+1])
-	}
-	copy(p, out)
 }
 
 // Preload caches every script on every Redis node, so the first calls do
