@@ -12,9 +12,9 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testnats"
 	"github.com/presence-dev/presence/internal/testredis"
-	"github.com/presence-dev/presence/internal/testwait"
 	"github.com/presence-dev/presence/presence"
 	"github.com/presence-dev/presence/region"
 )
@@ -24,14 +24,7 @@ var (
 	_ bus.Reader  = (*region.Store)(nil)
 )
 
-// testTiming is short, so grace and expiry happen within a test.
-var testTiming = presence.Timing{
-	SessionTTL:       2 * time.Second,
-	Heartbeat:        500 * time.Millisecond,
-	OfflineGrace:     time.Second,
-	ReapInterval:     100 * time.Millisecond,
-	LastSeenInterval: time.Second,
-}
+var testTiming = testkit.Timing
 
 // env is one region's bus on a real nats-server.
 type env struct {
@@ -86,8 +79,8 @@ func startReaper(tb testing.TB, st *region.Store) {
 	tb.Cleanup(func() { cancel(); <-done })
 }
 
-// waitFor polls with a deadline (see testwait.For).
-var waitFor = testwait.For
+// waitFor polls with a deadline (see testkit.WaitFor).
+var waitFor = testkit.WaitFor
 
 func streamInfo(tb testing.TB, s jetstream.Stream) *jetstream.StreamInfo {
 	tb.Helper()

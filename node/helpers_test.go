@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,21 +20,15 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testnats"
 	"github.com/presence-dev/presence/internal/testredis"
-	"github.com/presence-dev/presence/internal/testwait"
 	"github.com/presence-dev/presence/presence"
 	"github.com/presence-dev/presence/region"
 )
 
 // Short timing for integration tests against real servers.
-var testTiming = presence.Timing{
-	SessionTTL:       2 * time.Second,
-	Heartbeat:        500 * time.Millisecond,
-	OfflineGrace:     time.Second,
-	ReapInterval:     100 * time.Millisecond,
-	LastSeenInterval: time.Second,
-}
+var testTiming = testkit.Timing
 
 var testSecret = []byte("0123456789abcdef0123456789abcdef-test")
 
@@ -344,10 +337,7 @@ func (c *client) expectClose(code int) {
 }
 
 // recorder records every transition published on presence.>.
-type recorder struct {
-	mu sync.Mutex
-	ts []presence.Transition
-}
+type recorder struct{ testkit.Log }
 
 func newRecorder(t *testing.T, nc *nats.Conn) *recorder {
 	t.Helper()
@@ -358,9 +348,7 @@ func newRecorder(t *testing.T, nc *nats.Conn) *recorder {
 			t.Errorf("recorder: %v", err)
 			return
 		}
-		r.mu.Lock()
-		r.ts = append(r.ts, tr)
-		r.mu.Unlock()
+		r.Add(tr)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -371,36 +359,8 @@ func newRecorder(t *testing.T, nc *nats.Conn) *recorder {
 	return r
 }
 
-func (r *recorder) all() []presence.Transition {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]presence.Transition(nil), r.ts...)
-}
-
-// of returns the transitions of one kind for one user in one room.
-func (r *recorder) of(kind presence.Kind, room, user string) []presence.Transition {
-	var out []presence.Transition
-	for _, t := range r.all() {
-		if t.Kind == kind && t.Room == room && t.User == user {
-			out = append(out, t)
-		}
-	}
-	return out
-}
-
-// ofUser returns every transition of one user in one room.
-func (r *recorder) ofUser(room, user string) []presence.Transition {
-	var out []presence.Transition
-	for _, t := range r.all() {
-		if t.Room == room && t.User == user {
-			out = append(out, t)
-		}
-	}
-	return out
-}
-
-// waitFor polls with a deadline (see testwait.For).
-var waitFor = testwait.For
+// waitFor polls with a deadline (see testkit.WaitFor).
+var waitFor = testkit.WaitFor
 
 func (e *env) redisNow() time.Time {
 	e.t.Helper()
@@ -435,7 +395,7 @@ func (e *env) quiesce(room string) {
 	upto := ts[len(ts)-1].Seq
 	waitFor(e.t, 5*time.Second, fmt.Sprintf("transitions 1..%d of %s", upto, room), func() bool {
 		seen := map[uint64]bool{}
-		for _, t := range e.rec.all() {
+		for _, t := range e.rec.All() {
 			if t.Room == room {
 				seen[t.Seq] = true
 			}

@@ -35,8 +35,8 @@ func TestJoinSendsSnapshotThenLiveDiffs(t *testing.T) {
 	if snap.Total != 1 || len(snap.Members) != 1 || snap.Members[0].User != "alice" || len(snap.Members[0].Sessions) != 1 || snap.Members[0].Sessions[0].ID != "tab1" {
 		t.Fatalf("snapshot: %+v", snap)
 	}
-	waitFor(t, 5*time.Second, "alice online on NATS", func() bool { return len(e.rec.of(presence.Online, "room1", "alice")) == 1 })
-	if snap.RoomSeq != e.rec.of(presence.Online, "room1", "alice")[0].Seq {
+	waitFor(t, 5*time.Second, "alice online on NATS", func() bool { return len(e.rec.Of(presence.Online, "room1", "alice")) == 1 })
+	if snap.RoomSeq != e.rec.Of(presence.Online, "room1", "alice")[0].Seq {
 		t.Fatalf("snapshot room_seq %d does not cover alice's join", snap.RoomSeq)
 	}
 
@@ -61,7 +61,7 @@ func TestJoinSendsSnapshotThenLiveDiffs(t *testing.T) {
 		c.ping() // nothing else was queued before the pong
 	}
 	e.quiesce("room1")
-	if got := e.rec.ofUser("room1", "alice"); len(got) != 1 {
+	if got := e.rec.Of("", "room1", "alice"); len(got) != 1 {
 		t.Fatalf("alice's transitions: %v, want one online", got)
 	}
 }
@@ -161,7 +161,7 @@ func TestStateUpdateIsOneUpdateEvent(t *testing.T) {
 		t.Fatalf("clear event: %s", f.raw)
 	}
 	e.quiesce("room")
-	if got := e.rec.ofUser("room", "erin"); len(got) != 3 || got[1].Kind != presence.Update || got[2].Kind != presence.Update {
+	if got := e.rec.Of("", "room", "erin"); len(got) != 3 || got[1].Kind != presence.Update || got[2].Kind != presence.Update {
 		t.Fatalf("erin's transitions: %v, want online, update, update", got)
 	}
 }
@@ -188,11 +188,11 @@ func TestCleanCloseAnnouncesOfflineAfterGrace(t *testing.T) {
 	c.replyAndOwnEvent("state_set", presence.Update)
 	c.closeNormally()
 	closed := time.Now()
-	waitFor(t, 5*time.Second, "fay offline", func() bool { return len(e.rec.of(presence.Offline, "room", "fay")) == 1 })
+	waitFor(t, 5*time.Second, "fay offline", func() bool { return len(e.rec.Of(presence.Offline, "room", "fay")) == 1 })
 	if d := time.Since(closed); d < testTiming.OfflineGrace-100*time.Millisecond {
 		t.Fatalf("offline %v after the close, before the grace of %v", d, testTiming.OfflineGrace)
 	}
-	if off := e.rec.of(presence.Offline, "room", "fay")[0]; off.Reason != presence.Left {
+	if off := e.rec.Of(presence.Offline, "room", "fay")[0]; off.Reason != presence.Left {
 		t.Fatalf("offline reason %q, want left (released, not expired)", off.Reason)
 	}
 	waitFor(t, 5*time.Second, "connection gauge to drop", func() bool { return n.open.Load() == 0 && n.sched.held() == 0 })
@@ -204,8 +204,8 @@ func TestAbruptTCPCloseIsReleased(t *testing.T) {
 	c := n.dial(t, token(t, "gus", []string{"*"}, time.Hour), "tab")
 	c.join("room")
 	_ = c.ws.NetConn().Close() // no close frame
-	waitFor(t, 5*time.Second, "gus offline", func() bool { return len(e.rec.of(presence.Offline, "room", "gus")) == 1 })
-	if off := e.rec.of(presence.Offline, "room", "gus")[0]; off.Reason != presence.Left {
+	waitFor(t, 5*time.Second, "gus offline", func() bool { return len(e.rec.Of(presence.Offline, "room", "gus")) == 1 })
+	if off := e.rec.Of(presence.Offline, "room", "gus")[0]; off.Reason != presence.Left {
 		t.Fatalf("offline reason %q, want left", off.Reason)
 	}
 }
@@ -228,9 +228,9 @@ func TestUnresponsiveClientIsDetectedByPing(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Never read again: pings go unanswered.
-	waitFor(t, 5*time.Second, "hal online", func() bool { return len(e.rec.of(presence.Online, "room", "hal")) == 1 })
-	waitFor(t, 10*time.Second, "hal offline", func() bool { return len(e.rec.of(presence.Offline, "room", "hal")) == 1 })
-	if off := e.rec.of(presence.Offline, "room", "hal")[0]; off.Reason != presence.Left {
+	waitFor(t, 5*time.Second, "hal online", func() bool { return len(e.rec.Of(presence.Online, "room", "hal")) == 1 })
+	waitFor(t, 10*time.Second, "hal offline", func() bool { return len(e.rec.Of(presence.Offline, "room", "hal")) == 1 })
+	if off := e.rec.Of(presence.Offline, "room", "hal")[0]; off.Reason != presence.Left {
 		t.Fatalf("offline reason %q, want left", off.Reason)
 	}
 }
@@ -256,7 +256,7 @@ func TestReconnectInsideGraceIsSilent(t *testing.T) {
 	}
 	e.waitRedisPast(e.redisNow().Add(testTiming.OfflineGrace + 200*time.Millisecond))
 	e.quiesce("room")
-	if got := e.rec.ofUser("room", "ida"); len(got) != 1 || got[0].Kind != presence.Online {
+	if got := e.rec.Of("", "room", "ida"); len(got) != 1 || got[0].Kind != presence.Online {
 		t.Fatalf("ida's transitions: %v, want only the first online", got)
 	}
 }
@@ -296,13 +296,13 @@ func TestDrainClosesWith1012AndKeepsSessions(t *testing.T) {
 	a = n2.dial(t, tokA, "tab")
 	a.join("room")
 	drained := e.redisNow()
-	waitFor(t, 10*time.Second, "kim to expire", func() bool { return len(e.rec.of(presence.Offline, "room", "kim")) == 1 })
-	if off := e.rec.of(presence.Offline, "room", "kim")[0]; off.Reason != presence.Expired {
+	waitFor(t, 10*time.Second, "kim to expire", func() bool { return len(e.rec.Of(presence.Offline, "room", "kim")) == 1 })
+	if off := e.rec.Of(presence.Offline, "room", "kim")[0]; off.Reason != presence.Expired {
 		t.Fatalf("kim's offline: %v, want expired (never released)", off)
 	}
 	e.waitRedisPast(drained.Add(testTiming.SessionTTL + 200*time.Millisecond))
 	e.quiesce("room")
-	if got := e.rec.ofUser("room", "jo"); len(got) != 1 {
+	if got := e.rec.Of("", "room", "jo"); len(got) != 1 {
 		t.Fatalf("jo's transitions: %v, want only the first online", got)
 	}
 }
@@ -323,7 +323,7 @@ func TestLimits(t *testing.T) {
 		c.join("big-room")
 		c.sendRaw(websocket.TextMessage, []byte(`{"type":"ping","ref":"`+strings.Repeat("x", DefaultMaxFrameBytes)+`"}`))
 		c.expectClose(CloseTooBig)
-		waitFor(t, 5*time.Second, "big released", func() bool { return len(e.rec.of(presence.Offline, "big-room", "big")) == 1 })
+		waitFor(t, 5*time.Second, "big released", func() bool { return len(e.rec.Of(presence.Offline, "big-room", "big")) == 1 })
 	})
 	t.Run("rooms", func(t *testing.T) {
 		c := n.dial(t, token(t, "many", all, time.Hour), "s")
@@ -376,7 +376,7 @@ func TestHeartbeatKeepsSessionAliveBeyondTTL(t *testing.T) {
 	}
 	c.ping()
 	e.quiesce("room")
-	if got := e.rec.ofUser("room", "lou"); len(got) != 1 {
+	if got := e.rec.Of("", "room", "lou"); len(got) != 1 {
 		t.Fatalf("lou's transitions: %v, want only the online", got)
 	}
 }
@@ -559,7 +559,7 @@ func TestTakeoverClosesTheStaleConnectionSilently(t *testing.T) {
 	waitFor(t, 5*time.Second, "n1 to drop the session", func() bool { return n1.sched.held() == 0 })
 	e.waitRedisPast(e.redisNow().Add(testTiming.OfflineGrace + 200*time.Millisecond))
 	e.quiesce("room")
-	if got := e.rec.ofUser("room", "lee"); len(got) != 1 || got[0].Kind != presence.Online {
+	if got := e.rec.Of("", "room", "lee"); len(got) != 1 || got[0].Kind != presence.Online {
 		t.Fatalf("lee's transitions: %v, want only the first online", got)
 	}
 	if live := e.live("room", "lee"); len(live) != 1 || live[0] != "tab" {

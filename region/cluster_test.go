@@ -56,7 +56,7 @@ func TestClusterRoomsOnManySlots(t *testing.T) {
 	startReaper(t, newStore(t, cc, c))
 	waitFor(t, 5*time.Second, "30 departures (left)", func() bool {
 		n := 0
-		for _, tr := range c.all() {
+		for _, tr := range c.All() {
 			if tr.Kind == presence.Offline && tr.Reason == presence.Left {
 				n++
 			}
@@ -65,7 +65,7 @@ func TestClusterRoomsOnManySlots(t *testing.T) {
 	})
 	waitFor(t, testTiming.SessionTTL+5*time.Second, "30 departures (expired)", func() bool {
 		n := 0
-		for _, tr := range c.all() {
+		for _, tr := range c.All() {
 			if tr.Kind == presence.Offline && tr.Reason == presence.Expired {
 				n++
 			}
@@ -75,7 +75,7 @@ func TestClusterRoomsOnManySlots(t *testing.T) {
 	time.Sleep(3 * testTiming.ReapInterval) // other reaper sweeps
 	for i := range 30 {
 		room := fmt.Sprintf("room%d", i)
-		if n := len(c.of(presence.Offline, room, "u"+fmt.Sprint(i))) + len(c.of(presence.Offline, room, "w"+fmt.Sprint(i))); n != 2 {
+		if n := len(c.Of(presence.Offline, room, "u"+fmt.Sprint(i))) + len(c.Of(presence.Offline, room, "w"+fmt.Sprint(i))); n != 2 {
 			t.Fatalf("%s: %d offlines, want 2", room, n)
 		}
 	}

@@ -3,30 +3,21 @@ package region
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/presence-dev/presence/internal/testwait"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
 )
 
-// Short timing for integration tests against a real redis-server.
-var testTiming = presence.Timing{
-	SessionTTL:       2 * time.Second,
-	Heartbeat:        500 * time.Millisecond,
-	OfflineGrace:     time.Second,
-	ReapInterval:     100 * time.Millisecond,
-	LastSeenInterval: time.Second,
-}
+var testTiming = testkit.Timing
 
 // collector is a Sink that records what it is given.
 type collector struct {
-	mu   sync.Mutex
-	ts   []presence.Transition
+	testkit.Log
 	down atomic.Bool
 }
 
@@ -34,27 +25,7 @@ func (c *collector) Publish(_ context.Context, ts []presence.Transition) (uint64
 	if c.down.Load() {
 		return 0, errors.New("sink down")
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.ts = append(c.ts, ts...)
-	return uint64(len(c.ts)), nil // stands for the stream sequence
-}
-
-func (c *collector) all() []presence.Transition {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return append([]presence.Transition(nil), c.ts...)
-}
-
-// of returns the transitions of one kind for one user in one room.
-func (c *collector) of(kind presence.Kind, room, user string) []presence.Transition {
-	var out []presence.Transition
-	for _, t := range c.all() {
-		if t.Kind == kind && t.Room == room && t.User == user {
-			out = append(out, t)
-		}
-	}
-	return out
+	return uint64(c.Add(ts...)), nil // the count stands for the stream sequence
 }
 
 func newStore(tb testing.TB, rdb redis.UniversalClient, sink Sink, edit ...func(*Options)) *Store {
@@ -79,8 +50,8 @@ func startReaper(tb testing.TB, s *Store) {
 	tb.Cleanup(func() { cancel(); <-done })
 }
 
-// waitFor polls with a deadline (see testwait.For).
-var waitFor = testwait.For
+// waitFor polls with a deadline (see testkit.WaitFor).
+var waitFor = testkit.WaitFor
 
 func redisNow(tb testing.TB, rdb redis.UniversalClient) time.Time {
 	tb.Helper()

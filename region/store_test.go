@@ -29,10 +29,10 @@ func TestJoinAnnouncesOnceAndRefreshesAreSilent(t *testing.T) {
 	for range 3 {
 		touch(t, s, ref("r1", "alice", "tab1"), ref("r1", "alice", "tab2")) // refreshes
 	}
-	if got := c.of(presence.Online, "r1", "alice"); len(got) != 1 {
+	if got := c.Of(presence.Online, "r1", "alice"); len(got) != 1 {
 		t.Fatalf("online transitions: got %d, want 1: %v", len(got), got)
 	}
-	if got := len(c.all()); got != 1 {
+	if got := len(c.All()); got != 1 {
 		t.Fatalf("transitions: got %d, want 1", got)
 	}
 	if m := members(t, s, "r1"); m["alice"] != 2 || len(m) != 1 {
@@ -59,7 +59,7 @@ func TestSecondTabCloseIsSilent(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	reap(t, s)
-	if got := c.of(presence.Offline, "r1", "bob"); len(got) != 0 {
+	if got := c.Of(presence.Offline, "r1", "bob"); len(got) != 0 {
 		t.Fatalf("offline after closing one of two tabs: %v", got)
 	}
 	if m := members(t, s, "r1"); m["bob"] != 1 {
@@ -81,8 +81,8 @@ func TestBlipInsideGraceIsSilent(t *testing.T) {
 	touch(t, s, ref("r1", "carol", "tab")) // reconnect, same session id
 	waitRedisPast(t, rdb, released.Add(testTiming.OfflineGrace+200*time.Millisecond))
 	reap(t, s)
-	if got := len(c.all()); got != 1 { // just the join
-		t.Fatalf("transitions: got %v, want only the first online", c.all())
+	if got := len(c.All()); got != 1 { // just the join
+		t.Fatalf("transitions: got %v, want only the first online", c.All())
 	}
 	if m := members(t, s, "r1"); m["carol"] != 1 {
 		t.Fatalf("members: %v", m)
@@ -106,8 +106,8 @@ func TestReconnectOnAnotherNodeInsideGraceIsSilent(t *testing.T) {
 		touch(t, b, ref("r1", "dave", "tab"))
 		time.Sleep(100 * time.Millisecond)
 	}
-	if got := len(c.all()); got != 1 {
-		t.Fatalf("transitions: got %v, want only the first online", c.all())
+	if got := len(c.All()); got != 1 {
+		t.Fatalf("transitions: got %v, want only the first online", c.All())
 	}
 }
 
@@ -122,9 +122,9 @@ func TestDepartureAfterGraceByAnotherProcess(t *testing.T) {
 	other := newStore(t, rdb, c)
 	startReaper(t, other)
 	waitFor(t, testTiming.OfflineGrace+2*time.Second, "offline", func() bool {
-		return len(c.of(presence.Offline, "r1", "erin")) > 0
+		return len(c.Of(presence.Offline, "r1", "erin")) > 0
 	})
-	off := c.of(presence.Offline, "r1", "erin")
+	off := c.Of(presence.Offline, "r1", "erin")
 	if len(off) != 1 || off[0].Reason != presence.Left || off[0].Sessions != 0 {
 		t.Fatalf("offline: %v, want one with reason left", off)
 	}
@@ -137,7 +137,7 @@ func TestDepartureAfterGraceByAnotherProcess(t *testing.T) {
 	}
 	// Nothing more comes later.
 	reap(t, other)
-	if n := len(c.of(presence.Offline, "r1", "erin")); n != 1 {
+	if n := len(c.Of(presence.Offline, "r1", "erin")); n != 1 {
 		t.Fatalf("offline count: %d", n)
 	}
 }
@@ -170,11 +170,11 @@ func TestCrashExpiresFromReadsAndAnnouncesOnce(t *testing.T) {
 		startReaper(t, newStore(t, rdb, c))
 	}
 	waitFor(t, 2*time.Second, "both offlines", func() bool {
-		return len(c.of(presence.Offline, "r1", "fay")) > 0 && len(c.of(presence.Offline, "r2", "gus")) > 0
+		return len(c.Of(presence.Offline, "r1", "fay")) > 0 && len(c.Of(presence.Offline, "r2", "gus")) > 0
 	})
 	time.Sleep(3 * testTiming.ReapInterval) // let the other reapers run their sweeps too
 	for _, w := range []struct{ room, user string }{{"r1", "fay"}, {"r2", "gus"}} {
-		off := c.of(presence.Offline, w.room, w.user)
+		off := c.Of(presence.Offline, w.room, w.user)
 		if len(off) != 1 || off[0].Reason != presence.Expired {
 			t.Fatalf("%s/%s offline: %v, want exactly one with reason expired", w.room, w.user, off)
 		}
@@ -204,7 +204,7 @@ func TestConcurrentReapersAnnounceEachDepartureOnce(t *testing.T) {
 	}
 	waitFor(t, testTiming.SessionTTL+3*time.Second, "60 offlines", func() bool {
 		n := 0
-		for _, tr := range c.all() {
+		for _, tr := range c.All() {
 			if tr.Kind == presence.Offline {
 				n++
 			}
@@ -213,7 +213,7 @@ func TestConcurrentReapersAnnounceEachDepartureOnce(t *testing.T) {
 	})
 	time.Sleep(3 * testTiming.ReapInterval)
 	for i, r := range refs {
-		off := c.of(presence.Offline, r.Room, r.User)
+		off := c.Of(presence.Offline, r.Room, r.User)
 		want := presence.Expired
 		if i < 30 {
 			want = presence.Left
@@ -224,7 +224,7 @@ func TestConcurrentReapersAnnounceEachDepartureOnce(t *testing.T) {
 	}
 	// Seqs per room are gapless and unique: every event id once.
 	ids := map[string]bool{}
-	for _, tr := range c.all() {
+	for _, tr := range c.All() {
 		if ids[tr.ID] {
 			t.Fatalf("duplicate event id %s", tr.ID)
 		}
@@ -240,7 +240,7 @@ func TestOverdueUserIsAnnouncedBeforeRejoin(t *testing.T) {
 	waitRedisPast(t, rdb, untilOf(t, s, "r1", "hal"))
 	touch(t, s, ref("r1", "hal", "tab")) // a stalled node comes back
 	var kinds []string
-	for _, tr := range c.all() {
+	for _, tr := range c.All() {
 		kinds = append(kinds, string(tr.Kind)+"/"+string(tr.Reason))
 	}
 	if got := strings.Join(kinds, ","); got != "online/joined,offline/expired,online/joined" {
@@ -254,15 +254,15 @@ func TestUndeliveredEventsAreRedeliveredBySomeReaper(t *testing.T) {
 	c.down.Store(true)
 	s := newStore(t, rdb, c)
 	touch(t, s, ref("r1", "ivy", "tab")) // the online cannot be published
-	if len(c.all()) != 0 {
+	if len(c.All()) != 0 {
 		t.Fatal("sink is down but got events")
 	}
 	c.down.Store(false)
 	startReaper(t, newStore(t, rdb, c))
-	waitFor(t, 3*time.Second, "redelivered online", func() bool { return len(c.of(presence.Online, "r1", "ivy")) == 1 })
+	waitFor(t, 3*time.Second, "redelivered online", func() bool { return len(c.Of(presence.Online, "r1", "ivy")) == 1 })
 	time.Sleep(700 * time.Millisecond) // past another lease: acked, so not sent again
-	if n := len(c.all()); n != 1 {
-		t.Fatalf("got %d events, want the online once: %v", n, c.all())
+	if n := len(c.All()); n != 1 {
+		t.Fatalf("got %d events, want the online once: %v", n, c.All())
 	}
 	if n, _ := rdb.LLen(context.Background(), "presence:{r1}:o").Result(); n != 0 {
 		t.Fatalf("outbox holds %d entries after ack", n)
@@ -278,8 +278,8 @@ func TestScriptCacheFlushIsSurvived(t *testing.T) {
 		t.Fatal(err)
 	}
 	touch(t, s, ref("r1", "kim", "tab"))
-	if len(c.of(presence.Online, "r1", "kim")) != 1 {
-		t.Fatalf("no online after script flush: %v", c.all())
+	if len(c.Of(presence.Online, "r1", "kim")) != 1 {
+		t.Fatalf("no online after script flush: %v", c.All())
 	}
 }
 
@@ -310,10 +310,10 @@ func TestLastSeenIsWrittenOnTransitionsAndRarelyWhileActive(t *testing.T) {
 	release(t, s, ref("r1", "liz", "tab"))
 	before := s.Stats().LastSeenWrites.Load()
 	startReaper(t, s)
-	waitFor(t, 3*time.Second, "offline", func() bool { return len(c.of(presence.Offline, "r1", "liz")) == 1 })
+	waitFor(t, 3*time.Second, "offline", func() bool { return len(c.Of(presence.Offline, "r1", "liz")) == 1 })
 	waitFor(t, time.Second, "departure write", func() bool { return s.Stats().LastSeenWrites.Load() == before+1 })
 	seen, ok, err := s.LastSeen(ctx, "liz")
-	if err != nil || !ok || !seen.Equal(c.of(presence.Offline, "r1", "liz")[0].At.Truncate(time.Second)) {
+	if err != nil || !ok || !seen.Equal(c.Of(presence.Offline, "r1", "liz")[0].At.Truncate(time.Second)) {
 		t.Fatalf("last seen %v %v %v, want the departure time", seen, ok, err)
 	}
 }
@@ -339,7 +339,7 @@ func TestSweepVisitsOnlyDueRooms(t *testing.T) {
 	if n := s.Stats().ReapedRooms.Load(); n != 1 {
 		t.Fatalf("sweep with one due room among 501 ran %d room scripts", n)
 	}
-	if len(c.of(presence.Offline, "quiet", "v")) != 1 {
+	if len(c.Of(presence.Offline, "quiet", "v")) != 1 {
 		t.Fatal("quiet room's departure not announced")
 	}
 }
@@ -452,7 +452,7 @@ func TestConcurrentTouchAndRelease(t *testing.T) {
 	wg.Wait()
 	// Every user touched is online exactly once, however the tabs raced.
 	for i := range 10 {
-		if n := len(c.of(presence.Online, "hot", fmt.Sprintf("u%d", i))); n != 1 {
+		if n := len(c.Of(presence.Online, "hot", fmt.Sprintf("u%d", i))); n != 1 {
 			t.Fatalf("u%d: %d onlines", i, n)
 		}
 	}
@@ -473,7 +473,7 @@ func TestStateUpdateIsNotALeaveAndJoin(t *testing.T) {
 	if ok, _ := s.SetState(ctx, ref("r1", "mo", "tab"), []byte(`{"status":"away"}`)); !ok {
 		t.Fatal("same state again: not found")
 	}
-	ts := c.all()
+	ts := c.All()
 	if len(ts) != 2 || ts[1].Kind != presence.Update || ts[1].Reason != presence.State || ts[1].Session != "tab" ||
 		string(ts[1].State) != `{"status":"away"}` || ts[1].Sessions != 2 {
 		t.Fatalf("transitions: %+v, want online then one update (an unchanged state is silent)", ts)
@@ -490,7 +490,7 @@ func TestStateUpdateIsNotALeaveAndJoin(t *testing.T) {
 	if ok, _ := s.SetState(ctx, ref("r1", "mo", "tab"), nil); !ok {
 		t.Fatal("clear state: not found")
 	}
-	if ts := c.all(); len(ts) != 3 || ts[2].Kind != presence.Update || ts[2].State != nil {
+	if ts := c.All(); len(ts) != 3 || ts[2].Kind != presence.Update || ts[2].State != nil {
 		t.Fatalf("clear: %+v", ts)
 	}
 	release(t, s, ref("r1", "mo", "tab"))

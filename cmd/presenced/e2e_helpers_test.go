@@ -19,9 +19,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testnats"
 	"github.com/presence-dev/presence/internal/testredis"
-	"github.com/presence-dev/presence/internal/testwait"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -179,8 +179,8 @@ func (p *proc) exit(t *testing.T, within time.Duration) int {
 
 func (p *proc) signal(s syscall.Signal) { _ = p.cmd.Process.Signal(s) }
 
-// waitFor polls with a deadline (see testwait.For).
-var waitFor = testwait.For
+// waitFor polls with a deadline (see testkit.WaitFor).
+var waitFor = testkit.WaitFor
 
 // token signs an HS256 client token for user with the given rooms claim.
 func token(t *testing.T, user string, rooms ...string) string {
@@ -323,10 +323,7 @@ func (c *client) closeCode() int {
 }
 
 // watcher is a plain NATS subscriber on presence.>.
-type watcher struct {
-	mu  sync.Mutex
-	evs []presence.Transition
-}
+type watcher struct{ testkit.Log }
 
 func (e *env) watch() *watcher {
 	e.t.Helper()
@@ -337,9 +334,7 @@ func (e *env) watch() *watcher {
 			e.t.Errorf("undecodable event on %s: %v", m.Subject, err)
 			return
 		}
-		w.mu.Lock()
-		w.evs = append(w.evs, t)
-		w.mu.Unlock()
+		w.Add(t)
 	})
 	if err != nil {
 		e.t.Fatal(err)
@@ -351,15 +346,9 @@ func (e *env) watch() *watcher {
 	return w
 }
 
-func (w *watcher) all() []presence.Transition {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return append([]presence.Transition(nil), w.evs...)
-}
-
 func (w *watcher) count(kind presence.Kind, user string) int {
 	n := 0
-	for _, t := range w.all() {
+	for _, t := range w.All() {
 		if t.Kind == kind && (user == "" || t.User == user) {
 			n++
 		}

@@ -33,7 +33,7 @@ func TestE2EBlipIsSilent(t *testing.T) {
 	c2 := dial(t, n.addr, "alice", "tab1")
 	c2.join("room42")
 	pastGrace(cut)
-	if evs := w.all(); len(evs) != 1 {
+	if evs := w.All(); len(evs) != 1 {
 		t.Fatalf("events after a blip: %v, want only the first online", evs)
 	}
 }
@@ -53,18 +53,18 @@ func TestE2ESecondTab(t *testing.T) {
 	_ = a.ws.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye"))
 	closed := time.Now()
 	pastGrace(closed)
-	if evs := w.all(); len(evs) != 1 {
+	if evs := w.All(); len(evs) != 1 {
 		t.Fatalf("events after closing one of two tabs: %v", evs)
 	}
 	_ = b.ws.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye"))
 	closed = time.Now()
 	waitFor(t, e2eGrace+3*time.Second, "offline", func() bool { return w.count(presence.Offline, "bob") == 1 })
-	off := w.all()[1]
+	off := w.All()[1]
 	if off.Reason != presence.Left || off.At.Sub(closed) < e2eGrace-100*time.Millisecond {
 		t.Fatalf("offline %+v %v after the close, want reason left after the grace", off, off.At.Sub(closed))
 	}
 	pastGrace(time.Now())
-	if n := len(w.all()); n != 2 {
+	if n := len(w.All()); n != 2 {
 		t.Fatalf("%d events, want online and one offline", n)
 	}
 }
@@ -101,10 +101,10 @@ func TestE2ECrash(t *testing.T) {
 			want = 1
 		}
 		if got := w.count(presence.Offline, c.user); got != want {
-			t.Fatalf("%s: %d offlines, want %d; events %v", c.user, got, want, w.all())
+			t.Fatalf("%s: %d offlines, want %d; events %v", c.user, got, want, w.All())
 		}
 	}
-	for _, ev := range w.all() {
+	for _, ev := range w.All() {
 		if ev.Kind != presence.Offline || ev.Reason != presence.Expired {
 			t.Fatalf("unexpected event %v", ev)
 		}
@@ -140,7 +140,7 @@ func TestE2EDrainIsSilent(t *testing.T) {
 		t.Fatalf("drained node exited %d", code)
 	}
 	pastGrace(drained)
-	if evs := w.all(); len(evs) != 0 {
+	if evs := w.All(); len(evs) != 0 {
 		t.Fatalf("events during a drain: %v", evs)
 	}
 }
@@ -277,7 +277,7 @@ func TestE2EBadInput(t *testing.T) {
 	if got := w.count(presence.Online, "eve"); got != 1 {
 		t.Fatalf("onlines: %d, want 1 (team7-a only)", got)
 	}
-	if strings.Contains(fmt.Sprint(w.all()), "other") {
+	if strings.Contains(fmt.Sprint(w.All()), "other") {
 		t.Fatal("refused join wrote something")
 	}
 }

@@ -1,0 +1,68 @@
+// Package testkit holds what the packages' tests share: polling with a
+// deadline instead of sleeping and hoping, the short timing integration
+// tests run with, and a log of transitions safe for concurrent use.
+package testkit
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/presence-dev/presence/presence"
+)
+
+// Timing is short, so expiry and grace happen within a test against a
+// real redis-server.
+var Timing = presence.Timing{
+	SessionTTL:       2 * time.Second,
+	Heartbeat:        500 * time.Millisecond,
+	OfflineGrace:     time.Second,
+	ReapInterval:     100 * time.Millisecond,
+	LastSeenInterval: time.Second,
+}
+
+// WaitFor polls cond every 10ms until it holds, failing tb after timeout
+// with what it was waiting for.
+func WaitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Log records transitions in arrival order; safe for concurrent use.
+type Log struct {
+	mu sync.Mutex
+	ts []presence.Transition
+}
+
+// Add appends ts and returns how many the log now holds.
+func (l *Log) Add(ts ...presence.Transition) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ts = append(l.ts, ts...)
+	return len(l.ts)
+}
+
+// All returns a copy of every transition recorded.
+func (l *Log) All() []presence.Transition {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]presence.Transition(nil), l.ts...)
+}
+
+// Of returns the transitions of one user in one room, of the given kind
+// or, with kind "", of every kind.
+func (l *Log) Of(kind presence.Kind, room, user string) []presence.Transition {
+	var out []presence.Transition
+	for _, t := range l.All() {
+		if (kind == "" || t.Kind == kind) && t.Room == room && t.User == user {
+			out = append(out, t)
+		}
+	}
+	return out
+}
