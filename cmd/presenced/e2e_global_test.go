@@ -38,7 +38,7 @@ func TestE2EGlobalViewAcrossRegions(t *testing.T) {
 	defer sub.Unsubscribe()
 	_ = watch.Flush()
 
-	regions["a"].start(freeAddr(t), []string{"aggregator", "--nats", sc.Server("a").ClientURL(), "--cadence", "300ms", "--regions", "a,b"}, false)
+	regions["a"].start([]string{"aggregator", "--nats", sc.Server("a").ClientURL(), "--cadence", "300ms", "--regions", "a,b"}, false)
 	na := regions["a"].startNodeIn("a", "--global", "--global-cadence", "300ms")
 	nb := regions["b"].startNodeIn("b", "--global", "--global-cadence", "300ms")
 

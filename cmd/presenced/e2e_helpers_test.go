@@ -3,11 +3,11 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -78,16 +78,6 @@ type proc struct {
 	err  error
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 type syncBuilder struct {
 	mu sync.Mutex
 	b  strings.Builder
@@ -114,20 +104,24 @@ func (e *env) startNode(extra ...string) *proc {
 // startNodeIn runs a node of the given region.
 func (e *env) startNodeIn(region string, extra ...string) *proc {
 	e.t.Helper()
-	addr := freeAddr(e.t)
 	args := append([]string{"node",
-		"--region", region, "--redis", e.redis, "--nats", e.nats, "--listen", addr,
+		"--region", region, "--redis", e.redis, "--nats", e.nats, "--listen", "127.0.0.1:0",
 		"--jwt-secret", e2eSecret,
 		"--session-ttl", e2eTTL.String(), "--heartbeat", e2eBeat.String(),
 		"--offline-grace", e2eGrace.String(), "--reap-interval", e2eReap.String(),
 		"--last-seen-interval", "2s", "--drain-timeout", "5s",
 	}, extra...)
-	return e.start(addr, args, true)
+	return e.start(args, true)
 }
 
-// start runs presenced with args; health, when set, waits for addr's
-// /healthz.
-func (e *env) start(addr string, args []string, health bool) *proc {
+// listening matches the line a node logs once its listener is bound; the
+// tests listen on port 0 and read the address from it, so no port is
+// picked by one process and bound by another.
+var listening = regexp.MustCompile(`msg="presenced: listening" addr=(\S+)`)
+
+// start runs presenced with args; health, when set, waits for the node
+// to log its address and for that address's /healthz.
+func (e *env) start(args []string, health bool) *proc {
 	e.t.Helper()
 	cmd := exec.Command(binary, args...)
 	out := &syncBuilder{}
@@ -135,13 +129,13 @@ func (e *env) start(addr string, args []string, health bool) *proc {
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}
-	p := &proc{cmd: cmd, addr: addr, out: out, done: make(chan struct{})}
+	p := &proc{cmd: cmd, out: out, done: make(chan struct{})}
 	go func() { p.err = cmd.Wait(); close(p.done) }()
 	e.t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		<-p.done
 		if e.t.Failed() {
-			e.t.Logf("node %s output:\n%s", addr, out.String())
+			e.t.Logf("%s output:\n%s", args[0], out.String())
 		}
 	})
 	if !health {
@@ -153,7 +147,14 @@ func (e *env) start(addr string, args []string, health bool) *proc {
 			e.t.Fatalf("node exited: %v\n%s", p.err, out.String())
 		default:
 		}
-		r, err := http.Get("http://" + addr + "/healthz")
+		if p.addr == "" {
+			m := listening.FindStringSubmatch(out.String())
+			if m == nil {
+				return false
+			}
+			p.addr = m[1]
+		}
+		r, err := http.Get("http://" + p.addr + "/healthz")
 		if err != nil {
 			return false
 		}

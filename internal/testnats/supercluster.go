@@ -67,28 +67,7 @@ func StartSuperCluster(tb testing.TB, names ...string) *SuperCluster {
 				remotes = append(remotes, &server.RemoteGatewayOpts{Name: m, URLs: []*url.URL{u}})
 			}
 		}
-		o := Options(tb)
-		o.ServerName = n
-		// Clustered JetStream insists on configured routes; a route to
-		// itself satisfies it (the server detects and drops it), so each
-		// cluster can be a single server.
-		port := freePort(tb)
-		o.Cluster = server.ClusterOpts{Name: n, Host: "127.0.0.1", Port: port}
-		o.Routes = server.RoutesFromStr(fmt.Sprintf("nats-route://127.0.0.1:%d", port))
-		o.Gateway = server.GatewayOpts{
-			Name: n, Host: "127.0.0.1", Port: -1,
-			Advertise: sc.proxies[n].addr(), // gossip names the proxy, never the listener
-			Gateways:  remotes,
-		}
-		s, err := server.NewServer(o)
-		if err != nil {
-			tb.Fatalf("nats-server %s: %v", n, err)
-		}
-		go s.Start()
-		tb.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-		if !s.ReadyForConnections(10 * time.Second) {
-			tb.Fatalf("nats-server %s not ready in 10s", n)
-		}
+		s := startGatewayServer(tb, n, sc.proxies[n].addr(), remotes)
 		sc.proxies[n].setTarget(s.GatewayAddr().String())
 		sc.servers[n] = s
 	}
@@ -255,6 +234,81 @@ func (sc *SuperCluster) GatewayBytes() (uint64, error) {
 	}
 	return total, nil
 }
+
+// startGatewayServer starts cluster n's only server. Its route port is
+// picked before the server binds it, so another process may take it in
+// between; the server then reports the failed listen through its logger
+// and the start is retried on a fresh port.
+func startGatewayServer(tb testing.TB, n, advertise string, remotes []*server.RemoteGatewayOpts) *server.Server {
+	tb.Helper()
+	var lastErr string
+	for range 5 {
+		o := Options(tb)
+		o.ServerName = n
+		// Clustered JetStream insists on configured routes; a route to
+		// itself satisfies it (the server detects and drops it), so each
+		// cluster can be a single server.
+		port := pickPort(tb)
+		o.Cluster = server.ClusterOpts{Name: n, Host: "127.0.0.1", Port: port}
+		o.Routes = server.RoutesFromStr(fmt.Sprintf("nats-route://127.0.0.1:%d", port))
+		o.Gateway = server.GatewayOpts{
+			Name: n, Host: "127.0.0.1", Port: -1,
+			Advertise: advertise, // gossip names the proxy, never the listener
+			Gateways:  remotes,
+		}
+		s, err := server.NewServer(o)
+		if err != nil {
+			tb.Fatalf("nats-server %s: %v", n, err)
+		}
+		fatal := &fatalLog{ch: make(chan string, 1)}
+		s.SetLogger(fatal, false, false)
+		go s.Start()
+		if lastErr = waitReady(s, fatal.ch, 10*time.Second); lastErr == "" {
+			tb.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+			return s
+		}
+		s.Shutdown()
+		s.WaitForShutdown()
+	}
+	tb.Fatalf("nats-server %s: %s", n, lastErr)
+	return nil
+}
+
+// waitReady waits until s accepts connections and returns "", or returns
+// why it will not: a fatal error it logged or the timeout.
+func waitReady(s *server.Server, fatal <-chan string, timeout time.Duration) string {
+	deadline := time.Now().Add(timeout)
+	for !s.ReadyForConnections(20 * time.Millisecond) {
+		select {
+		case msg := <-fatal:
+			return msg
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Sprintf("not ready in %v", timeout)
+		}
+	}
+	return ""
+}
+
+// fatalLog is a server.Logger that drops everything but the first fatal
+// error, which it hands over on ch.
+type fatalLog struct{ ch chan string }
+
+func (l *fatalLog) Fatalf(format string, v ...any) {
+	select {
+	case l.ch <- fmt.Sprintf(format, v...):
+	default:
+	}
+}
+func (*fatalLog) Noticef(string, ...any) {}
+func (*fatalLog) Warnf(string, ...any)   {}
+func (*fatalLog) Errorf(string, ...any)  {}
+func (*fatalLog) Debugf(string, ...any)  {}
+func (*fatalLog) Tracef(string, ...any)  {}
+
+// pickPort is freePort; a test replaces it to force a taken port.
+var pickPort = freePort
 
 // freePort returns a port that was free a moment ago.
 func freePort(tb testing.TB) int {

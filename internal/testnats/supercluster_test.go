@@ -2,6 +2,8 @@ package testnats
 
 import (
 	"errors"
+	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -62,5 +64,31 @@ func TestSuperClusterIsolateAndHeal(t *testing.T) {
 	sc.WaitConnected(t, 20*time.Second)
 	if err := roundTrip(); err != nil {
 		t.Fatalf("a -> b after heal: %v", err)
+	}
+}
+
+// A route port taken between picking and binding it costs a retry, not
+// the test (seen in CI with packages running side by side).
+func TestSuperClusterRetriesATakenRoutePort(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	var calls atomic.Int32
+	pickPort = func(tb testing.TB) int {
+		if calls.Add(1) == 1 {
+			return taken.Addr().(*net.TCPAddr).Port
+		}
+		return freePort(tb)
+	}
+	t.Cleanup(func() { pickPort = freePort })
+	start := time.Now()
+	StartSuperCluster(t, "a", "b")
+	if calls.Load() != 3 {
+		t.Fatalf("%d ports picked, want 3 (one retry)", calls.Load())
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("start took %v: the failed listen was not noticed at once", d)
 	}
 }

@@ -65,7 +65,7 @@ func start(tb testing.TB, extra ...string) *Server {
 			tb.Fatalf("start redis-server: %v", err)
 		}
 		s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), cmd: cmd}
-		if lastErr = waitReady(s.Addr); lastErr == nil {
+		if lastErr = waitReady(s.Addr, cmd.Process.Pid); lastErr == nil {
 			tb.Cleanup(s.Stop)
 			return s
 		}
@@ -75,15 +75,21 @@ func start(tb testing.TB, extra ...string) *Server {
 	return nil
 }
 
-func waitReady(addr string) error {
+// waitReady waits until the redis-server with process id pid answers on
+// addr. The pid check matters: when the port was taken under us, another
+// test's server may be the one answering there.
+func waitReady(addr string, pid int) error {
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer c.Close()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := c.Ping(ctx).Err()
+		info, err := c.InfoMap(ctx, "server").Result()
 		cancel()
 		if err == nil {
+			if got := info["Server"]["process_id"]; got != strconv.Itoa(pid) {
+				return fmt.Errorf("%s is served by process %s, not %d", addr, got, pid)
+			}
 			return nil
 		}
 		if time.Now().After(deadline) {
