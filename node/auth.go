@@ -66,10 +66,11 @@ type Claims struct {
 	jwt.RegisteredClaims
 }
 
-// identity is who a connection is and where it may go.
+// identity is who a connection is, where it may go and until when.
 type identity struct {
 	user  string
-	rooms []string // exact ids, or prefixes with a trailing '*'
+	rooms []string  // exact ids, or prefixes with a trailing '*'
+	until time.Time // exp plus the leeway; zero in dev mode (no token)
 }
 
 // allowed reports whether the identity may join room.
@@ -189,6 +190,11 @@ func (a *authenticator) authenticate(r *http.Request, q url.Values) (*identity, 
 	if raw == "" {
 		return nil, &authError{fmt.Sprintf("no token: send Authorization: Bearer <jwt>, a %q subprotocol entry, or ?%s=", TokenSubprotocolPrefix+"<jwt>", TokenQueryParam)}
 	}
+	return a.parse(raw)
+}
+
+// parse verifies a token and returns the identity it grants.
+func (a *authenticator) parse(raw string) (*identity, error) {
 	var c Claims
 	if _, err := a.parser.ParseWithClaims(raw, &c, a.key); err != nil {
 		switch {
@@ -214,7 +220,7 @@ func (a *authenticator) authenticate(r *http.Request, q url.Values) (*identity, 
 			return nil, &authError{"token rooms claim: " + err.Error()}
 		}
 	}
-	return &identity{user: c.Subject, rooms: c.Rooms}, nil
+	return &identity{user: c.Subject, rooms: c.Rooms, until: c.ExpiresAt.Add(a.cfg.Leeway)}, nil
 }
 
 // checkRoomPattern accepts a room id, or a prefix of id bytes followed by

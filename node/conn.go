@@ -28,10 +28,14 @@ import (
 type conn struct {
 	n       *Node
 	ws      *websocket.Conn
-	id      *identity
+	user    string
 	session string
+	// expiry closes the connection when its token expires; nil in dev
+	// mode. A refresh moves it.
+	expiry *time.Timer
 
 	// Reader goroutine only.
+	grant   *identity // the latest token's; a refresh replaces it
 	rooms   []string
 	tokens  float64
 	last    int64 // monotonic ns of the last refill
@@ -53,11 +57,23 @@ type conn struct {
 }
 
 func (n *Node) newConn(ws *websocket.Conn, id *identity, session string) *conn {
-	return &conn{
-		n: n, ws: ws, id: id, session: session,
+	c := &conn{
+		n: n, ws: ws, user: id.user, session: session, grant: id,
 		tokens: float64(n.cfg.Limits.FrameBurst), last: n.mono(),
 		widx: -1,
 	}
+	if !id.until.IsZero() {
+		c.expiry = time.AfterFunc(time.Until(id.until), c.expire)
+	}
+	return c
+}
+
+// expire closes a connection whose token ran out. Its sessions are
+// released, so a reconnect with a fresh token inside the grace announces
+// nothing, and a user who is not let back in leaves after it.
+func (c *conn) expire() {
+	c.n.log.Info("node: token expired", "user", c.user, "session", c.session)
+	c.shutdown(CloseTokenExpired, "token expired", false)
 }
 
 // signal starts a writer unless one is running or the reader has exited.
@@ -88,7 +104,7 @@ func (c *conn) send(b []byte) {
 		c.queue = nil
 		c.closeCode, c.closeText = CloseSlowConsumer, "slow consumer"
 		c.mu.Unlock()
-		c.n.log.Warn("node: closing a slow consumer", "user", c.id.user, "session", c.session)
+		c.n.log.Warn("node: closing a slow consumer", "user", c.user, "session", c.session)
 		c.signal()
 		return
 	}
@@ -207,6 +223,9 @@ func (c *conn) readLoop() {
 // cleanup runs once, on the reader goroutine, when the connection ends.
 func (c *conn) cleanup(err error) {
 	n := c.n
+	if c.expiry != nil {
+		c.expiry.Stop()
+	}
 	n.wheel.remove(c)
 	n.sess.remove(c)
 	for _, room := range c.rooms {
@@ -238,13 +257,13 @@ func (c *conn) cleanup(err error) {
 	// applies.
 	keep := c.keep.Load()
 	for _, room := range c.rooms {
-		ref := presence.SessionRef{Room: room, User: c.id.user, Session: c.session}
+		ref := presence.SessionRef{Room: room, User: c.user, Session: c.session}
 		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.StoreTimeout)
 		released, rerr := n.sched.unhold(ctx, ref, !keep)
 		cancel()
 		switch {
 		case rerr != nil:
-			n.log.Warn("node: release failed; the session ends at its TTL", "room", room, "user", c.id.user, "session", c.session, "err", rerr)
+			n.log.Warn("node: release failed; the session ends at its TTL", "room", room, "user", c.user, "session", c.session, "err", rerr)
 		case released:
 			n.metrics.leaves.WithLabelValues("close").Inc()
 		case keep:
@@ -296,10 +315,12 @@ func (c *conn) handle(mt int, data []byte) {
 		c.setState(ctx, req)
 	case typePing:
 		c.send(mustJSON(replyFrame{Type: typePong, Ref: req.Ref}))
+	case typeRefresh:
+		c.refresh(ctx, req)
 	case "":
 		c.reject(CodeBadFrame, "frame has no type", req.Ref)
 	default:
-		c.reject(CodeUnknownType, fmt.Sprintf("unknown frame type %.40q (protocol v%d knows join, leave, state, ping)", req.Type, ProtocolVersion), req.Ref)
+		c.reject(CodeUnknownType, fmt.Sprintf("unknown frame type %.40q (protocol v%d knows join, leave, state, ping, refresh)", req.Type, ProtocolVersion), req.Ref)
 	}
 }
 
@@ -328,7 +349,7 @@ func (c *conn) reject(code ErrorCode, msg, ref string) {
 }
 
 func (c *conn) ref(room string) presence.SessionRef {
-	return presence.SessionRef{Room: room, User: c.id.user, Session: c.session}
+	return presence.SessionRef{Room: room, User: c.user, Session: c.session}
 }
 
 // checkRoom validates a request's room id.
@@ -348,7 +369,7 @@ func (c *conn) join(ctx context.Context, req request) {
 		return
 	}
 	room := req.Room
-	if !c.id.allowed(room) {
+	if !c.grant.allowed(room) {
 		c.reject(CodeForbidden, fmt.Sprintf("the token does not grant room %q", room), req.Ref)
 		return
 	}
@@ -396,16 +417,23 @@ func (c *conn) leave(ctx context.Context, req request) {
 		c.reject(CodeNotJoined, fmt.Sprintf("room %q is not joined", req.Room), req.Ref)
 		return
 	}
+	c.drop(ctx, i, "leave")
+	c.send(mustJSON(replyFrame{Type: typeLeft, Ref: req.Ref, Room: req.Room}))
+}
+
+// drop leaves c.rooms[i] and releases the session in it; why labels the
+// leaves metric.
+func (c *conn) drop(ctx context.Context, i int, why string) {
+	room := c.rooms[i]
 	c.rooms = slices.Delete(c.rooms, i, i+1)
-	c.n.hub.remove(req.Room, c)
+	c.n.hub.remove(room, c)
 	// The node no longer holds the session either way; a failed release
 	// only means it ends at its TTL instead of after the grace.
-	if released, err := c.n.sched.unhold(ctx, c.ref(req.Room), true); err != nil {
-		c.n.log.Warn("node: release failed; the session ends at its TTL", "room", req.Room, "user", c.id.user, "err", err)
+	if released, err := c.n.sched.unhold(ctx, c.ref(room), true); err != nil {
+		c.n.log.Warn("node: release failed; the session ends at its TTL", "room", room, "user", c.user, "err", err)
 	} else if released {
-		c.n.metrics.leaves.WithLabelValues("leave").Inc()
+		c.n.metrics.leaves.WithLabelValues(why).Inc()
 	}
-	c.send(mustJSON(replyFrame{Type: typeLeft, Ref: req.Ref, Room: req.Room}))
 }
 
 func (c *conn) setState(ctx context.Context, req request) {
@@ -446,7 +474,45 @@ func (c *conn) setState(ctx context.Context, req request) {
 	c.send(mustJSON(replyFrame{Type: typeStateSet, Ref: req.Ref, Room: req.Room}))
 }
 
+// refresh replaces the connection's token before it expires: same user,
+// a later expiry, and rooms the new token no longer grants are left
+// (released, grace applies) with an unasked left, reason revoked.
+func (c *conn) refresh(ctx context.Context, req request) {
+	if c.expiry == nil {
+		// Dev mode checks no tokens; a client written for production
+		// still gets the reply it waits for.
+		c.send(mustJSON(refreshedFrame{Type: typeRefreshed, Ref: req.Ref}))
+		return
+	}
+	if req.Token == "" {
+		c.reject(CodeInvalidToken, "refresh needs a token", req.Ref)
+		return
+	}
+	id, err := c.n.auth.parse(req.Token)
+	if err != nil {
+		c.reject(CodeInvalidToken, err.Error(), req.Ref)
+		return
+	}
+	if id.user != c.user {
+		c.reject(CodeInvalidToken, fmt.Sprintf("the token is for user %q, the connection for %q", id.user, c.user), req.Ref)
+		return
+	}
+	if !c.expiry.Stop() {
+		return // expired meanwhile: the close is under way
+	}
+	c.expiry.Reset(time.Until(id.until))
+	c.grant = id
+	for i := len(c.rooms) - 1; i >= 0; i-- {
+		if room := c.rooms[i]; !id.allowed(room) {
+			c.drop(ctx, i, "revoked")
+			c.send(mustJSON(replyFrame{Type: typeLeft, Room: room, Reason: reasonRevoked}))
+		}
+	}
+	until := id.until
+	c.send(mustJSON(refreshedFrame{Type: typeRefreshed, Ref: req.Ref, TokenExpires: &until}))
+}
+
 func (c *conn) unavailable(op string, err error, ref string) {
-	c.n.log.Warn("node: "+op+" failed", "user", c.id.user, "session", c.session, "err", err)
+	c.n.log.Warn("node: "+op+" failed", "user", c.user, "session", c.session, "err", err)
 	c.reject(CodeUnavailable, op+" failed; nothing changed, retry later", ref)
 }

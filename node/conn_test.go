@@ -7,7 +7,7 @@ import (
 
 func TestSlowConsumerIsClosed(t *testing.T) {
 	n := &Node{cfg: Config{Limits: Limits{SendQueue: 2}}, log: quiet}
-	c := &conn{n: n, id: &identity{user: "u"}, writing: true} // as if a writer were busy: frames stay queued
+	c := &conn{n: n, user: "u", writing: true} // as if a writer were busy: frames stay queued
 	c.send([]byte("a"))
 	c.send([]byte("b"))
 	if len(c.queue) != 2 || c.closeCode != 0 {

@@ -150,6 +150,7 @@ type frame struct {
 	V         int               `json:"v"`
 	User      string            `json:"user"`
 	Session   string            `json:"session"`
+	Expires   *time.Time        `json:"token_expires"`
 	raw       string
 }
 

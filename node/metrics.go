@@ -7,7 +7,7 @@ import (
 // metrics are the node's Prometheus collectors, all named presence_node_*.
 type metrics struct {
 	joins          prometheus.Counter
-	leaves         *prometheus.CounterVec // how: leave, close, kept
+	leaves         *prometheus.CounterVec // how: leave, close, kept, revoked
 	touchSeconds   prometheus.Histogram
 	touchErrors    prometheus.Counter
 	rejectedFrames *prometheus.CounterVec // code
@@ -24,7 +24,7 @@ func newMetrics(reg prometheus.Registerer, n *Node) (*metrics, error) {
 		joins: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "joins_total",
 			Help: "Rooms joined by clients."}),
 		leaves: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "leaves_total",
-			Help: "Sessions this node stopped holding, by how: leave (frame), close (connection ended; released) or kept (drain; left to the TTL)."}, []string{"how"}),
+			Help: "Sessions this node stopped holding, by how: leave (frame), close (connection ended; released), kept (drain; left to the TTL) or revoked (a refreshed token no longer grants the room)."}, []string{"how"}),
 		touchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "heartbeat_touch_seconds",
 			Help:    "Latency of one heartbeat Touch batch.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}}),

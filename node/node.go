@@ -301,9 +301,13 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 	n.sess.add(c)
 	n.announce(c)
 	lim := &n.cfg.Limits
-	c.send(mustJSON(helloFrame{Type: typeHello, V: ProtocolVersion, Region: n.cfg.Region, User: id.user, Session: session,
+	hello := helloFrame{Type: typeHello, V: ProtocolVersion, Region: n.cfg.Region, User: id.user, Session: session,
 		Limits: helloLimits{MaxRooms: lim.MaxRooms, MaxFrameBytes: lim.MaxFrameBytes, MaxStateBytes: presence.MaxStateBytes,
-			FrameRate: lim.FrameRate, FrameBurst: lim.FrameBurst, PingIntervalMS: lim.PingInterval.Milliseconds()}}))
+			FrameRate: lim.FrameRate, FrameBurst: lim.FrameBurst, PingIntervalMS: lim.PingInterval.Milliseconds()}}
+	if !id.until.IsZero() {
+		hello.TokenExpires = &id.until
+	}
+	c.send(mustJSON(hello))
 	go c.readLoop()
 }
 

@@ -2,6 +2,7 @@ package node
 
 import (
 	"encoding/json"
+	"time"
 
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/presence"
@@ -20,6 +21,7 @@ const (
 	CloseRestart      = 1012 // Drain: reconnect (elsewhere) with the same session id
 	CloseSlowConsumer = 4000 // the client read too slowly; reconnect
 	CloseSessionMoved = 4001 // the session was accepted on a newer connection (another node); the session lives on
+	CloseTokenExpired = 4002 // the token expired without a refresh; reconnect with a fresh one
 )
 
 // ErrorCode is the stable code of an error frame.
@@ -32,6 +34,7 @@ const (
 	CodeInvalidRoom  ErrorCode = "invalid_room"   // room missing or not a valid id
 	CodeInvalidState ErrorCode = "invalid_state"  // state missing, not JSON, or over presence.MaxStateBytes
 	CodeForbidden    ErrorCode = "forbidden"      // the token does not grant the room
+	CodeInvalidToken ErrorCode = "invalid_token"  // refresh with a token that is bad, expired or for another user
 	CodeTooManyRooms ErrorCode = "too_many_rooms" // Limits.MaxRooms reached
 	CodeNotJoined    ErrorCode = "not_joined"     // leave or state for a room not joined
 	CodeRateLimited  ErrorCode = "rate_limited"   // frame dropped by the rate limit; slow down
@@ -40,17 +43,19 @@ const (
 
 // Frame types.
 const (
-	typeJoin     = "join"
-	typeLeave    = "leave"
-	typeState    = "state"
-	typePing     = "ping"
-	typeHello    = "hello"
-	typeSnapshot = "snapshot"
-	typeEvent    = "event"
-	typeLeft     = "left"
-	typeStateSet = "state_set"
-	typePong     = "pong"
-	typeError    = "error"
+	typeJoin      = "join"
+	typeLeave     = "leave"
+	typeState     = "state"
+	typePing      = "ping"
+	typeRefresh   = "refresh"
+	typeHello     = "hello"
+	typeSnapshot  = "snapshot"
+	typeEvent     = "event"
+	typeLeft      = "left"
+	typeStateSet  = "state_set"
+	typePong      = "pong"
+	typeRefreshed = "refreshed"
+	typeError     = "error"
 )
 
 // maxRefLen bounds the client's ref, which is echoed.
@@ -63,6 +68,7 @@ type request struct {
 	Ref   string          `json:"ref"`
 	Room  string          `json:"room"`
 	State json.RawMessage `json:"state"`
+	Token string          `json:"token"`
 }
 
 type errorFrame struct {
@@ -73,9 +79,21 @@ type errorFrame struct {
 }
 
 type replyFrame struct {
-	Type string `json:"type"`
-	Ref  string `json:"ref,omitempty"`
-	Room string `json:"room,omitempty"`
+	Type   string `json:"type"`
+	Ref    string `json:"ref,omitempty"`
+	Room   string `json:"room,omitempty"`
+	Reason string `json:"reason,omitempty"` // on an unasked left: revoked
+}
+
+// reasonRevoked marks a left the client did not ask for: a refreshed
+// token no longer grants the room.
+const reasonRevoked = "revoked"
+
+// refreshedFrame answers a refresh; TokenExpires is absent in dev mode.
+type refreshedFrame struct {
+	Type         string     `json:"type"`
+	Ref          string     `json:"ref,omitempty"`
+	TokenExpires *time.Time `json:"token_expires,omitempty"`
 }
 
 type helloFrame struct {
@@ -85,6 +103,9 @@ type helloFrame struct {
 	User    string      `json:"user"`
 	Session string      `json:"session"`
 	Limits  helloLimits `json:"limits"`
+	// TokenExpires is when the connection closes with CloseTokenExpired
+	// unless a refresh extends it; absent in dev mode.
+	TokenExpires *time.Time `json:"token_expires,omitempty"`
 }
 
 type helloLimits struct {

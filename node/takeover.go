@@ -43,14 +43,14 @@ func newSessions() *sessions {
 }
 
 func (s *sessions) add(c *conn) {
-	k := sessKey{c.id.user, c.session}
+	k := sessKey{c.user, c.session}
 	s.mu.Lock()
 	s.m[k] = append(s.m[k], c)
 	s.mu.Unlock()
 }
 
 func (s *sessions) remove(c *conn) {
-	k := sessKey{c.id.user, c.session}
+	k := sessKey{c.user, c.session}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l := s.m[k]
@@ -71,7 +71,7 @@ func (s *sessions) remove(c *conn) {
 // announce tells the region's other nodes that this one now holds c's
 // session. A lost message leaves the old race, nothing worse.
 func (n *Node) announce(c *conn) {
-	b, _ := json.Marshal(takeoverMsg{Node: n.sess.id, User: c.id.user, Session: c.session})
+	b, _ := json.Marshal(takeoverMsg{Node: n.sess.id, User: c.user, Session: c.session})
 	if err := n.cfg.NATS.Publish(TakeoverSubject(n.cfg.Region), b); err != nil {
 		n.log.Debug("node: takeover announce failed", "err", err)
 	}
