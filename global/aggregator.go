@@ -556,6 +556,10 @@ func (a *Aggregator) prepare(intents []intent, now time.Time) []write {
 		t := presence.Transition{
 			ID: transitionID(it.room, epoch, seq), Region: bus.GlobalRegion, Room: it.room, User: it.user,
 			Kind: it.kind, Reason: it.reason, Sessions: it.sessions, Seq: seq, Epoch: epoch, At: now,
+			Session: it.session,
+		}
+		if it.state != "" {
+			t.State = json.RawMessage(it.state)
 		}
 		data, err := bus.EncodeEvent(t)
 		if err != nil {
@@ -593,7 +597,9 @@ func (a *Aggregator) sendWindow(ctx context.Context, js jetstream.JetStream, ws 
 			jetstream.WithMsgID(w.t.ID),
 			jetstream.WithExpectStream(StreamName),
 		}
-		if w.t.Kind == presence.Offline {
+		if w.t.Kind != presence.Online {
+			// Offlines and updates age out; an online stays while its
+			// user is a member.
 			opts = append(opts, jetstream.WithMsgTTL(a.cfg.OfflineRetention))
 		}
 		f, err := js.PublishMsgAsync(w.msg, opts...)

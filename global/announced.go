@@ -25,6 +25,11 @@ type annRoom struct {
 	lastAt  time.Time         // when it was stored
 	fresh   bool              // false: a newer message may have expired; renumber
 	members map[string]uint64 // user -> stream sequence of their online
+	// states are the members' announced session states: user -> session
+	// -> state JSON. The stream keeps one update per user, so after a
+	// reload only the newest survives and the others are announced again
+	// (an update is idempotent).
+	states map[string]map[string]string
 }
 
 func newAnnounced() *announced { return &announced{rooms: map[string]*annRoom{}} }
@@ -36,6 +41,14 @@ func (a *announced) member(room, user string) bool {
 	}
 	_, ok := r.members[user]
 	return ok
+}
+
+// states returns the user's announced session states (nil if none).
+func (a *announced) states(room, user string) map[string]string {
+	if r := a.rooms[room]; r != nil {
+		return r.states[user]
+	}
+	return nil
 }
 
 func (a *announced) room(name string) *annRoom {
@@ -63,7 +76,28 @@ func (a *announced) apply(t presence.Transition, seq uint64, at time.Time) uint6
 	switch t.Kind {
 	case presence.Online:
 		r.members[t.User] = seq
+	case presence.Update:
+		if _, ok := r.members[t.User]; !ok {
+			break // an update left over from before an offline
+		}
+		if r.states == nil {
+			r.states = map[string]map[string]string{}
+		}
+		m := r.states[t.User]
+		if len(t.State) == 0 {
+			delete(m, t.Session)
+		} else {
+			if m == nil {
+				m = map[string]string{}
+				r.states[t.User] = m
+			}
+			m[t.Session] = string(t.State)
+		}
+		if len(m) == 0 {
+			delete(r.states, t.User)
+		}
 	case presence.Offline:
+		delete(r.states, t.User)
 		if on, ok := r.members[t.User]; ok {
 			delete(r.members, t.User)
 			return on

@@ -1,6 +1,7 @@
 package global
 
 import (
+	"slices"
 	"time"
 
 	"github.com/presence-dev/presence/presence"
@@ -17,6 +18,7 @@ type regionState struct {
 	heard    time.Time // last publication applied; zero: never
 	dropped  bool
 	rooms    RegionView
+	states   StateView
 	asm      *assembly // full snapshot being received
 	asked    time.Time // last resync request
 }
@@ -28,6 +30,7 @@ type assembly struct {
 	seq        uint64
 	next, last int
 	view       RegionView
+	states     StateView
 }
 
 // live reports whether the region's contribution may bring users online:
@@ -53,12 +56,15 @@ type decision struct {
 	lost  bool      // the absence came from dropping a region
 }
 
-// intent is a global transition the view calls for.
+// intent is a global transition the view calls for. session and state
+// are an update's.
 type intent struct {
 	room, user string
 	kind       presence.Kind
 	reason     presence.Reason
 	sessions   int
+	session    string
+	state      string // "" when cleared
 }
 
 // touchSet names the users to evaluate, per room.
@@ -113,7 +119,7 @@ func newCore(cfg AggregatorConfig, start time.Time, stats *AggregatorStats) *cor
 		dec: map[string]map[string]*decision{}, absent: touchSet{}, stats: stats,
 	}
 	for _, r := range cfg.Regions {
-		c.regions[r] = &regionState{name: r, expected: true, rooms: RegionView{}}
+		c.regions[r] = &regionState{name: r, expected: true, rooms: RegionView{}, states: StateView{}}
 	}
 	return c
 }
@@ -121,7 +127,7 @@ func newCore(cfg AggregatorConfig, start time.Time, stats *AggregatorStats) *cor
 func (c *core) region(name string) *regionState {
 	r := c.regions[name]
 	if r == nil {
-		r = &regionState{name: name, rooms: RegionView{}}
+		r = &regionState{name: name, rooms: RegionView{}, states: StateView{}}
 		c.regions[name] = r
 	}
 	return r
@@ -145,6 +151,7 @@ func (c *core) publication(p *Publication, now time.Time) (touchSet, bool) {
 			touched := touchSet{}
 			touched.addOps(p.Rooms)
 			r.rooms.Apply(p.Rooms)
+			r.states.Apply(p.Rooms)
 			r.seq, r.heard = p.Seq, now
 			c.stats.Publications.Add(1)
 			return touched, false
@@ -164,7 +171,7 @@ func (c *core) publication(p *Publication, now time.Time) (touchSet, bool) {
 			return nil, false // a duplicate
 		}
 		if p.Part == 1 {
-			r.asm = &assembly{gen: p.Gen, inst: p.Inst, seq: p.Seq, next: 1, last: p.Parts, view: RegionView{}}
+			r.asm = &assembly{gen: p.Gen, inst: p.Inst, seq: p.Seq, next: 1, last: p.Parts, view: RegionView{}, states: StateView{}}
 		}
 		a := r.asm
 		if a == nil || a.gen != p.Gen || a.inst != p.Inst || a.seq != p.Seq || a.next != p.Part || a.last != p.Parts {
@@ -176,6 +183,7 @@ func (c *core) publication(p *Publication, now time.Time) (touchSet, bool) {
 			return nil, c.ask(r, now)
 		}
 		a.view.Apply(p.Rooms)
+		a.states.Apply(p.Rooms)
 		a.next++
 		if p.Part < p.Parts {
 			return nil, false
@@ -183,7 +191,7 @@ func (c *core) publication(p *Publication, now time.Time) (touchSet, bool) {
 		touched := touchSet{}
 		touched.addView(r.rooms)
 		touched.addView(a.view)
-		r.rooms, r.asm = a.view, nil
+		r.rooms, r.states, r.asm = a.view, a.states, nil
 		r.gen, r.inst, r.seq = p.Gen, p.Inst, p.Seq
 		r.synced, r.dropped, r.heard = true, false, now
 		c.stats.Publications.Add(1)
@@ -222,7 +230,7 @@ func (c *core) tick(now time.Time) touchSet {
 		}
 		r.dropped, r.synced, r.asm = true, false, nil
 		gone := r.rooms
-		r.rooms = RegionView{}
+		r.rooms, r.states = RegionView{}, StateView{}
 		touched.addView(gone)
 		// Users whose last presence was in r are lost with it.
 		for room, users := range gone {
@@ -308,6 +316,7 @@ func (c *core) evaluate(touched touchSet, now time.Time) []intent {
 			if it, ok := c.evaluateUser(room, user, now); ok {
 				out = append(out, it)
 			}
+			out = append(out, c.stateIntents(room, user, now)...)
 		}
 	}
 	return out
@@ -342,7 +351,7 @@ func (c *core) evaluateUser(room, user string, now time.Time) (intent, bool) {
 		d.seen, d.since, d.lost = true, time.Time{}, false
 		c.clearAbsent(room, user)
 		if !member && liveHas {
-			return intent{room, user, presence.Online, presence.Joined, len(sessions)}, true
+			return intent{room, user, presence.Online, presence.Joined, len(sessions), "", ""}, true
 		}
 		if !member {
 			c.forget(room, user) // held only: nothing to announce or time
@@ -360,7 +369,7 @@ func (c *core) evaluateUser(room, user string, now time.Time) (intent, bool) {
 	}
 	switch {
 	case d.lost:
-		return intent{room, user, presence.Offline, presence.RegionLost, 0}, true
+		return intent{room, user, presence.Offline, presence.RegionLost, 0, "", ""}, true
 	case !d.seen:
 		// Announced before this aggregator heard of them: wait until
 		// every region had its chance to claim them.
@@ -372,11 +381,84 @@ func (c *core) evaluateUser(room, user string, now time.Time) (intent, bool) {
 		if anyDropped {
 			reason = presence.RegionLost
 		}
-		return intent{room, user, presence.Offline, reason, 0}, true
+		return intent{room, user, presence.Offline, reason, 0, "", ""}, true
 	case now.Sub(d.since) >= c.grace:
-		return intent{room, user, presence.Offline, presence.Left, 0}, true
+		return intent{room, user, presence.Offline, presence.Left, 0, "", ""}, true
 	}
 	return intent{}, false
+}
+
+// stateIntents returns an update for each session of a member (or of a
+// user going online in this round) whose state in the union differs
+// from the announced one. A session's state comes from a live region
+// before a held one, then by region name, so a session that briefly
+// shows in two regions while moving has one state. Sessions gone from
+// the union leave the announced states silently, as a released session's
+// state does in a region.
+func (c *core) stateIntents(room, user string, now time.Time) []intent {
+	if !c.ann.member(room, user) && !c.comingOnline(room, user, now) {
+		return nil
+	}
+	union := c.states(room, user, now)
+	was := c.ann.states(room, user)
+	var out []intent
+	n := len(c.sessions(room, user))
+	for _, s := range sortedKeys(union) {
+		if st := union[s]; st != was[s] {
+			out = append(out, intent{room: room, user: user, kind: presence.Update, reason: presence.State, sessions: n, session: s, state: st})
+		}
+	}
+	// A session that is live but lost its state: announce the clear.
+	for _, s := range sortedKeys(was) {
+		if _, ok := union[s]; !ok && c.hasSession(room, user, s) {
+			out = append(out, intent{room: room, user: user, kind: presence.Update, reason: presence.State, sessions: n, session: s})
+		}
+	}
+	return out
+}
+
+// comingOnline reports whether evaluateUser just called for the user's
+// online: a live region lists them. (evaluateUser ran first.)
+func (c *core) comingOnline(room, user string, now time.Time) bool {
+	for _, r := range c.regions {
+		if _, ok := r.rooms[room][user]; ok && r.live(now, c.downAfter) {
+			return true
+		}
+	}
+	return false
+}
+
+// states returns the user's session states over the regions not dropped,
+// live regions first, then by name.
+func (c *core) states(room, user string, now time.Time) map[string]string {
+	var out map[string]string
+	for _, live := range []bool{true, false} {
+		for _, name := range sortedKeys(c.regions) {
+			r := c.regions[name]
+			if r.dropped || r.live(now, c.downAfter) != live {
+				continue
+			}
+			for s, st := range r.states[room][user] {
+				if _, ok := out[s]; !ok {
+					if out == nil {
+						out = map[string]string{}
+					}
+					out[s] = st
+				}
+			}
+		}
+	}
+	return out
+}
+
+// hasSession reports whether a region not dropped lists the session.
+func (c *core) hasSession(room, user, session string) bool {
+	for _, r := range c.regions {
+		if !r.dropped && slices.Contains(r.rooms[room][user], session) {
+			return true
+		}
+	}
+	return false
 }
 
 // everyone returns every announced member and every present user, to

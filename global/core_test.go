@@ -1,6 +1,7 @@
 package global
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"testing"
@@ -74,7 +75,11 @@ func (r *coreRig) settle(touched touchSet) []intent {
 	for _, it := range its {
 		epoch, seq := r.c.ann.next(it.room, r.now)
 		r.next++
-		r.c.ann.apply(presence.Transition{Room: it.room, User: it.user, Kind: it.kind, Epoch: epoch, Seq: seq}, r.next, r.now)
+		t := presence.Transition{Room: it.room, User: it.user, Kind: it.kind, Epoch: epoch, Seq: seq, Session: it.session}
+		if it.state != "" {
+			t.State = []byte(it.state)
+		}
+		r.c.ann.apply(t, r.next, r.now)
 		if it.kind == presence.Offline {
 			r.c.forget(it.room, it.user)
 		}
@@ -90,7 +95,11 @@ func want(t *testing.T, what string, got []intent, want ...string) {
 	t.Helper()
 	var g []string
 	for _, it := range got {
-		g = append(g, fmt.Sprintf("%s %s/%s %s %d", it.kind, it.room, it.user, it.reason, it.sessions))
+		line := fmt.Sprintf("%s %s/%s %s %d", it.kind, it.room, it.user, it.reason, it.sessions)
+		if it.kind == presence.Update {
+			line += fmt.Sprintf(" %s=%s", it.session, it.state)
+		}
+		g = append(g, line)
 	}
 	if !slices.Equal(g, want) {
 		t.Fatalf("%s: got %q, want %q", what, g, want)
@@ -277,4 +286,52 @@ func TestAnnouncedNumbering(t *testing.T) {
 	if len(a.rooms) != 0 {
 		t.Fatal("empty room not pruned")
 	}
+}
+
+// withStates sets a user whole: sessions and the states of some.
+func withStates(room, user string, sessions []string, states map[string]string) RoomOps {
+	op := RoomOps{Room: room, Set: map[string][]string{user: sessions}}
+	if len(states) > 0 {
+		op.St = map[string]map[string]json.RawMessage{user: {}}
+		for s, st := range states {
+			op.St[user][s] = json.RawMessage(st)
+		}
+	}
+	return op
+}
+
+// Session states cross regions as updates: one per change, none for a
+// refresh, none for a session that moves between regions with its state,
+// and a clear when a live session loses its state.
+func TestCoreCarriesSessionStates(t *testing.T) {
+	r := newRig(t, "eu", "ap")
+	r.full("eu", RegionView{}, false)
+	r.full("ap", RegionView{}, false)
+	s1 := []string{"s1"}
+	want(t, "join with a state", r.delta("eu", withStates("r", "u1", s1, map[string]string{"s1": `"away"`})),
+		"online r/u1 joined 1", `update r/u1 state 1 s1="away"`)
+	want(t, "same state again", r.delta("eu", withStates("r", "u1", s1, map[string]string{"s1": `"away"`})))
+	want(t, "typing", r.delta("eu", withStates("r", "u1", s1, map[string]string{"s1": `"typing"`})),
+		`update r/u1 state 1 s1="typing"`)
+	want(t, "move: gone from eu", r.delta("eu", del("r", "u1")))
+	want(t, "move: in ap with its state", r.delta("ap", withStates("r", "u1", s1, map[string]string{"s1": `"typing"`})))
+	want(t, "cleared", r.delta("ap", set("r", map[string][]string{"u1": s1})), "update r/u1 state 1 s1=")
+	want(t, "a second tab in eu", r.delta("eu", withStates("r", "u1", []string{"s2"}, map[string]string{"s2": `{"x":1}`})),
+		`update r/u1 state 2 s2={"x":1}`)
+	// While a session shows in both regions, the live region's state wins
+	// and the first by name among equals: ap's "a" over eu's "b".
+	want(t, "s2 in both", r.delta("ap", withStates("r", "u1", []string{"s1", "s2"}, map[string]string{"s2": `"a"`})),
+		`update r/u1 state 2 s2="a"`)
+	want(t, "s2 only in eu again", r.delta("ap", set("r", map[string][]string{"u1": s1})),
+		`update r/u1 state 2 s2={"x":1}`)
+
+	// Gone for the grace: offline, and the states go with the member.
+	r.delta("ap", del("r", "u1"))
+	r.delta("eu", del("r", "u1"))
+	want(t, "offline", r.advance(400*time.Millisecond, "eu", "ap"), "offline r/u1 left 0")
+	if st := r.c.ann.states("r", "u1"); st != nil {
+		t.Fatalf("states after offline: %v", st)
+	}
+	want(t, "back with a state", r.delta("eu", withStates("r", "u1", s1, map[string]string{"s1": `"away"`})),
+		"online r/u1 joined 1", `update r/u1 state 1 s1="away"`)
 }

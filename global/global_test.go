@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/presence-dev/presence/global"
+	"github.com/presence-dev/presence/presence"
 )
 
 // A session that leaves eu and shows up in us with the same id inside
@@ -142,4 +143,81 @@ func TestTwoTabsInTwoRegionsAreOneMember(t *testing.T) {
 	if info.State.Msgs != 1 || info.State.Subjects["presence.global.room.offline.u1"] != 1 {
 		t.Fatalf("stream state %+v", info.State)
 	}
+}
+
+// A session's state set in one region reaches the global view: one
+// update event, and the global snapshot carries it. Moving the session to
+// another region with the same state announces nothing; clearing it
+// announces one update with no state. A second aggregator that takes over
+// announces nothing again.
+func TestSessionStateReachesTheGlobalView(t *testing.T) {
+	w := newWorld(t, "us", "eu", "us")
+	agg, _ := w.aggregator("us")
+	rec := w.record("us")
+	eu, us := w.regions["eu"], w.regions["us"]
+	cli := global.NewClient(w.sc.Connect(t, "eu"))
+	ctx := context.Background()
+
+	x := ref("room", "ann", "tab")
+	eu.join(t, x)
+	waitFor(t, 5*time.Second, "ann online", func() bool { return rec.members("room")["ann"] })
+	if _, err := eu.store.SetState(ctx, x, []byte(`{"status":"away"}`)); err != nil {
+		t.Fatal(err)
+	}
+	updates := func() []presence.Transition {
+		var out []presence.Transition
+		for _, tr := range rec.events() {
+			if tr.Kind == presence.Update {
+				out = append(out, tr)
+			}
+		}
+		return out
+	}
+	waitFor(t, 5*time.Second, "the global update", func() bool { return len(updates()) == 1 })
+	if u := updates()[0]; u.User != "ann" || u.Session != "tab" || string(u.State) != `{"status":"away"}` || u.Reason != presence.State || u.Sessions != 1 {
+		t.Fatalf("update %+v", u)
+	}
+	stateOf := func() string {
+		snap, err := cli.Snapshot(ctx, "room", 0, 10)
+		if err != nil || len(snap.Members) != 1 || len(snap.Members[0].Sessions) != 1 {
+			t.Fatalf("snapshot %+v %v", snap, err)
+		}
+		return string(snap.Members[0].Sessions[0].State)
+	}
+	if got := stateOf(); got != `{"status":"away"}` {
+		t.Fatalf("global snapshot state %q", got)
+	}
+
+	// Move to us: ann's eu node dies and the tab reconnects to us at once
+	// and sends its state again. Until eu's copy expires both regions list
+	// the session, and eu's state (first by name) stands for it.
+	eu.crash(x)
+	us.join(t, x)
+	if _, err := us.store.SetState(ctx, x, []byte(`{"status":"away"}`)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the union to see ann in us only", func() bool { return slices.Equal(agg.Regions("room", "ann"), []string{"us"}) })
+	time.Sleep(grace + 2*cadence) // nothing may follow: watch a whole grace
+	if n := len(rec.events()); n != 2 {
+		t.Fatalf("after the move: %d transitions %v, want online and one update", n, rec.events())
+	}
+
+	// A second aggregator that takes over reads the state from the stream.
+	agg2, _ := w.aggregator("eu")
+	agg.Close()
+	waitLeader(t, agg2)
+	if _, err := us.store.SetState(ctx, x, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the clear", func() bool { return len(updates()) == 2 })
+	if u := updates()[1]; u.State != nil || u.Session != "tab" {
+		t.Fatalf("clear %+v", u)
+	}
+	if got := stateOf(); got != "" {
+		t.Fatalf("global snapshot state %q after the clear", got)
+	}
+	if n := len(rec.events()); n != 3 {
+		t.Fatalf("%d transitions %v, want online and two updates", n, rec.events())
+	}
+	rec.checkOrder(t)
 }

@@ -208,7 +208,7 @@ func (r *regionEnv) truth(t testing.TB, room string) map[string][]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return v[room]
+	return v.Members[room]
 }
 
 // union is a room's members over every region, sessions deduplicated.
@@ -331,8 +331,9 @@ func (r *recorder) members(room string) map[string]bool {
 }
 
 // checkOrder fails unless every room's transitions arrived once each, in
-// Seq order without gaps within an epoch, and each user's alternate
-// between online and offline starting with online.
+// Seq order without gaps within an epoch, each user's alternate between
+// online and offline starting with online, and updates come only between
+// an online and its offline.
 func (r *recorder) checkOrder(t *testing.T) {
 	t.Helper()
 	type pos struct {
@@ -358,6 +359,12 @@ func (r *recorder) checkOrder(t *testing.T) {
 		}
 		last[tr.Room] = pos{tr.Epoch, tr.Seq}
 		key := tr.Room + "/" + tr.User
+		if tr.Kind == presence.Update {
+			if state[key] != presence.Online {
+				t.Errorf("%s: update of a user who is not a member", key)
+			}
+			continue
+		}
 		if prev := state[key]; prev == tr.Kind || (prev == "" && tr.Kind != presence.Online) {
 			t.Errorf("%s: %s after %q", key, tr.Kind, prev)
 		}

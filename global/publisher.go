@@ -35,7 +35,7 @@ type RegionPublisher struct {
 	mu        sync.Mutex
 	active    bool
 	gen, seq  uint64
-	last      RegionView // what the aggregators hold, as far as we know
+	last      Truth // what the aggregators hold, as far as we know
 	fullDue   bool
 	sinceFull int // cadences since the last full
 
@@ -137,7 +137,7 @@ func (p *RegionPublisher) leaseLoop(ctx context.Context) {
 		switch {
 		case held && (!p.active || gen != p.gen):
 			// A new term: aggregators need a full from this generation.
-			p.active, p.gen, p.seq, p.last, p.fullDue = true, gen, 0, nil, true
+			p.active, p.gen, p.seq, p.last, p.fullDue = true, gen, 0, Truth{}, true
 			p.log.Info("global: publisher active", "gen", gen)
 		case !held && p.active:
 			p.active = false
@@ -199,7 +199,7 @@ func (p *RegionPublisher) cadence(ctx context.Context) {
 	// Requested fulls: at most one per ResyncInterval, counted in
 	// cadences so timer jitter cannot push one a whole cadence late.
 	resyncEvery := max(1, int((p.cfg.ResyncInterval+p.cfg.Cadence-1)/p.cfg.Cadence))
-	full := p.last == nil || p.sinceFull+1 >= p.cfg.FullEvery || (p.fullDue && p.sinceFull+1 >= resyncEvery)
+	full := p.last.Members == nil || p.sinceFull+1 >= p.cfg.FullEvery || (p.fullDue && p.sinceFull+1 >= resyncEvery)
 	maxPayload := int(p.cfg.NATS.MaxPayload())
 	if maxPayload <= 0 {
 		maxPayload = 1 << 20 // not connected yet: the server default
@@ -255,29 +255,37 @@ func (p *RegionPublisher) send(subject string, pub Publication) error {
 }
 
 // ReadRegion reads a region's truth: every room's members, page by page,
-// with their live session ids. Members inside the regional offline grace
-// (no sessions) are present with an empty list. Pages of one room are
-// read at slightly different moments; the next cadence corrects any skew.
-func ReadRegion(ctx context.Context, src RegionSource, pageSize int) (RegionView, error) {
+// with their live session ids and those sessions' states. Members inside
+// the regional offline grace (no sessions) are present with an empty
+// list. Pages of one room are read at slightly different moments; the
+// next cadence corrects any skew.
+func ReadRegion(ctx context.Context, src RegionSource, pageSize int) (Truth, error) {
 	rooms, err := src.Rooms(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("global: read region: rooms: %w", err)
+		return Truth{}, fmt.Errorf("global: read region: rooms: %w", err)
 	}
-	view := RegionView{}
+	view, states := RegionView{}, StateView{}
 	for _, room := range rooms {
 		if presence.ValidateRoom(room) != nil {
 			continue
 		}
 		members := map[string][]string{}
+		roomStates := map[string]map[string]string{}
 		for off := 0; ; {
 			snap, err := src.Snapshot(ctx, room, off, pageSize)
 			if err != nil {
-				return nil, fmt.Errorf("global: read region: room %s: %w", room, err)
+				return Truth{}, fmt.Errorf("global: read region: room %s: %w", room, err)
 			}
 			for _, m := range snap.Members {
 				ss := make([]string, 0, len(m.Sessions))
 				for _, s := range m.Sessions {
 					ss = append(ss, s.ID)
+					if len(s.State) > 0 {
+						if roomStates[m.User] == nil {
+							roomStates[m.User] = map[string]string{}
+						}
+						roomStates[m.User][s.ID] = string(s.State)
+					}
 				}
 				sort.Strings(ss)
 				members[m.User] = ss
@@ -290,6 +298,9 @@ func ReadRegion(ctx context.Context, src RegionSource, pageSize int) (RegionView
 		if len(members) > 0 {
 			view[room] = members
 		}
+		if len(roomStates) > 0 {
+			states[room] = roomStates
+		}
 	}
-	return view, nil
+	return Truth{Members: view, States: states}, nil
 }

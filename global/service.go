@@ -51,8 +51,15 @@ func (a *Aggregator) memberLocked(room, user string, now time.Time) presence.Mem
 	if d := a.c.dec[room][user]; d != nil && !d.since.IsZero() {
 		m.Until = d.since.Add(a.cfg.Grace).UTC()
 	}
+	// States are the announced ones, so a snapshot and the updates after
+	// its room_seq agree.
+	states := a.c.ann.states(room, user)
 	for _, s := range a.c.sessions(room, user) {
-		m.Sessions = append(m.Sessions, presence.SessionInfo{ID: s})
+		si := presence.SessionInfo{ID: s}
+		if st, ok := states[s]; ok {
+			si.State = json.RawMessage(st)
+		}
+		m.Sessions = append(m.Sessions, si)
 	}
 	return m
 }

@@ -1,9 +1,12 @@
 package global
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -76,11 +79,14 @@ type Publication struct {
 	Rooms  []RoomOps `json:"rooms"`
 }
 
-// RoomOps is the part of a publication about one room.
+// RoomOps is the part of a publication about one room. A user in Set is
+// given whole: their session ids, and in St the states of those of their
+// sessions that have one (a user in Set but not in St has none).
 type RoomOps struct {
-	Room string              `json:"room"`
-	Set  map[string][]string `json:"set,omitempty"`
-	Del  []string            `json:"del,omitempty"`
+	Room string                                `json:"room"`
+	Set  map[string][]string                   `json:"set,omitempty"`
+	St   map[string]map[string]json.RawMessage `json:"st,omitempty"`
+	Del  []string                              `json:"del,omitempty"`
 }
 
 // maxParts bounds a full snapshot's parts, so a bad message cannot make
@@ -132,6 +138,20 @@ func DecodePublication(subject string, data []byte) (*Publication, error) {
 				}
 			}
 		}
+		for u, states := range r.St {
+			ss, ok := r.Set[u]
+			if !ok {
+				return nil, fmt.Errorf("global: decode publication: state of %s, who is not in set", u)
+			}
+			for s, st := range states {
+				if !slices.Contains(ss, s) {
+					return nil, fmt.Errorf("global: decode publication: state of session %s/%s, which is not in set", u, s)
+				}
+				if len(st) == 0 || len(st) > presence.MaxStateBytes || !json.Valid(st) || string(st) == "null" {
+					return nil, fmt.Errorf("global: decode publication: state of %s/%s: not a JSON value of at most %d bytes", u, s, presence.MaxStateBytes)
+				}
+			}
+		}
 		if p.Kind == KindFull && len(r.Del) > 0 {
 			return nil, errors.New("global: decode publication: a full has no deletions")
 		}
@@ -149,26 +169,55 @@ func DecodePublication(subject string, data []byte) (*Publication, error) {
 // inside the regional offline grace and still present.
 type RegionView map[string]map[string][]string
 
+// StateView holds session states: room -> user -> session -> state
+// (JSON). Only sessions with a state are in it.
+type StateView map[string]map[string]map[string]string
+
+// Truth is a region's presence as a publisher reads it: members with
+// their sessions, and the sessions' states.
+type Truth struct {
+	Members RegionView
+	States  StateView
+}
+
 // Diff returns the operations that turn old into v, rooms and users in
-// sorted order.
+// sorted order. Session states are not compared (see Truth.Diff).
 func (v RegionView) Diff(old RegionView) []RoomOps {
+	return Truth{Members: v}.Diff(Truth{Members: old})
+}
+
+// Diff returns the operations that turn old into t, rooms and users in
+// sorted order. A user whose sessions or states changed is set whole.
+func (t Truth) Diff(old Truth) []RoomOps {
+	v := t.Members
 	rooms := map[string]struct{}{}
 	for r := range v {
 		rooms[r] = struct{}{}
 	}
-	for r := range old {
+	for r := range old.Members {
 		rooms[r] = struct{}{}
 	}
 	var out []RoomOps
 	for _, r := range sortedKeys(rooms) {
-		now, was := v[r], old[r]
+		now, was := v[r], old.Members[r]
 		ops := RoomOps{Room: r}
 		for _, u := range sortedKeys(now) {
-			if prev, ok := was[u]; !ok || !equalStrings(prev, now[u]) {
+			st := t.States[r][u]
+			if prev, ok := was[u]; !ok || !equalStrings(prev, now[u]) || !maps.Equal(st, old.States[r][u]) {
 				if ops.Set == nil {
 					ops.Set = map[string][]string{}
 				}
 				ops.Set[u] = nonNil(now[u])
+				if len(st) > 0 {
+					if ops.St == nil {
+						ops.St = map[string]map[string]json.RawMessage{}
+					}
+					raw := make(map[string]json.RawMessage, len(st))
+					for s, j := range st {
+						raw[s] = json.RawMessage(j)
+					}
+					ops.St[u] = raw
+				}
 			}
 		}
 		for _, u := range sortedKeys(was) {
@@ -185,6 +234,38 @@ func (v RegionView) Diff(old RegionView) []RoomOps {
 
 // Ops returns v as operations from nothing, as a full carries it.
 func (v RegionView) Ops() []RoomOps { return v.Diff(nil) }
+
+// Ops returns t as operations from nothing, as a full carries it.
+func (t Truth) Ops() []RoomOps { return t.Diff(Truth{}) }
+
+// Apply applies the state part of ops to v in place: a user set is given
+// whole, so their states are replaced (or cleared when St omits them).
+func (v StateView) Apply(ops []RoomOps) {
+	for _, op := range ops {
+		room := v[op.Room]
+		if room == nil {
+			room = map[string]map[string]string{}
+			v[op.Room] = room
+		}
+		for u := range op.Set {
+			if st := op.St[u]; len(st) > 0 {
+				m := make(map[string]string, len(st))
+				for s, j := range st {
+					m[s] = string(j)
+				}
+				room[u] = m
+			} else {
+				delete(room, u)
+			}
+		}
+		for _, u := range op.Del {
+			delete(room, u)
+		}
+		if len(room) == 0 {
+			delete(v, op.Room)
+		}
+	}
+}
 
 // Apply applies ops to v in place.
 func (v RegionView) Apply(ops []RoomOps) {
@@ -242,11 +323,22 @@ func chunkOps(ops []RoomOps, budget int) [][]RoomOps {
 			for _, s := range ss {
 				cost += len(s) + 3
 			}
+			st := op.St[u]
+			for s, j := range st {
+				// Marshal escapes <, > and & in a RawMessage as \u00XX.
+				cost += len(s) + len(j) + 4 + 5*(bytes.Count(j, []byte("<"))+bytes.Count(j, []byte(">"))+bytes.Count(j, []byte("&")))
+			}
 			p := place(cost)
 			if p.Set == nil {
 				p.Set = map[string][]string{}
 			}
 			p.Set[u] = nonNil(ss)
+			if len(st) > 0 {
+				if p.St == nil {
+					p.St = map[string]map[string]json.RawMessage{}
+				}
+				p.St[u] = st
+			}
 		}
 		for _, u := range op.Del {
 			p := place(len(u) + 3)

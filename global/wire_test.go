@@ -57,6 +57,49 @@ func TestChunkOpsStaysUnderBudget(t *testing.T) {
 	}
 }
 
+// States travel with their user: a change of state alone sets the user
+// whole, chunks keep them, and applying the ops gives the states back.
+func TestTruthDiffCarriesStates(t *testing.T) {
+	old := Truth{
+		Members: RegionView{"r": {"u1": {"a", "b"}, "u2": {"c"}}},
+		States:  StateView{"r": {"u1": {"a": `"away"`}}},
+	}
+	now := Truth{
+		Members: RegionView{"r": {"u1": {"a", "b"}, "u2": {"c"}}},
+		States:  StateView{"r": {"u1": {"b": `"typing"`}, "u2": {"c": `{"x":"<&>"}`}}},
+	}
+	ops := now.Diff(old)
+	if len(ops) != 1 || len(ops[0].Set) != 2 || string(ops[0].St["u1"]["b"]) != `"typing"` || ops[0].St["u1"]["a"] != nil {
+		t.Fatalf("ops %s", mustJSON(t, ops))
+	}
+	got := StateView{"r": {"u1": {"a": `"away"`}}}
+	got.Apply(ops)
+	if !reflect.DeepEqual(got, now.States) {
+		t.Fatalf("apply(diff) = %v, want %v", got, now.States)
+	}
+	if d := now.Diff(now); len(d) != 0 {
+		t.Fatalf("diff of equal truths: %v", d)
+	}
+	// Cleared: u1 set without st.
+	cleared := Truth{Members: now.Members, States: StateView{"r": {"u2": now.States["r"]["u2"]}}}
+	got.Apply(cleared.Diff(now))
+	if !reflect.DeepEqual(got, cleared.States) {
+		t.Fatalf("after clearing: %v", got)
+	}
+	// Chunked small, the states still add up, and every chunk decodes.
+	back := StateView{}
+	for i, c := range chunkOps(now.Ops(), 64) {
+		back.Apply(c)
+		body := mustJSON(t, Publication{V: 1, Kind: KindDelta, Region: "eu", Gen: 1, Inst: "i", Seq: uint64(i + 1), Rooms: c})
+		if _, err := DecodePublication(DeltaSubject("eu"), body); err != nil {
+			t.Fatalf("chunk %d: %v", i, err)
+		}
+	}
+	if !reflect.DeepEqual(back, now.States) {
+		t.Fatalf("chunks give %v, want %v", back, now.States)
+	}
+}
+
 func mustJSON(t *testing.T, v any) []byte {
 	t.Helper()
 	b, err := json.Marshal(v)
@@ -67,7 +110,7 @@ func mustJSON(t *testing.T, v any) []byte {
 }
 
 func TestDecodePublicationRejects(t *testing.T) {
-	good := `{"v":1,"kind":"delta","region":"eu","gen":1,"inst":"i","seq":1,"at":0,"rooms":[{"room":"r","set":{"u":["s"]},"del":["x"]}]}`
+	good := `{"v":1,"kind":"delta","region":"eu","gen":1,"inst":"i","seq":1,"at":0,"rooms":[{"room":"r","set":{"u":["s"]},"st":{"u":{"s":{"a":1}}},"del":["x"]}]}`
 	if _, err := DecodePublication(DeltaSubject("eu"), []byte(good)); err != nil {
 		t.Fatalf("good delta: %v", err)
 	}
@@ -76,26 +119,30 @@ func TestDecodePublicationRejects(t *testing.T) {
 		t.Fatalf("good full: %v", err)
 	}
 	bad := map[string]struct{ subject, body string }{
-		"not JSON":          {DeltaSubject("eu"), `{`},
-		"version":           {DeltaSubject("eu"), strings.Replace(good, `"v":1`, `"v":2`, 1)},
-		"region reserved":   {DeltaSubject("global"), strings.Replace(good, `"eu"`, `"global"`, 1)},
-		"region invalid":    {"presence-sync.e u.delta", strings.Replace(good, `"eu"`, `"e u"`, 1)},
-		"subject mismatch":  {DeltaSubject("ap"), good},
-		"kind mismatch":     {FullSubject("eu"), good},
-		"unknown kind":      {DeltaSubject("eu"), strings.Replace(good, `"delta"`, `"beat"`, 1)},
-		"no gen":            {DeltaSubject("eu"), strings.Replace(good, `"gen":1`, `"gen":0`, 1)},
-		"no seq":            {DeltaSubject("eu"), strings.Replace(good, `"seq":1`, `"seq":0`, 1)},
-		"no instance":       {DeltaSubject("eu"), strings.Replace(good, `"inst":"i"`, `"inst":""`, 1)},
-		"bad room":          {DeltaSubject("eu"), strings.Replace(good, `"room":"r"`, `"room":"a.b"`, 1)},
-		"bad user":          {DeltaSubject("eu"), strings.Replace(good, `{"u":`, `{"u*":`, 1)},
-		"bad session":       {DeltaSubject("eu"), strings.Replace(good, `["s"]`, `["s>"]`, 1)},
-		"bad deleted user":  {DeltaSubject("eu"), strings.Replace(good, `["x"]`, `[""]`, 1)},
-		"part of a delta":   {DeltaSubject("eu"), strings.Replace(good, `"at":0`, `"at":0,"part":1,"parts":1`, 1)},
-		"part 0":            {FullSubject("eu"), strings.Replace(goodFull, `"part":1`, `"part":0`, 1)},
-		"part beyond parts": {FullSubject("eu"), strings.Replace(goodFull, `"part":1`, `"part":2`, 1)},
-		"too many parts":    {FullSubject("eu"), strings.Replace(goodFull, `"parts":1`, `"parts":1000000`, 1)},
-		"full deletes":      {FullSubject("eu"), strings.Replace(goodFull, `"rooms":[]`, `"rooms":[{"room":"r","del":["u"]}]`, 1)},
-		"wrong type":        {DeltaSubject("eu"), strings.Replace(good, `"seq":1`, `"seq":"1"`, 1)},
+		"not JSON":            {DeltaSubject("eu"), `{`},
+		"version":             {DeltaSubject("eu"), strings.Replace(good, `"v":1`, `"v":2`, 1)},
+		"region reserved":     {DeltaSubject("global"), strings.Replace(good, `"eu"`, `"global"`, 1)},
+		"region invalid":      {"presence-sync.e u.delta", strings.Replace(good, `"eu"`, `"e u"`, 1)},
+		"subject mismatch":    {DeltaSubject("ap"), good},
+		"kind mismatch":       {FullSubject("eu"), good},
+		"unknown kind":        {DeltaSubject("eu"), strings.Replace(good, `"delta"`, `"beat"`, 1)},
+		"no gen":              {DeltaSubject("eu"), strings.Replace(good, `"gen":1`, `"gen":0`, 1)},
+		"no seq":              {DeltaSubject("eu"), strings.Replace(good, `"seq":1`, `"seq":0`, 1)},
+		"no instance":         {DeltaSubject("eu"), strings.Replace(good, `"inst":"i"`, `"inst":""`, 1)},
+		"bad room":            {DeltaSubject("eu"), strings.Replace(good, `"room":"r"`, `"room":"a.b"`, 1)},
+		"bad user":            {DeltaSubject("eu"), strings.Replace(good, `{"u":`, `{"u*":`, 1)},
+		"bad session":         {DeltaSubject("eu"), strings.Replace(good, `["s"]`, `["s>"]`, 1)},
+		"bad deleted user":    {DeltaSubject("eu"), strings.Replace(good, `["x"]`, `[""]`, 1)},
+		"part of a delta":     {DeltaSubject("eu"), strings.Replace(good, `"at":0`, `"at":0,"part":1,"parts":1`, 1)},
+		"part 0":              {FullSubject("eu"), strings.Replace(goodFull, `"part":1`, `"part":0`, 1)},
+		"part beyond parts":   {FullSubject("eu"), strings.Replace(goodFull, `"part":1`, `"part":2`, 1)},
+		"too many parts":      {FullSubject("eu"), strings.Replace(goodFull, `"parts":1`, `"parts":1000000`, 1)},
+		"full deletes":        {FullSubject("eu"), strings.Replace(goodFull, `"rooms":[]`, `"rooms":[{"room":"r","del":["u"]}]`, 1)},
+		"wrong type":          {DeltaSubject("eu"), strings.Replace(good, `"seq":1`, `"seq":"1"`, 1)},
+		"state of no user":    {DeltaSubject("eu"), strings.Replace(good, `"st":{"u":`, `"st":{"v":`, 1)},
+		"state of no session": {DeltaSubject("eu"), strings.Replace(good, `{"s":{"a":1}}`, `{"t":{"a":1}}`, 1)},
+		"null state":          {DeltaSubject("eu"), strings.Replace(good, `{"a":1}`, `null`, 1)},
+		"state too big":       {DeltaSubject("eu"), strings.Replace(good, `{"a":1}`, `"`+strings.Repeat("x", 1100)+`"`, 1)},
 	}
 	for name, c := range bad {
 		if _, err := DecodePublication(c.subject, []byte(c.body)); err == nil {

@@ -14,8 +14,9 @@ import (
 
 // Two regions, each with its own Redis and NATS cluster joined by
 // gateways, a --global node in each and an aggregator process: a client in
-// one region sees a user of the other join through the global view, and a
-// subscriber to presence.global.> sees one online per user.
+// one region sees a user of the other join and set a state through the
+// global view, and a subscriber to presence.global.> sees one online per
+// user.
 func TestE2EGlobalViewAcrossRegions(t *testing.T) {
 	sc := testnats.StartSuperCluster(t, "a", "b")
 	sc.WaitConnected(t, 10*time.Second)
@@ -60,6 +61,21 @@ func TestE2EGlobalViewAcrossRegions(t *testing.T) {
 			t.Fatal("alice never saw bob's global online")
 		}
 	}
+	// bob's state crosses over too: alice sees it as a global update.
+	bob.send(map[string]any{"type": "state", "room": "lobby", "state": map[string]string{"status": "away"}, "ref": "s"})
+	for seen := false; !seen; {
+		select {
+		case f := <-alice.frames:
+			if f["type"] == "event" {
+				ev := f["event"].(map[string]any)
+				st, _ := ev["state"].(map[string]any)
+				seen = ev["region"] == bus.GlobalRegion && ev["user"] == "bob" && ev["kind"] == "update" && ev["session"] == "tab" && st["status"] == "away"
+			}
+		case <-deadline:
+			t.Fatal("alice never saw bob's state")
+		}
+	}
+
 	got := map[string]int{}
 	timeout := time.After(5 * time.Second)
 	for len(got) < 2 {
