@@ -317,10 +317,12 @@ func (c *conn) handle(mt int, data []byte) {
 		c.send(mustJSON(replyFrame{Type: typePong, Ref: req.Ref}))
 	case typeRefresh:
 		c.refresh(ctx, req)
+	case typeMembers:
+		c.members(ctx, req)
 	case "":
 		c.reject(CodeBadFrame, "frame has no type", req.Ref)
 	default:
-		c.reject(CodeUnknownType, fmt.Sprintf("unknown frame type %.40q (protocol v%d knows join, leave, state, ping, refresh)", req.Type, ProtocolVersion), req.Ref)
+		c.reject(CodeUnknownType, fmt.Sprintf("unknown frame type %.40q (protocol v%d knows join, leave, state, ping, refresh, members)", req.Type, ProtocolVersion), req.Ref)
 	}
 }
 
@@ -472,6 +474,36 @@ func (c *conn) setState(ctx context.Context, req request) {
 		return
 	}
 	c.send(mustJSON(replyFrame{Type: typeStateSet, Ref: req.Ref, Room: req.Room}))
+}
+
+// members sends one page of a joined room's members, from the same
+// source as the room's snapshots; it changes nothing.
+func (c *conn) members(ctx context.Context, req request) {
+	if !c.checkRoom(req) {
+		return
+	}
+	if !slices.Contains(c.rooms, req.Room) {
+		c.reject(CodeNotJoined, fmt.Sprintf("room %q is not joined", req.Room), req.Ref)
+		return
+	}
+	most := c.n.cfg.Limits.SnapshotMembers
+	offset, limit := 0, most
+	if req.Offset != nil {
+		offset = *req.Offset
+	}
+	if req.Limit != nil {
+		limit = *req.Limit
+	}
+	if offset < 0 || limit < 1 || limit > most {
+		c.reject(CodeInvalidPage, fmt.Sprintf("offset must be >= 0 and limit between 1 and %d, got %d and %d", most, offset, limit), req.Ref)
+		return
+	}
+	snap, err := c.n.hub.store.Snapshot(ctx, req.Room, offset, limit)
+	if err != nil {
+		c.unavailable("members", err, req.Ref)
+		return
+	}
+	c.send(mustJSON(membersFrame{Type: typeMembers, Ref: req.Ref, Room: req.Room, Snapshot: snap}))
 }
 
 // refresh replaces the connection's token before it expires: same user,

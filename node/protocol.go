@@ -35,6 +35,7 @@ const (
 	CodeInvalidState ErrorCode = "invalid_state"  // state missing, not JSON, or over presence.MaxStateBytes
 	CodeForbidden    ErrorCode = "forbidden"      // the token does not grant the room
 	CodeInvalidToken ErrorCode = "invalid_token"  // refresh with a token that is bad, expired or for another user
+	CodeInvalidPage  ErrorCode = "invalid_page"   // members with an offset or limit out of range
 	CodeTooManyRooms ErrorCode = "too_many_rooms" // Limits.MaxRooms reached
 	CodeNotJoined    ErrorCode = "not_joined"     // leave or state for a room not joined
 	CodeRateLimited  ErrorCode = "rate_limited"   // frame dropped by the rate limit; slow down
@@ -48,6 +49,7 @@ const (
 	typeState     = "state"
 	typePing      = "ping"
 	typeRefresh   = "refresh"
+	typeMembers   = "members"
 	typeHello     = "hello"
 	typeSnapshot  = "snapshot"
 	typeEvent     = "event"
@@ -69,6 +71,9 @@ type request struct {
 	Room  string          `json:"room"`
 	State json.RawMessage `json:"state"`
 	Token string          `json:"token"`
+	// members paging; pointers tell "absent" from 0.
+	Offset *int `json:"offset"`
+	Limit  *int `json:"limit"`
 }
 
 type errorFrame struct {
@@ -130,6 +135,14 @@ type snapshotFrame struct {
 	Reason    string            `json:"reason"`
 	Truncated bool              `json:"truncated"`
 	Snapshot  presence.Snapshot `json:"snapshot"`
+}
+
+// membersFrame answers a members request: one page of a joined room.
+type membersFrame struct {
+	Type     string            `json:"type"`
+	Ref      string            `json:"ref,omitempty"`
+	Room     string            `json:"room"`
+	Snapshot presence.Snapshot `json:"snapshot"`
 }
 
 // mustJSON encodes frames built from this package's types, which cannot
