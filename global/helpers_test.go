@@ -25,6 +25,7 @@ import (
 
 var (
 	_ global.RegionSource = (*region.Store)(nil)
+	_ global.RosterSource = (*region.Store)(nil)
 	_ bus.Reader          = (*global.Aggregator)(nil)
 )
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -254,53 +255,74 @@ func (p *RegionPublisher) send(subject string, pub Publication) error {
 	return p.cfg.NATS.Publish(subject, data)
 }
 
-// ReadRegion reads a region's truth: every room's members, page by page,
-// with their live session ids and those sessions' states. Members inside
-// the regional offline grace (no sessions) are present with an empty
-// list. Pages of one room are read at slightly different moments; the
-// next cadence corrects any skew.
+// RosterSource is a RegionSource that also reads whole rooms in bulk;
+// *region.Store is one. ReadRegion prefers it: one round trip per 100
+// rooms instead of one per page of each room.
+type RosterSource interface {
+	RegionSource
+	// Rosters returns every member of each room, in the order given.
+	Rosters(ctx context.Context, rooms []string) ([]presence.Snapshot, error)
+}
+
+// ReadRegion reads a region's truth: every room's members with their
+// live session ids and those sessions' states. Members inside the
+// regional offline grace (no sessions) are present with an empty list.
+// Rooms (and pages of one room, from a source that is not a
+// RosterSource) are read at slightly different moments; the next cadence
+// corrects any skew.
 func ReadRegion(ctx context.Context, src RegionSource, pageSize int) (Truth, error) {
 	rooms, err := src.Rooms(ctx)
 	if err != nil {
 		return Truth{}, fmt.Errorf("global: read region: rooms: %w", err)
 	}
-	view, states := RegionView{}, StateView{}
-	for _, room := range rooms {
-		if presence.ValidateRoom(room) != nil {
-			continue
+	rooms = slices.DeleteFunc(rooms, func(r string) bool { return presence.ValidateRoom(r) != nil })
+	t := Truth{Members: RegionView{}, States: StateView{}}
+	if rs, ok := src.(RosterSource); ok {
+		snaps, err := rs.Rosters(ctx, rooms)
+		if err != nil {
+			return Truth{}, fmt.Errorf("global: read region: %w", err)
 		}
-		members := map[string][]string{}
-		roomStates := map[string]map[string]string{}
+		for _, snap := range snaps {
+			t.add(snap.Room, snap.Members)
+		}
+		return t, nil
+	}
+	for _, room := range rooms {
 		for off := 0; ; {
 			snap, err := src.Snapshot(ctx, room, off, pageSize)
 			if err != nil {
 				return Truth{}, fmt.Errorf("global: read region: room %s: %w", room, err)
 			}
-			for _, m := range snap.Members {
-				ss := make([]string, 0, len(m.Sessions))
-				for _, s := range m.Sessions {
-					ss = append(ss, s.ID)
-					if len(s.State) > 0 {
-						if roomStates[m.User] == nil {
-							roomStates[m.User] = map[string]string{}
-						}
-						roomStates[m.User][s.ID] = string(s.State)
-					}
-				}
-				sort.Strings(ss)
-				members[m.User] = ss
-			}
+			t.add(room, snap.Members)
 			off += len(snap.Members)
 			if len(snap.Members) == 0 || off >= snap.Total {
 				break
 			}
 		}
-		if len(members) > 0 {
-			view[room] = members
-		}
-		if len(roomStates) > 0 {
-			states[room] = roomStates
-		}
 	}
-	return Truth{Members: view, States: states}, nil
+	return t, nil
+}
+
+// add records members of room.
+func (t Truth) add(room string, members []presence.Member) {
+	for _, m := range members {
+		ss := make([]string, 0, len(m.Sessions))
+		for _, s := range m.Sessions {
+			ss = append(ss, s.ID)
+			if len(s.State) > 0 {
+				if t.States[room] == nil {
+					t.States[room] = map[string]map[string]string{}
+				}
+				if t.States[room][m.User] == nil {
+					t.States[room][m.User] = map[string]string{}
+				}
+				t.States[room][m.User][s.ID] = string(s.State)
+			}
+		}
+		sort.Strings(ss)
+		if t.Members[room] == nil {
+			t.Members[room] = map[string][]string{}
+		}
+		t.Members[room][m.User] = ss
+	}
 }

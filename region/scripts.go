@@ -51,9 +51,10 @@ var (
 	scriptState    = load("state", false)
 	scriptCount    = load("count", true)
 	scriptSessions = load("sessions", true)
+	scriptRoster   = load("roster", true)
 )
 
-var allScripts = []*redis.Script{scriptTouch, scriptRelease, scriptReap, scriptAck, scriptSeen, scriptDue, scriptDueAll, scriptSnapshot, scriptState, scriptCount, scriptSessions}
+var allScripts = []*redis.Script{scriptTouch, scriptRelease, scriptReap, scriptAck, scriptSeen, scriptDue, scriptDueAll, scriptSnapshot, scriptState, scriptCount, scriptSessions, scriptRoster}
 
 type call struct {
 	script *redis.Script

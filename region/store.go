@@ -329,6 +329,91 @@ func (s *Store) Snapshot(ctx context.Context, room string, offset, limit int) (p
 	return snap, nil
 }
 
+// rosterBatch bounds the rooms of one Rosters pipeline.
+const rosterBatch = 100
+
+// Rosters returns whole snapshots of rooms (every member, Offset 0,
+// ordered by user id), reading up to 100 rooms per round trip. It serves
+// readers of entire regions; clients page with Snapshot. A room's
+// snapshot is one atomic read, but different rooms are read at slightly
+// different moments.
+func (s *Store) Rosters(ctx context.Context, rooms []string) ([]presence.Snapshot, error) {
+	for _, room := range rooms {
+		if err := presence.ValidateRoom(room); err != nil {
+			return nil, &OpError{"rosters", err}
+		}
+	}
+	out := make([]presence.Snapshot, 0, len(rooms))
+	for start := 0; start < len(rooms); start += rosterBatch {
+		batch := rooms[start:min(start+rosterBatch, len(rooms))]
+		calls := make([]call, len(batch))
+		for i, room := range batch {
+			k := s.roomKeys(room)
+			calls[i] = call{script: scriptRoster, keys: []string{k[0], k[1], k[2], k[4]}}
+		}
+		cmds, err := runAll(ctx, s.rdb, calls)
+		if err != nil {
+			return nil, &OpError{"rosters", err}
+		}
+		for i, cmd := range cmds {
+			res, err := cmd.Slice()
+			if err != nil {
+				return nil, &OpError{"rosters", fmt.Errorf("room %s: %w", batch[i], err)}
+			}
+			snap, err := s.roster(batch[i], res)
+			if err != nil {
+				return nil, &OpError{"rosters", err}
+			}
+			out = append(out, snap)
+		}
+	}
+	return out, nil
+}
+
+// roster decodes one reply of roster.lua.
+func (s *Store) roster(room string, res []any) (presence.Snapshot, error) {
+	part := func(i int) []any {
+		if i < len(res) {
+			a, _ := res[i].([]any)
+			return a
+		}
+		return nil
+	}
+	head, users, ss, st := part(0), part(1), part(2), part(3)
+	if len(res) != 4 || len(head) != 4 || len(users)%2 != 0 || len(ss)%2 != 0 || len(st)%2 != 0 {
+		return presence.Snapshot{}, fmt.Errorf("room %s: malformed roster reply", room)
+	}
+	snap := presence.Snapshot{
+		Region: s.opt.Region, Room: room, At: time.UnixMilli(num(head[0])),
+		RoomSeq: uint64(num(head[1])), StreamSeq: uint64(num(head[2])), Epoch: num(head[3]),
+		Total: len(users) / 2, Members: make([]presence.Member, 0, len(users)/2),
+	}
+	states := make(map[string]string, len(st)/2)
+	for i := 0; i < len(st); i += 2 {
+		states[str(st[i])] = str(st[i+1])
+	}
+	index := make(map[string]int, len(users)/2)
+	for i := 0; i < len(users); i += 2 {
+		u := str(users[i])
+		index[u] = len(snap.Members)
+		snap.Members = append(snap.Members, presence.Member{User: u, Until: time.UnixMilli(num(users[i+1])), Sessions: []presence.SessionInfo{}})
+	}
+	for i := 0; i < len(ss); i += 2 {
+		entry := str(ss[i])
+		u, sid, ok := strings.Cut(entry, ":")
+		j, member := index[u]
+		if !ok || !member {
+			continue // a live session of a user whose until passed: not a member
+		}
+		snap.Members[j].Sessions = append(snap.Members[j].Sessions, sessionInfo(sid, ss[i+1], states[entry]))
+	}
+	slices.SortFunc(snap.Members, func(a, b presence.Member) int { return strings.Compare(a.User, b.User) })
+	for _, m := range snap.Members {
+		slices.SortFunc(m.Sessions, func(a, b presence.SessionInfo) int { return strings.Compare(a.ID, b.ID) })
+	}
+	return snap, nil
+}
+
 func sessionInfo(id, exp, state any) presence.SessionInfo {
 	si := presence.SessionInfo{ID: str(id), Expires: time.Unix(num(exp), 0)}
 	if st := str(state); st != "" {

@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/presence-dev/presence/internal/testredis"
 	"github.com/presence-dev/presence/presence"
@@ -554,5 +558,62 @@ func TestRoomsListsEveryNonEmptyRoom(t *testing.T) {
 	rooms, err = cs.Rooms(ctx)
 	if err != nil || len(rooms) != 40 || rooms[0] != "r00" || rooms[39] != "r39" {
 		t.Fatalf("cluster Rooms: %d %v", len(rooms), err)
+	}
+}
+
+// Rosters reads whole rooms in bulk and agrees with Snapshot on every
+// member, session, state and sequence, on a single server and on a
+// cluster (rooms on every master, one pipeline split per node).
+func TestRostersAgreeWithSnapshots(t *testing.T) {
+	single, _ := testredis.Client(t)
+	cluster, _ := testredis.Cluster(t, 3)
+	for name, rdb := range map[string]redis.UniversalClient{"single": single, "cluster": cluster} {
+		t.Run(name, func(t *testing.T) {
+			s := newStore(t, rdb, &collector{})
+			ctx := context.Background()
+			var refs []presence.SessionRef
+			var rooms []string
+			for r := range 150 { // more than one batch
+				room := fmt.Sprintf("r%03d", r)
+				rooms = append(rooms, room)
+				for u := range r%4 + 1 {
+					refs = append(refs, ref(room, fmt.Sprintf("u%d", u), "a"), ref(room, fmt.Sprintf("u%d", u), "b"))
+				}
+			}
+			touch(t, s, refs...)
+			if _, err := s.SetState(ctx, ref("r003", "u2", "b"), []byte(`{"x":"a|b:c"}`)); err != nil {
+				t.Fatal(err)
+			}
+			release(t, s, ref("r001", "u1", "a"))
+			release(t, s, ref("r001", "u1", "b")) // in grace: a member with no sessions
+			rooms = append(rooms, "empty")
+			got, err := s.Rosters(ctx, rooms)
+			if err != nil || len(got) != len(rooms) {
+				t.Fatalf("Rosters: %d %v", len(got), err)
+			}
+			for i, room := range rooms {
+				want, err := s.Snapshot(ctx, room, 0, 1000)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for j := range want.Members {
+					slices.SortFunc(want.Members[j].Sessions, func(a, b presence.SessionInfo) int { return strings.Compare(a.ID, b.ID) })
+				}
+				g := got[i]
+				g.At, want.At = time.Time{}, time.Time{}
+				if !reflect.DeepEqual(g, want) {
+					t.Fatalf("room %s:\nroster   %+v\nsnapshot %+v", room, g, want)
+				}
+			}
+			if m := got[1].Members[1]; m.User != "u1" || len(m.Sessions) != 0 {
+				t.Fatalf("member in grace: %+v", m)
+			}
+			if st := got[3].Members[2].Sessions[1].State; string(st) != `{"x":"a|b:c"}` {
+				t.Fatalf("state %s", st)
+			}
+			if _, err := s.Rosters(ctx, []string{"ok", "a.b"}); err == nil {
+				t.Fatal("an invalid room was accepted")
+			}
+		})
 	}
 }
