@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -45,7 +44,9 @@ func freePort(tb testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func start(tb testing.TB, extra ...string) *Server {
+// start starts a redis-server; extra, when set, adds arguments for each
+// attempt (an attempt on a taken port is retried with fresh ports).
+func start(tb testing.TB, extra func() []string) *Server {
 	tb.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -55,10 +56,13 @@ func start(tb testing.TB, extra ...string) *Server {
 	for range 5 {
 		dir := tb.TempDir()
 		port := freePort(tb)
-		args := append([]string{
+		args := []string{
 			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
 			"--save", "", "--appendonly", "no", "--protected-mode", "no", "--loglevel", "warning",
-		}, extra...)
+		}
+		if extra != nil {
+			args = append(args, extra()...)
+		}
 		cmd := exec.Command(bin, args...)
 		cmd.Stdout, cmd.Stderr = nil, nil
 		if err := cmd.Start(); err != nil {
@@ -102,7 +106,7 @@ func waitReady(addr string, pid int) error {
 // Start starts a standalone redis-server.
 func Start(tb testing.TB) *Server {
 	tb.Helper()
-	return start(tb)
+	return start(tb, nil)
 }
 
 // Client starts a standalone redis-server and returns a client for it,
@@ -126,8 +130,13 @@ func Cluster(tb testing.TB, n int) (*redis.ClusterClient, []*Server) {
 	servers := make([]*Server, n)
 	addrs := make([]string, n)
 	for i := range servers {
-		dir := tb.TempDir()
-		servers[i] = start(tb, "--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "2000")
+		// The bus port is picked too: the default, port + 10000, is
+		// beyond 65535 for a third of the ephemeral range.
+		servers[i] = start(tb, func() []string {
+			// nodes.conf lands in the attempt's own --dir.
+			return []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+				"--cluster-node-timeout", "2000", "--cluster-port", strconv.Itoa(freePort(tb))}
+		})
 		addrs[i] = servers[i].Addr
 	}
 	args := append([]string{"--cluster", "create"}, addrs...)
