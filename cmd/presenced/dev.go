@@ -6,11 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"strconv"
+	"path/filepath"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -39,13 +38,13 @@ func runDevCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if url := os.Getenv("REDIS_URL"); url != "" {
 		cfg.Redis = url
 	} else {
-		addr, stop, err := startRedis(ctx)
+		url, stop, err := startRedis(ctx)
 		if err != nil {
 			return err
 		}
 		defer stop()
-		cfg.Redis = addr
-		cfg.Log.Info("presenced dev: started redis-server", "addr", addr)
+		cfg.Redis = url
+		cfg.Log.Info("presenced dev: started redis-server", "url", url)
 	}
 	if cfg.NATSStoreDir == "" {
 		dir, err := os.MkdirTemp("", "presenced-dev-nats-")
@@ -68,39 +67,36 @@ func runDevCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	return serve(ctx, cfg)
 }
 
-// startRedis runs redis-server on a free loopback port in a temporary
-// directory, without persistence, until stop is called.
-func startRedis(ctx context.Context) (addr string, stop func(), err error) {
+// startRedis runs redis-server on a unix socket in a temporary directory,
+// without persistence, until stop is called. A socket, not a TCP port:
+// nothing else can take it between choosing and binding, and nothing else
+// can answer on it.
+func startRedis(ctx context.Context) (url string, stop func(), err error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return "", nil, fmt.Errorf("dev needs Redis: set REDIS_URL=redis://host:6379, or install redis-server (Debian: apt-get install -y redis-server)")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	dir, err := os.MkdirTemp("", "presenced-dev-redis-")
 	if err != nil {
 		return "", nil, err
 	}
-	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir, "--save", "", "--appendonly", "no", "--loglevel", "warning")
+	sock := filepath.Join(dir, "redis.sock")
+	cmd := exec.Command(bin, "--port", "0", "--unixsocket", sock, "--unixsocketperm", "700", "--dir", dir, "--save", "", "--appendonly", "no", "--loglevel", "warning")
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
 		return "", nil, fmt.Errorf("start redis-server: %w", err)
 	}
 	stop = func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); os.RemoveAll(dir) }
-	addr = fmt.Sprintf("127.0.0.1:%d", port)
-	c := redis.NewClient(&redis.Options{Addr: addr})
+	url = "unix://" + sock
+	c := redis.NewClient(&redis.Options{Network: "unix", Addr: sock})
 	defer c.Close()
 	deadline := time.Now().Add(5 * time.Second)
 	for c.Ping(ctx).Err() != nil {
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			stop()
-			return "", nil, fmt.Errorf("redis-server on %s did not answer", addr)
+			return "", nil, fmt.Errorf("redis-server on %s did not answer", sock)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return addr, stop, nil
+	return url, stop, nil
 }

@@ -211,7 +211,12 @@ func dial(t *testing.T, addr, user, session string, rooms ...string) *client {
 	if len(rooms) == 0 {
 		rooms = []string{"*"}
 	}
-	u := fmt.Sprintf("ws://%s/v1/ws?session=%s&access_token=%s", addr, session, token(t, user, rooms...))
+	return dialURL(t, fmt.Sprintf("ws://%s/v1/ws?session=%s&access_token=%s", addr, session, token(t, user, rooms...)), user, session)
+}
+
+// dialURL connects to a WebSocket URL and reads the hello frame.
+func dialURL(t *testing.T, u, user, session string) *client {
+	t.Helper()
 	ws, resp, err := websocket.DefaultDialer.Dial(u, nil)
 	if err != nil {
 		body := ""
@@ -220,7 +225,7 @@ func dial(t *testing.T, addr, user, session string, rooms ...string) *client {
 			n, _ := resp.Body.Read(b)
 			body = string(b[:n])
 		}
-		t.Fatalf("dial %s as %s/%s: %v %s", addr, user, session, err, body)
+		t.Fatalf("dial %s as %s/%s: %v %s", u, user, session, err, body)
 	}
 	c := &client{t: t, user: user, sess: session, ws: ws, frames: make(chan map[string]any, 1024), closed: make(chan int, 1)}
 	go c.read()

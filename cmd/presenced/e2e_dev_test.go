@@ -1,0 +1,55 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The quick start's run command: presenced dev starts its own
+// redis-server and an embedded nats-server, serves the demo page and
+// dev-mode WebSocket clients, logs every transition, and on SIGTERM exits
+// 0 leaving nothing behind.
+func TestE2EDevQuickStart(t *testing.T) {
+	t.Setenv("REDIS_URL", "") // the dev node starts its own Redis
+	e := &env{t: t}
+	p := e.start([]string{"dev", "--listen", "127.0.0.1:0", "--nats-port", "-1", "--session-ttl", "3s", "--heartbeat", "1s", "--offline-grace", "1s", "--reap-interval", "100ms", "--last-seen-interval", "2s"}, true)
+	m := regexp.MustCompile(`url=unix://(\S+)`).FindStringSubmatch(p.out.String())
+	if m == nil {
+		t.Fatalf("no redis-server of its own:\n%s", p.out.String())
+	}
+	sock := m[1]
+
+	r, err := http.Get("http://" + p.addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if r.StatusCode != http.StatusOK || !strings.Contains(string(page), "/v1/ws") {
+		t.Fatalf("demo page: %d %.200s", r.StatusCode, page)
+	}
+
+	c := dialURL(t, "ws://"+p.addr+"/v1/ws?session=tab1&user=alice", "alice", "tab1")
+	snap := c.join("lobby")["snapshot"].(map[string]any)
+	if snap["total"] != float64(1) {
+		t.Fatalf("snapshot %v", snap)
+	}
+	waitFor(t, 5*time.Second, "the online logged", func() bool {
+		out := p.out.String()
+		return strings.Contains(out, "online") && strings.Contains(out, "alice")
+	})
+
+	p.signal(syscall.SIGTERM)
+	if code := p.exit(t, 15*time.Second); code != 0 {
+		t.Fatalf("exit code %d\n%s", code, p.out.String())
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Fatalf("redis socket %s left behind: %v", sock, err)
+	}
+}
