@@ -363,6 +363,20 @@ func (c *conn) checkRoom(req request) bool {
 	return true
 }
 
+// joinedRoom returns the index of the request's room in c.rooms, or
+// rejects the request: an invalid room id, or a room not joined.
+func (c *conn) joinedRoom(req request) (int, bool) {
+	if !c.checkRoom(req) {
+		return -1, false
+	}
+	i := slices.Index(c.rooms, req.Room)
+	if i < 0 {
+		c.reject(CodeNotJoined, fmt.Sprintf("room %q is not joined", req.Room), req.Ref)
+		return -1, false
+	}
+	return i, true
+}
+
 // join subscribes to the room's events before the snapshot is taken, so
 // no transition after the snapshot is missed; joining a joined room sends
 // a fresh snapshot.
@@ -411,12 +425,8 @@ func (c *conn) join(ctx context.Context, req request) {
 }
 
 func (c *conn) leave(ctx context.Context, req request) {
-	if !c.checkRoom(req) {
-		return
-	}
-	i := slices.Index(c.rooms, req.Room)
-	if i < 0 {
-		c.reject(CodeNotJoined, fmt.Sprintf("room %q is not joined", req.Room), req.Ref)
+	i, ok := c.joinedRoom(req)
+	if !ok {
 		return
 	}
 	c.drop(ctx, i, "leave")
@@ -439,11 +449,7 @@ func (c *conn) drop(ctx context.Context, i int, why string) {
 }
 
 func (c *conn) setState(ctx context.Context, req request) {
-	if !c.checkRoom(req) {
-		return
-	}
-	if !slices.Contains(c.rooms, req.Room) {
-		c.reject(CodeNotJoined, fmt.Sprintf("room %q is not joined", req.Room), req.Ref)
+	if _, ok := c.joinedRoom(req); !ok {
 		return
 	}
 	st := req.State
@@ -479,11 +485,7 @@ func (c *conn) setState(ctx context.Context, req request) {
 // members sends one page of a joined room's members, from the same
 // source as the room's snapshots; it changes nothing.
 func (c *conn) members(ctx context.Context, req request) {
-	if !c.checkRoom(req) {
-		return
-	}
-	if !slices.Contains(c.rooms, req.Room) {
-		c.reject(CodeNotJoined, fmt.Sprintf("room %q is not joined", req.Room), req.Ref)
+	if _, ok := c.joinedRoom(req); !ok {
 		return
 	}
 	most := c.n.cfg.Limits.SnapshotMembers
