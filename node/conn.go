@@ -62,10 +62,16 @@ func (n *Node) newConn(ws *websocket.Conn, id *identity, session string) *conn {
 		tokens: float64(n.cfg.Limits.FrameBurst), last: n.mono(),
 		widx: -1,
 	}
-	if !id.until.IsZero() {
-		c.expiry = time.AfterFunc(time.Until(id.until), c.expire)
-	}
 	return c
+}
+
+// armExpiry starts the token's timer. It runs once the connection is
+// registered and before its reader starts, so a token that runs out at
+// once cannot start a writer for a connection that is not counted.
+func (c *conn) armExpiry() {
+	if !c.grant.until.IsZero() {
+		c.expiry = time.AfterFunc(time.Until(c.grant.until), c.expire)
+	}
 }
 
 // expire closes a connection whose token ran out. Its sessions are

@@ -297,6 +297,7 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reserved = false
+	c.armExpiry()
 	n.open.Add(1)
 	n.sess.add(c)
 	n.announce(c)
