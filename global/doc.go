@@ -14,7 +14,10 @@
 // between regions is a non-event. A region not heard for DownAfter is
 // held (it keeps its users but brings nobody online); one not heard for
 // DropAfter is dropped, and users only there go offline with reason
-// region_lost. Several aggregators may run: one, elected by a lease,
+// region_lost. Session states travel with their sessions: a member's
+// state change anywhere is one global update, a session that moves
+// between regions with its state is none. Several aggregators may run:
+// one, elected by a lease,
 // writes; every write is conditional on the stream's last sequence, so
 // no transition is ever announced twice.
 //
