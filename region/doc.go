@@ -17,6 +17,8 @@
 //	presence:{R}:o    LIST  events not yet acknowledged by the publisher.
 //	presence:reap     ZSET  room -> first ms it may hold something overdue
 //	                        (on a cluster, one per slot: presence:reap:{tag}).
+//	presence:reap:{tag}:swept  STRING, cluster only: a master's sweep is
+//	                        claimed (PX 4/5 of the reap interval).
 //	presence:seen:{N} HASH  user -> last seen, unix seconds (N = crc32(user) mod buckets).
 //
 // Reading it with redis-cli (quote the braces for the shell):
@@ -62,5 +64,8 @@
 // its cost follows the due rooms, not all rooms; a live room comes due
 // about once per TTL to move its entry forward. Any number of reapers may
 // run: a room script first checks that the room is still due, and settling
-// is atomic, so each change is announced once.
+// is atomic, so each change is announced once. On a cluster, reading a
+// master's slot indexes costs O(slots it serves); the periodic reapers of
+// all nodes share that read through a claim marker on the master, so it
+// happens about once per reap interval however many nodes run.
 package region

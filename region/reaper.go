@@ -28,7 +28,13 @@ type dueList struct {
 // atomic and first checks that the room is still due, so every change is
 // announced once.
 func (s *Store) Reap(ctx context.Context) (int, error) {
-	lists, err := s.due(ctx)
+	return s.reap(ctx, 0)
+}
+
+// reap is Reap; a claim above zero shares the cluster sweep (see
+// RunReaper).
+func (s *Store) reap(ctx context.Context, claim time.Duration) (int, error) {
+	lists, err := s.scanIndexes(ctx, "now", reapBatch, claim)
 	total := 0
 	for round := 0; err == nil && round < maxRounds; round++ {
 		var reaps []call
@@ -73,14 +79,13 @@ func (s *Store) Reap(ctx context.Context) (int, error) {
 	return total, nil
 }
 
-// due reads every reap index once.
-func (s *Store) due(ctx context.Context) ([]dueList, error) {
-	return s.scanIndexes(ctx, "now", reapBatch)
-}
-
 // scanIndexes reads the rooms of every reap index scored up to upto ("now"
-// or "+inf"), at most limit per index.
-func (s *Store) scanIndexes(ctx context.Context, upto string, limit int) ([]dueList, error) {
+// or "+inf"), at most limit per index. On a cluster, a claim above zero
+// first takes each master's sweep marker for that long (SET NX PX) and
+// reads only the masters it took: the reapers of all nodes then share
+// one read of a master's slot indexes per claim period, instead of one
+// each.
+func (s *Store) scanIndexes(ctx context.Context, upto string, limit int, claim time.Duration) ([]dueList, error) {
 	cc, ok := s.rdb.(*redis.ClusterClient)
 	if !ok {
 		return s.readIndexes(ctx, []string{s.opt.Prefix + ":reap"}, upto, limit)
@@ -106,6 +111,9 @@ func (s *Store) scanIndexes(ctx context.Context, upto string, limit int) ([]dueL
 		}
 		keys = append(keys, ks)
 		calls = append(calls, call{script: scriptDueAll, keys: ks[:1], args: args})
+	}
+	if claim > 0 {
+		keys, calls = s.claimed(ctx, keys, calls, claim)
 	}
 	cmds, _ := runAll(ctx, s.rdb, calls)
 	var out []dueList
@@ -142,6 +150,34 @@ func (s *Store) scanIndexes(ctx context.Context, upto string, limit int) ([]dueL
 	return out, nil
 }
 
+// claimed keeps the masters (each given by its index keys and its
+// dueall call) whose sweep marker this call takes. A master whose marker
+// cannot be read is kept: better a sweep too many than one too few.
+func (s *Store) claimed(ctx context.Context, keys [][]string, calls []call, claim time.Duration) ([][]string, []call) {
+	sets := make([]*redis.BoolCmd, len(keys))
+	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, ks := range keys {
+			sets[i] = p.SetNX(ctx, ks[0]+sweptSuffix, 1, claim)
+		}
+		return nil
+	})
+	var k2 [][]string
+	var c2 []call
+	for i, set := range sets {
+		if took, err := set.Result(); took || err != nil {
+			k2, c2 = append(k2, keys[i]), append(c2, calls[i])
+			s.stats.ClaimedSweeps.Add(1)
+		} else {
+			s.stats.SharedSweeps.Add(1)
+		}
+	}
+	return k2, c2
+}
+
+// sweptSuffix names a master's sweep marker: its first slot index key
+// plus this suffix, in the same slot.
+const sweptSuffix = ":swept"
+
 // dueIn reads the due rooms of the given reap indexes.
 func (s *Store) dueIn(ctx context.Context, idx []string) ([]dueList, error) {
 	return s.readIndexes(ctx, idx, "now", reapBatch)
@@ -167,7 +203,15 @@ func (s *Store) readIndexes(ctx context.Context, idx []string, upto string, limi
 }
 
 // RunReaper sweeps every reap interval until ctx is done. Errors are
-// logged and the next sweep tries again.
+// logged and the next sweep tries again. On a cluster the nodes' reapers
+// share the sweep: each master's slot indexes are read by whichever
+// reaper claims it first, about once per reap interval in all, however
+// many nodes run.
+//
+// The claim lasts 4/5 of the interval, so a reaper alone is never locked
+// out by its own last claim, and with several, some claim expires within
+// each interval: a due room waits at most about one interval, and a
+// claimer that dies after claiming costs one more.
 func (s *Store) RunReaper(ctx context.Context) {
 	tick := time.NewTicker(s.t.ReapInterval)
 	defer tick.Stop()
@@ -178,7 +222,7 @@ func (s *Store) RunReaper(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			if _, err := s.Reap(ctx); err != nil && ctx.Err() == nil {
+			if _, err := s.reap(ctx, sweepClaim(s.t.ReapInterval)); err != nil && ctx.Err() == nil {
 				s.log.Warn("presence: reap failed", "err", err)
 			}
 		case <-prune.C:
@@ -187,11 +231,14 @@ func (s *Store) RunReaper(ctx context.Context) {
 	}
 }
 
+// sweepClaim is how long a periodic sweep claims a master.
+func sweepClaim(interval time.Duration) time.Duration { return interval * 4 / 5 }
+
 // Rooms returns every room that holds members, sessions or undelivered
 // events in this region: the members of the reap indexes. It costs one
 // call (one per master on a cluster) plus the size of the answer.
 func (s *Store) Rooms(ctx context.Context) ([]string, error) {
-	lists, err := s.scanIndexes(ctx, "+inf", 1<<30)
+	lists, err := s.scanIndexes(ctx, "+inf", 1<<30, 0)
 	if err != nil {
 		return nil, &OpError{"rooms", err}
 	}

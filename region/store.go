@@ -76,6 +76,8 @@ type Stats struct {
 	PublishErrors  atomic.Int64
 	LastSeenWrites atomic.Int64 // writes Redis reported making
 	ReapedRooms    atomic.Int64 // reap script runs
+	ClaimedSweeps  atomic.Int64 // cluster masters a periodic sweep claimed and read
+	SharedSweeps   atomic.Int64 // cluster masters left to another reaper's claim
 }
 
 // New returns a Store on rdb. rdb may be a *redis.Client, a
