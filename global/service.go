@@ -127,11 +127,11 @@ func (a *Aggregator) Union(room string) map[string][]string {
 
 // RegionStatus is what an aggregator knows of one region.
 type RegionStatus struct {
-	Region string
-	State  RegionState
-	Gen    uint64
-	Seq    uint64
-	Heard  time.Time // last publication applied; zero if never
+	Region string      `json:"region"`
+	State  RegionState `json:"state"`
+	Gen    uint64      `json:"gen"`
+	Seq    uint64      `json:"seq"`
+	Heard  time.Time   `json:"heard"` // last publication applied; zero if never
 }
 
 // RegionStatuses returns every region the aggregator knows, sorted.

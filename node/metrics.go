@@ -61,7 +61,7 @@ func newMetrics(reg prometheus.Registerer, n *Node) (*metrics, error) {
 	// Codes and reasons exist from the start, so rates work before the
 	// first rejection.
 	for _, c := range []ErrorCode{CodeBadFrame, CodeUnknownType, CodeInvalidRoom, CodeInvalidState, CodeForbidden,
-		CodeTooManyRooms, CodeNotJoined, CodeRateLimited, CodeUnavailable, "too_big"} {
+		CodeTooManyRooms, CodeNotJoined, CodeRateLimited, CodeUnavailable, CodeInvalidToken, CodeInvalidPage, "too_big"} {
 		m.rejectedFrames.WithLabelValues(string(c))
 	}
 	for _, r := range []string{"auth", "capacity", "draining", "bad_request", "origin"} {

@@ -2,16 +2,23 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/presence-dev/presence/global"
+	"github.com/presence-dev/presence/node"
 )
 
 // runAggregatorCommand runs one aggregator until ctx is done. Run two or
@@ -20,9 +27,9 @@ func runAggregatorCommand(ctx context.Context, args []string, stderr io.Writer) 
 	fs := flag.NewFlagSet("presenced aggregator", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
-		natsURL, regions, cluster, logLevel, logFormat string
-		cadence, grace, downAfter, dropAfter           time.Duration
-		replicas                                       int
+		natsURL, regions, cluster, logLevel, logFormat, listen string
+		cadence, grace, downAfter, dropAfter                   time.Duration
+		replicas                                               int
 	)
 	fs.StringVar(&natsURL, "nats", "nats://127.0.0.1:4222", "NATS server URL (the supercluster)")
 	fs.DurationVar(&cadence, "cadence", global.DefaultCadence, "the regions' publication cadence")
@@ -32,6 +39,7 @@ func runAggregatorCommand(ctx context.Context, args []string, stderr io.Writer) 
 	fs.StringVar(&regions, "regions", "", "comma-separated regions expected to publish (optional)")
 	fs.StringVar(&cluster, "stream-cluster", "", "NATS cluster that holds the global stream (optional)")
 	fs.IntVar(&replicas, "replicas", 1, "replicas of the global stream and lease")
+	fs.StringVar(&listen, "listen", "", "serve /metrics and /healthz on this address (e.g. :9090); off when empty")
 	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&logFormat, "log-format", "text", "text or json")
 	if err := parseFlags(fs, args); err != nil {
@@ -67,12 +75,53 @@ func runAggregatorCommand(ctx context.Context, args []string, stderr io.Writer) 
 	if err != nil {
 		return &usageError{err.Error()}
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := registerAggregatorMetrics(reg, a); err != nil {
+		return err
+	}
 	if err := a.Start(ctx); err != nil {
 		return err
 	}
+	defer a.Close()
+	if listen != "" {
+		ln, err := net.Listen("tcp", listen)
+		if err != nil {
+			return fmt.Errorf("--listen %s: %w", listen, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle(node.PathMetrics, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc(node.PathHealth, func(w http.ResponseWriter, _ *http.Request) {
+			serveAggregatorHealth(w, nc, a)
+		})
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		lg.Info("presenced: aggregator http", "addr", ln.Addr().String())
+	}
 	lg.Info("presenced: aggregator running", "nats", natsURL, "cadence", cadence)
 	<-ctx.Done()
-	a.Close()
-	lg.Info("presenced: aggregator stopped")
+	lg.Info("presenced: aggregator stopping")
 	return nil
+}
+
+// aggregatorHealth is the body of an aggregator's health endpoint.
+type aggregatorHealth struct {
+	Status  string                `json:"status"` // ok, or nats_disconnected
+	NATS    string                `json:"nats"`
+	Leader  bool                  `json:"leader"`
+	Regions []global.RegionStatus `json:"regions"`
+}
+
+// serveAggregatorHealth answers 200 while NATS is connected, else 503. A
+// standby is healthy: it answers queries and is ready to take over.
+func serveAggregatorHealth(w http.ResponseWriter, nc *nats.Conn, a *global.Aggregator) {
+	h := aggregatorHealth{Status: "ok", NATS: nc.Status().String(), Leader: a.Leader(), Regions: a.RegionStatuses()}
+	code := http.StatusOK
+	if !nc.IsConnected() {
+		h.Status, code = "nats_disconnected", http.StatusServiceUnavailable
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(h)
 }

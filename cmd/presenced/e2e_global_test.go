@@ -1,6 +1,11 @@
 package main
 
 import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,7 +44,7 @@ func TestE2EGlobalViewAcrossRegions(t *testing.T) {
 	defer sub.Unsubscribe()
 	_ = watch.Flush()
 
-	regions["a"].start([]string{"aggregator", "--nats", sc.Server("a").ClientURL(), "--cadence", "300ms", "--regions", "a,b"}, false)
+	agg := regions["a"].start([]string{"aggregator", "--nats", sc.Server("a").ClientURL(), "--cadence", "300ms", "--regions", "a,b", "--listen", "127.0.0.1:0"}, false)
 	na := regions["a"].startNodeIn("a", "--global", "--global-cadence", "300ms")
 	nb := regions["b"].startNodeIn("b", "--global", "--global-cadence", "300ms")
 
@@ -91,4 +96,65 @@ func TestE2EGlobalViewAcrossRegions(t *testing.T) {
 	if got["alice"] != 1 || got["bob"] != 1 {
 		t.Fatalf("global onlines: %v, want one each", got)
 	}
+
+	// Operators see it too: the aggregator's health and metrics, and the
+	// nodes' store and publisher metrics.
+	var aggAddr string
+	waitFor(t, 5*time.Second, "the aggregator's http address", func() bool {
+		m := regexp.MustCompile(`msg="presenced: aggregator http" addr=(\S+)`).FindStringSubmatch(agg.out.String())
+		if m != nil {
+			aggAddr = m[1]
+		}
+		return m != nil
+	})
+	var h struct {
+		Status  string `json:"status"`
+		Leader  bool   `json:"leader"`
+		Regions []struct {
+			Region, State string
+		} `json:"regions"`
+	}
+	getJSON(t, "http://"+aggAddr+"/healthz", &h)
+	if h.Status != "ok" || !h.Leader || len(h.Regions) != 2 || h.Regions[0].State != "live" || h.Regions[1].State != "live" {
+		t.Fatalf("aggregator health %+v", h)
+	}
+	expectMetrics(t, "http://"+aggAddr+"/metrics", "presence_global_leader 1", `presence_global_region_state{region="b",state="live"} 1`, "presence_global_transitions_total 3")
+	expectMetrics(t, "http://"+nb.addr+"/metrics", "presence_global_publisher_active 1", "presence_region_transitions_total 2")
+}
+
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	r, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	if err := json.NewDecoder(r.Body).Decode(v); err != nil {
+		t.Fatalf("%s: %v", url, err)
+	}
+}
+
+// expectMetrics waits until the exposition at url has every line.
+func expectMetrics(t *testing.T, url string, lines ...string) {
+	t.Helper()
+	var missing []string
+	waitFor(t, 5*time.Second, url+" to show "+strings.Join(lines, ", "), func() bool {
+		r, err := http.Get(url)
+		if err != nil {
+			return false
+		}
+		b, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		have := map[string]bool{}
+		for _, l := range strings.Split(string(b), "\n") {
+			have[l] = true
+		}
+		missing = missing[:0]
+		for _, l := range lines {
+			if !have[l] {
+				missing = append(missing, l)
+			}
+		}
+		return len(missing) == 0
+	})
 }

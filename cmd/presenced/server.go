@@ -160,6 +160,12 @@ func serve(ctx context.Context, cfg serverConfig) (err error) {
 		}
 	}
 
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := registerStoreMetrics(reg, store); err != nil {
+		return err
+	}
+
 	var globalView node.Snapshotter
 	if cfg.Global {
 		pub, err := global.NewRegionPublisher(global.PublisherConfig{
@@ -172,11 +178,12 @@ func serve(ctx context.Context, cfg serverConfig) (err error) {
 			return fmt.Errorf("region publisher: %w", err)
 		}
 		cleanups = append(cleanups, pub.Close)
+		if err := registerPublisherMetrics(reg, pub); err != nil {
+			return err
+		}
 		globalView = global.NewClient(nc)
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	n, err := node.New(node.Config{
 		Region: cfg.Region, Store: store, NATS: nc, Timing: cfg.Timing, Global: globalView,
 		Auth: cfg.Auth, Limits: cfg.Limits, Logger: lg, Metrics: reg,
