@@ -163,3 +163,55 @@ func BenchmarkRefresh(b *testing.B) {
 	rand.New(rand.NewPCG(3, 4)).Shuffle(len(scattered), func(i, j int) { scattered[i], scattered[j] = scattered[j], scattered[i] })
 	b.Run("store-scattered", func(b *testing.B) { store(b, scattered) })
 }
+
+// BenchmarkReleaseInLargeRoom measures a clean close and a state change in
+// rooms of 100, 10,000 and 100,000 sessions (one per user): both look up
+// the user's entries in the room (a scan of a small room, the user index
+// of a large one), which the heartbeat never does. One op is a release
+// plus the touch that brings the session back, or one state set.
+// B/session is the Redis memory of the room (after the release run's
+// setup).
+//
+//	go test ./region -run '^$' -bench ReleaseInLargeRoom
+func BenchmarkReleaseInLargeRoom(b *testing.B) {
+	for _, size := range []int{100, 10000, 100000} {
+		rdb, _ := testredis.Client(b)
+		s := newStore(b, rdb, SinkFunc(func(context.Context, []presence.Transition) (uint64, error) { return 0, nil }),
+			func(o *Options) {
+				o.Timing = presence.Timing{SessionTTL: 2 * time.Hour, Heartbeat: 20 * time.Minute, OfflineGrace: time.Hour, ReapInterval: time.Second, LastSeenInterval: time.Hour}
+			})
+		ctx := context.Background()
+		refs := make([]presence.SessionRef, size)
+		for i := range refs {
+			refs[i] = ref("big", fmt.Sprintf("u%07d", i), "tab")
+		}
+		before := usedMemory(b, rdb)
+		for i := 0; i < size; i += 1000 {
+			if _, err := s.Touch(ctx, refs[i:min(i+1000, size)]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		perSession := float64(usedMemory(b, rdb)-before) / float64(size)
+		b.Run(fmt.Sprintf("release/%d", size), func(b *testing.B) {
+			if size >= 10000 { // below that, fixed costs (scripts, meta) dominate
+				b.ReportMetric(perSession, "B/session")
+			}
+			for i := range b.N {
+				r := refs[i%size]
+				if err := s.Release(ctx, r); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := s.Touch(ctx, []presence.SessionRef{r}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("state/%d", size), func(b *testing.B) {
+			for i := range b.N {
+				if _, err := s.SetState(ctx, refs[i%size], []byte(fmt.Sprintf(`{"n":%d}`, i))); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -148,10 +148,10 @@ func ms(d time.Duration) int64 { return d.Milliseconds() }
 
 func (s *Store) roomBase(room string) string { return s.opt.Prefix + ":{" + room + "}" }
 
-// roomKeys are the six keys of a room, in the order the scripts expect.
+// roomKeys are the seven keys of a room, in the order the scripts expect.
 func (s *Store) roomKeys(room string) []string {
 	b := s.roomBase(room)
-	return []string{b, b + ":s", b + ":m", b + ":o", b + ":st", b + ":g"}
+	return []string{b, b + ":s", b + ":m", b + ":o", b + ":st", b + ":g", b + ":u"}
 }
 
 // indexKey is the reap index for a room. On a cluster there is one per
@@ -458,7 +458,7 @@ func (s *Store) Sessions(ctx context.Context, room, user string) (m presence.Mem
 		return m, false, &OpError{"sessions", err}
 	}
 	k := s.roomKeys(room)
-	res, err := scriptSessions.Run(ctx, s.rdb, []string{k[1], k[4], k[0]}, user).Slice()
+	res, err := scriptSessions.Run(ctx, s.rdb, []string{k[1], k[4], k[0], k[6]}, user).Slice()
 	if err != nil {
 		return m, false, &OpError{"sessions", err}
 	}

@@ -13,6 +13,12 @@
 --   st presence:{R}:st  HASH "user:session" -> state JSON.
 --   g  presence:{R}:g   HASH user -> 1 while the user's last session closed
 --                       cleanly and none has returned (the grace runs).
+--   u  presence:{R}:u   HASH user -> their session ids, space-separated.
+--                       Only in large rooms: built when s passes BIG
+--                       entries, so that releases and state changes find a
+--                       user's entries without scanning the room. While it
+--                       exists it lists exactly the entries of s, dead ones
+--                       included; it vanishes with the room's last entry.
 -- The reap index (KEYS[1] of writing scripts) is a ZSET room -> the first ms
 -- at which the room may hold something overdue; it is never later than that.
 --
@@ -34,10 +40,56 @@ end
 
 local function room_at(base)
   return {z = KEYS[base], s = KEYS[base + 1], m = KEYS[base + 2], o = KEYS[base + 3],
-    st = KEYS[base + 4], g = KEYS[base + 5]}
+    st = KEYS[base + 4], g = KEYS[base + 5], u = KEYS[base + 6]}
 end
 
-local ROOM_KEYS = 6
+local ROOM_KEYS = 7
+
+-- BIG: above this many session entries a room keeps the user index u. Up
+-- to it a scan of s is cheap (128 entries are one compact list), and small
+-- rooms do not pay u's memory.
+local BIG = 512
+
+-- index_add records a new entry of s (after its ZADD): in u if the room
+-- has it, else by building u if the room just became large.
+local function index_add(r, u, sid)
+  if redis.call('EXISTS', r.u) == 1 then
+    local v = redis.call('HGET', r.u, u)
+    if v then v = v .. ' ' .. sid else v = sid end
+    redis.call('HSET', r.u, u, v)
+  elseif redis.call('ZCARD', r.s) > BIG then
+    local byu = {}
+    for _, m in ipairs(redis.call('ZRANGE', r.s, 0, -1)) do
+      local uu, ss = string.match(m, '^([^:]*):(.*)$')
+      if byu[uu] then byu[uu] = byu[uu] .. ' ' .. ss else byu[uu] = ss end
+    end
+    local args = {}
+    for uu, v in pairs(byu) do
+      args[#args + 1] = uu
+      args[#args + 1] = v
+      if #args >= 1000 then
+        redis.call('HSET', r.u, unpack(args))
+        args = {}
+      end
+    end
+    if #args > 0 then redis.call('HSET', r.u, unpack(args)) end
+  end
+end
+
+-- index_remove forgets an entry removed from s.
+local function index_remove(r, u, sid)
+  local v = redis.call('HGET', r.u, u)
+  if not v then return end
+  local keep = {}
+  for ss in string.gmatch(v, '%S+') do
+    if ss ~= sid then keep[#keep + 1] = ss end
+  end
+  if #keep == 0 then
+    redis.call('HDEL', r.u, u)
+  else
+    redis.call('HSET', r.u, u, table.concat(keep, ' '))
+  end
+end
 
 local emitted = 0
 
@@ -78,16 +130,30 @@ local function settle(r, now, maxo, limit)
   for _, m in ipairs(dead) do
     redis.call('ZREM', r.s, m)
     redis.call('HDEL', r.st, m)
+    local u, sid = string.match(m, '^([^:]*):(.*)$')
+    index_remove(r, u, sid)
   end
   return #dead == limit
 end
 
 -- user_entries returns the user's session entries as a set member -> expiry
--- (seconds) and their number. It scans the room, which for rooms of up to
--- 128 sessions is one compact list; it runs on releases and state changes,
--- never on the heartbeat.
+-- (seconds) and their number. A large room reads them from u; a small one
+-- scans s, which for up to 128 sessions is one compact list. It runs on
+-- releases and state changes, never on the heartbeat.
 local function user_entries(r, u)
   local set, n, cursor = {}, 0, '0'
+  local ids = r.u and redis.call('HGET', r.u, u)
+  if ids or (r.u and redis.call('EXISTS', r.u) == 1) then
+    for sid in string.gmatch(ids or '', '%S+') do
+      local m = u .. ':' .. sid
+      local sc = redis.call('ZSCORE', r.s, m)
+      if sc then
+        set[m] = tonumber(sc)
+        n = n + 1
+      end
+    end
+    return set, n
+  end
   repeat
     local res = redis.call('ZSCAN', r.s, cursor, 'MATCH', u .. ':*', 'COUNT', 1000)
     cursor = res[1]

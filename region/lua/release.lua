@@ -1,6 +1,6 @@
 -- release: a session closed cleanly. The user stays a member for the grace;
 -- the reaper announces the departure if nothing returns.
--- KEYS[1] reap index; KEYS[2..7] the room's keys (see lib.lua)
+-- KEYS[1] reap index; KEYS[2..8] the room's keys (see lib.lua)
 -- ARGV[1] publish lease ms, ARGV[2] outbox cap, ARGV[3] grace ms,
 -- ARGV[4] room, ARGV[5] user, ARGV[6] session
 -- Returns {found (0|1), outbox entries this call added...}.
@@ -13,6 +13,7 @@ settle_if_due(r, now, maxo)
 local found = redis.call('ZREM', r.s, m)
 if found == 1 then
   redis.call('HDEL', r.st, m)
+  index_remove(r, u, ARGV[6])
   local left = 0
   for _, sc in pairs(user_entries(r, u)) do
     if sc >= live_s(now) then left = left + 1 end

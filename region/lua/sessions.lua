@@ -1,10 +1,10 @@
 -- sessions: one user's live sessions in a room, with expiry and state.
--- KEYS[1] s, KEYS[2] st, KEYS[3] z of the room; ARGV[1] user
+-- KEYS[1] s, KEYS[2] st, KEYS[3] z, KEYS[4] u of the room; ARGV[1] user
 -- Returns {now, until or '', session1, expiry1 (seconds), state1, ...}.
 local now = now_ms()
 local u = ARGV[1]
 local out = {now, redis.call('ZSCORE', KEYS[3], u) or ''}
-local set = user_entries({s = KEYS[1]}, u)
+local set = user_entries({s = KEYS[1], u = KEYS[4]}, u)
 for m, sc in pairs(set) do
   if sc >= live_s(now) then
     out[#out + 1] = string.sub(m, #u + 2)

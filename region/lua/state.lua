@@ -1,6 +1,6 @@
 -- state: set or clear a live session's state. Membership does not change:
 -- the result is an update transition, never a leave and a join.
--- KEYS[1] reap index; KEYS[2..7] the room's keys (see lib.lua)
+-- KEYS[1] reap index; KEYS[2..8] the room's keys (see lib.lua)
 -- ARGV[1] publish lease ms, ARGV[2] outbox cap, ARGV[3] room, ARGV[4] user,
 -- ARGV[5] session, ARGV[6] state JSON ('' clears)
 -- Returns {found (0|1), outbox entries this call added...}; found is 0 when

@@ -1,6 +1,6 @@
 -- touch: create or refresh sessions of one or more rooms (the heartbeat path).
 -- KEYS[1]   reap index of the rooms' slot
--- KEYS[2..] six keys per room, in ARGV order (see lib.lua)
+-- KEYS[2..] seven keys per room, in ARGV order (see lib.lua)
 -- ARGV[1] session TTL ms, ARGV[2] publish lease ms, ARGV[3] outbox cap
 -- ARGV[4..] per room: room id, k, then k pairs (user, session), a user's
 -- pairs adjacent (their until is raised once)
@@ -21,10 +21,11 @@ while a <= #ARGV do
   settle_if_due(r, now, maxo)
   local prev = nil
   for _ = 1, k do
-    local u = ARGV[a]
-    local m = u .. ':' .. ARGV[a + 1]
+    local u, sid = ARGV[a], ARGV[a + 1]
+    local m = u .. ':' .. sid
     a = a + 2
     if redis.call('ZADD', r.s, exps, m) == 1 then
+      index_add(r, u, sid)
       -- A session returning inside the grace cancels the departure.
       local returning = redis.call('HDEL', r.g, u) == 1
       if not returning and not redis.call('ZSCORE', r.z, u) then
