@@ -206,6 +206,13 @@ func BenchmarkReleaseInLargeRoom(b *testing.B) {
 				}
 			}
 		})
+		b.Run(fmt.Sprintf("snapshot/%d", size), func(b *testing.B) {
+			for range b.N {
+				if _, err := s.Snapshot(ctx, "big", 0, 1000); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 		b.Run(fmt.Sprintf("state/%d", size), func(b *testing.B) {
 			for i := range b.N {
 				if _, err := s.SetState(ctx, refs[i%size], []byte(fmt.Sprintf(`{"n":%d}`, i))); err != nil {

@@ -15,10 +15,10 @@
 //	presence:{R}:st   HASH  "user:session" -> state JSON.
 //	presence:{R}:m    HASH  seq, epoch (event ids), jsroom, jsseq (stream sequence).
 //	presence:{R}:o    LIST  events not yet acknowledged by the publisher.
-//	presence:{R}:u    HASH  user -> session ids (space-separated); only in
-//	                        rooms of more than 512 sessions, so a release or
-//	                        state change there reads the user's entries
-//	                        instead of scanning the room.
+//	presence:{R}:u    ZSET  score 0, "user sid1 sid2 ...": the member index,
+//	                        only in rooms of more than 512 sessions, in user
+//	                        id order. Releases, state changes and snapshot
+//	                        pages there read it instead of the whole room.
 //	presence:reap     ZSET  room -> first ms it may hold something overdue
 //	                        (on a cluster, one per slot: presence:reap:{tag}).
 //	presence:reap:{tag}:swept  STRING, cluster only: a master's sweep is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -15,42 +16,59 @@ import (
 	"github.com/presence-dev/presence/presence"
 )
 
-// checkUserIndex fails unless the room's user index lists exactly the
-// entries of its session set (or, with want false, does not exist).
+// checkUserIndex fails unless the room's member index lists exactly the
+// members of z, each with their entries of s (or, with want false, does
+// not exist).
 func checkUserIndex(tb testing.TB, rdb redis.UniversalClient, s *Store, room string, want bool) {
 	tb.Helper()
 	ctx := context.Background()
 	k := s.roomKeys(room)
-	idx, err := rdb.HGetAll(ctx, k[6]).Result()
+	idx, err := rdb.ZRange(ctx, k[6], 0, -1).Result()
 	if err != nil {
 		tb.Fatal(err)
 	}
 	if !want {
 		if len(idx) != 0 {
-			tb.Fatalf("room %s has a user index of %d users", room, len(idx))
+			tb.Fatalf("room %s has a member index of %d users", room, len(idx))
 		}
 		return
+	}
+	users, err := rdb.ZRange(ctx, k[0], 0, -1).Result()
+	if err != nil {
+		tb.Fatal(err)
 	}
 	entries, err := rdb.ZRange(ctx, k[1], 0, -1).Result()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	fromSet := map[string][]string{}
+	fromSets := map[string][]string{}
+	for _, u := range users {
+		fromSets[u] = []string{}
+	}
 	for _, e := range entries {
 		u, sid, _ := strings.Cut(e, ":")
-		fromSet[u] = append(fromSet[u], sid)
+		if _, ok := fromSets[u]; !ok {
+			continue // a dead entry of a user already gone: removed by the next settle
+		}
+		fromSets[u] = append(fromSets[u], sid)
 	}
 	fromIdx := map[string][]string{}
-	for u, v := range idx {
-		fromIdx[u] = strings.Fields(v)
+	var order []string
+	for _, m := range idx {
+		f := strings.Fields(m)
+		fromIdx[f[0]] = append([]string{}, f[1:]...)
+		order = append(order, f[0])
 	}
-	for _, m := range []map[string][]string{fromSet, fromIdx} {
+	if !slices.IsSorted(order) {
+		tb.Fatalf("room %s: the member index is not in user id order", room)
+	}
+	for _, m := range []map[string][]string{fromSets, fromIdx} {
 		for u := range m {
 			slices.Sort(m[u])
 		}
 	}
-	if !maps.EqualFunc(fromSet, fromIdx, slices.Equal) {
-		tb.Fatalf("room %s: user index disagrees with the session set:\nset   %d users\nindex %d users", room, len(fromSet), len(fromIdx))
+	if !maps.EqualFunc(fromSets, fromIdx, slices.Equal) {
+		tb.Fatalf("room %s: member index disagrees with the room:\nrooms %d users\nindex %d users", room, len(fromSets), len(fromIdx))
 	}
 }
 
@@ -77,6 +95,7 @@ func TestLargeRoomKeepsAUserIndex(t *testing.T) {
 	refs = append(refs, second, dying)
 	touch(t, s, refs...)
 	checkUserIndex(t, rdb, s, "big", true)
+	checkPages(t, s, "big", 602)
 
 	// u0002's tab b dies: everyone else is refreshed past its expiry.
 	alive := slices.DeleteFunc(slices.Clone(refs), func(r presence.SessionRef) bool { return r == dying })
@@ -90,7 +109,7 @@ func TestLargeRoomKeepsAUserIndex(t *testing.T) {
 		t.Fatalf("u0002 sessions %+v, want the live one", m.Sessions)
 	}
 	checkUserIndex(t, rdb, s, "big", true)
-	if v, _ := rdb.HGet(ctx, s.roomKeys("big")[6], "u0002").Result(); v != "a" {
+	if v, _ := rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: s.roomKeys("big")[6], Start: "[u0002 ", Stop: "(u0002!", ByLex: true}).Result(); !slices.Equal(v, []string{"u0002 a"}) {
 		t.Fatalf("u0002 in the index: %q, want the live session only", v)
 	}
 
@@ -105,6 +124,7 @@ func TestLargeRoomKeepsAUserIndex(t *testing.T) {
 		t.Fatalf("after the first tab's close and a state: %v, want one update with 1 session", upd)
 	}
 	checkUserIndex(t, rdb, s, "big", true)
+	checkPages(t, s, "big", 600)
 
 	// Last tab: left after the grace.
 	release(t, s, second)
@@ -130,4 +150,72 @@ func TestLargeRoomKeepsAUserIndex(t *testing.T) {
 		t.Fatalf("%d members left", len(n))
 	}
 	checkUserIndex(t, rdb, s, "big", false)
+}
+
+// A dead entry of a user already announced gone can outlive the settle
+// that announced them (the settle stops at its limit of 1000 users). If
+// that session comes back before the next settle, it is a join: one
+// online, not a silent member.
+func TestLeftoverEntryOfAGoneUserComesBackAsAJoin(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	s := newStore(t, rdb, c)
+	ctx := context.Background()
+	x := ref("r", "ghost", "tab")
+	touch(t, s, x)
+	// The state a cut-short settle leaves: ghost gone from the members,
+	// its entry still in the session set, dead.
+	k := s.roomKeys("r")
+	if err := rdb.ZRem(ctx, k[0], "ghost").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ZAdd(ctx, k[1], redis.Z{Score: float64(time.Now().Add(-time.Minute).Unix()), Member: "ghost:tab"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ts := touch(t, s, x)
+	if len(ts) != 1 || ts[0].Kind != presence.Online || ts[0].User != "ghost" {
+		t.Fatalf("transitions %v, want ghost's online", ts)
+	}
+	if m := members(t, s, "r"); m["ghost"] != 1 {
+		t.Fatalf("members %v", m)
+	}
+	if ts := touch(t, s, x); len(ts) != 0 {
+		t.Fatalf("a refresh announced %v", ts)
+	}
+}
+
+// checkPages reads the room in pages of 70 and compares them with one
+// whole read (Rosters): same members in user id order, same sessions and
+// states, and total.
+func checkPages(tb testing.TB, s *Store, room string, wantSessions int) {
+	tb.Helper()
+	ctx := context.Background()
+	whole, err := s.Rosters(ctx, []string{room})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var paged []presence.Member
+	for off := 0; ; off += 70 {
+		p, err := s.Snapshot(ctx, room, off, 70)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if p.Total != whole[0].Total {
+			tb.Fatalf("page at %d: total %d, want %d", off, p.Total, whole[0].Total)
+		}
+		if len(p.Members) == 0 {
+			break
+		}
+		for _, m := range p.Members {
+			slices.SortFunc(m.Sessions, func(a, b presence.SessionInfo) int { return strings.Compare(a.ID, b.ID) })
+			paged = append(paged, m)
+		}
+	}
+	n := 0
+	for _, m := range paged {
+		n += len(m.Sessions)
+	}
+	if !reflect.DeepEqual(paged, whole[0].Members) || n != wantSessions {
+		tb.Fatalf("pages: %d members with %d sessions; whole read: %d members; want %d sessions", len(paged), n, len(whole[0].Members), wantSessions)
+	}
 }

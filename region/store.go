@@ -295,7 +295,10 @@ func (s *Store) Release(ctx context.Context, ref presence.SessionRef) error {
 // Snapshot returns one page of a room's live members, ordered by user id,
 // with each member's live sessions and their states, and the sequences
 // that join it to the event stream (see presence.Snapshot). A read needs
-// no reaper: expired entries are excluded by their score.
+// no reaper: expired entries are excluded by their score. A room of more
+// than 512 sessions pages its member index, so a page costs its own size,
+// not the room's; offsets there also count members overdue by less than a
+// reap interval, who are left off the page.
 func (s *Store) Snapshot(ctx context.Context, room string, offset, limit int) (presence.Snapshot, error) {
 	snap := presence.Snapshot{Region: s.opt.Region, Room: room, Offset: offset}
 	if err := presence.ValidateRoom(room); err != nil {
@@ -305,7 +308,7 @@ func (s *Store) Snapshot(ctx context.Context, room string, offset, limit int) (p
 		return snap, &OpError{"snapshot", fmt.Errorf("offset must be >= 0 and limit > 0, got %d and %d", offset, limit)}
 	}
 	k := s.roomKeys(room)
-	res, err := scriptSnapshot.Run(ctx, s.rdb, []string{k[0], k[1], k[2], k[4]}, offset, limit).Slice()
+	res, err := scriptSnapshot.Run(ctx, s.rdb, []string{k[0], k[1], k[2], k[4], k[6]}, offset, limit).Slice()
 	if err != nil {
 		return snap, &OpError{"snapshot", err}
 	}

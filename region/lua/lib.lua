@@ -13,12 +13,13 @@
 --   st presence:{R}:st  HASH "user:session" -> state JSON.
 --   g  presence:{R}:g   HASH user -> 1 while the user's last session closed
 --                       cleanly and none has returned (the grace runs).
---   u  presence:{R}:u   HASH user -> their session ids, space-separated.
---                       Only in large rooms: built when s passes BIG
---                       entries, so that releases and state changes find a
---                       user's entries without scanning the room. While it
---                       exists it lists exactly the entries of s, dead ones
---                       included; it vanishes with the room's last entry.
+--   u  presence:{R}:u   ZSET score 0, "user sid1 sid2 ...": the member
+--                       index, only in large rooms (built when s passes
+--                       BIG entries). While it exists it has exactly the
+--                       users of z, each with their entries of s (dead ones
+--                       included), so releases and state changes find a
+--                       user's entries and snapshots page by user id
+--                       without reading the whole room.
 -- The reap index (KEYS[1] of writing scripts) is a ZSET room -> the first ms
 -- at which the room may hold something overdue; it is never later than that.
 --
@@ -45,50 +46,92 @@ end
 
 local ROOM_KEYS = 7
 
--- BIG: above this many session entries a room keeps the user index u. Up
--- to it a scan of s is cheap (128 entries are one compact list), and small
--- rooms do not pay u's memory.
+-- BIG: above this many session entries a room keeps the member index u.
+-- Up to it a scan of s is cheap (128 entries are one compact list), and
+-- small rooms do not pay u's memory.
 local BIG = 512
 
--- index_add records a new entry of s (after its ZADD): in u if the room
--- has it, else by building u if the room just became large.
+-- The member index u of a large room is a ZSET, every score 0, with one
+-- member per user of z: "user sid1 sid2 ..." (the user's entries of s,
+-- dead ones included; just "user " in the grace). A space sorts below
+-- every id byte, so u in lex order is the members in user id order: pages
+-- are ranges of it, and a user's entry is the range "[user " to "(user!".
+
+-- index_get returns the user's member of u, or nil.
+local function index_get(r, u)
+  local m = redis.call('ZRANGEBYLEX', r.u, '[' .. u .. ' ', '(' .. u .. '!', 'LIMIT', 0, 1)
+  return m[1]
+end
+
+-- index_build makes u from z and s when the room becomes large.
+local function index_build(r)
+  local byu = {}
+  for _, u in ipairs(redis.call('ZRANGE', r.z, 0, -1)) do
+    byu[u] = u .. ' '
+  end
+  for _, m in ipairs(redis.call('ZRANGE', r.s, 0, -1)) do
+    local u, sid = string.match(m, '^([^:]*):(.*)$')
+    if byu[u] then
+      byu[u] = byu[u] .. (string.sub(byu[u], -1) == ' ' and '' or ' ') .. sid
+    end
+  end
+  local args = {}
+  for _, v in pairs(byu) do
+    args[#args + 1] = 0
+    args[#args + 1] = v
+    if #args >= 1000 then
+      redis.call('ZADD', r.u, unpack(args))
+      args = {}
+    end
+  end
+  if #args > 0 then redis.call('ZADD', r.u, unpack(args)) end
+end
+
+-- index_add records a new entry of s (after its ZADD and the user's ZADD
+-- to z): in u if the room has it, else by building u if the room just
+-- became large.
 local function index_add(r, u, sid)
   if redis.call('EXISTS', r.u) == 1 then
-    local v = redis.call('HGET', r.u, u)
-    if v then v = v .. ' ' .. sid else v = sid end
-    redis.call('HSET', r.u, u, v)
+    local old = index_get(r, u)
+    if old then
+      redis.call('ZREM', r.u, old)
+      if string.sub(old, -1) == ' ' then old = old .. sid else old = old .. ' ' .. sid end
+      redis.call('ZADD', r.u, 0, old)
+    else
+      redis.call('ZADD', r.u, 0, u .. ' ' .. sid)
+    end
   elseif redis.call('ZCARD', r.s) > BIG then
-    local byu = {}
-    for _, m in ipairs(redis.call('ZRANGE', r.s, 0, -1)) do
-      local uu, ss = string.match(m, '^([^:]*):(.*)$')
-      if byu[uu] then byu[uu] = byu[uu] .. ' ' .. ss else byu[uu] = ss end
-    end
-    local args = {}
-    for uu, v in pairs(byu) do
-      args[#args + 1] = uu
-      args[#args + 1] = v
-      if #args >= 1000 then
-        redis.call('HSET', r.u, unpack(args))
-        args = {}
-      end
-    end
-    if #args > 0 then redis.call('HSET', r.u, unpack(args)) end
+    index_build(r)
   end
 end
 
--- index_remove forgets an entry removed from s.
+-- index_remove forgets an entry removed from s; the user stays in u.
 local function index_remove(r, u, sid)
-  local v = redis.call('HGET', r.u, u)
-  if not v then return end
-  local keep = {}
-  for ss in string.gmatch(v, '%S+') do
+  local old = index_get(r, u)
+  if not old then return end
+  local keep = {u}
+  for ss in string.gmatch(string.sub(old, #u + 2), '%S+') do
     if ss ~= sid then keep[#keep + 1] = ss end
   end
-  if #keep == 0 then
-    redis.call('HDEL', r.u, u)
-  else
-    redis.call('HSET', r.u, u, table.concat(keep, ' '))
+  redis.call('ZREM', r.u, old)
+  local m = table.concat(keep, ' ')
+  if #keep == 1 then m = m .. ' ' end
+  redis.call('ZADD', r.u, 0, m)
+end
+
+-- index_drop forgets a user who left the room.
+local function index_drop(r, u)
+  local old = index_get(r, u)
+  if old then redis.call('ZREM', r.u, old) end
+end
+
+-- index_sids returns the session ids listed in a member of u.
+local function index_sids(u, member)
+  local out = {}
+  for sid in string.gmatch(string.sub(member, #u + 2), '%S+') do
+    out[#out + 1] = sid
   end
+  return out
 end
 
 local emitted = 0
@@ -116,6 +159,7 @@ local function settle(r, now, maxo, limit)
   local gone = redis.call('ZRANGEBYSCORE', r.z, '-inf', '(' .. now, 'LIMIT', 0, limit)
   for _, u in ipairs(gone) do
     redis.call('ZREM', r.z, u)
+    index_drop(r, u)
     local reason = 'expired'
     if redis.call('HDEL', r.g, u) == 1 then
       reason = 'left'
@@ -142,9 +186,9 @@ end
 -- releases and state changes, never on the heartbeat.
 local function user_entries(r, u)
   local set, n, cursor = {}, 0, '0'
-  local ids = r.u and redis.call('HGET', r.u, u)
-  if ids or (r.u and redis.call('EXISTS', r.u) == 1) then
-    for sid in string.gmatch(ids or '', '%S+') do
+  if r.u and redis.call('EXISTS', r.u) == 1 then
+    local member = index_get(r, u)
+    for _, sid in ipairs(member and index_sids(u, member) or {}) do
       local m = u .. ':' .. sid
       local sc = redis.call('ZSCORE', r.s, m)
       if sc then

@@ -1,11 +1,44 @@
 -- snapshot: one page of a room's live members, by user id, with their live
 -- sessions and states, and the sequences that tie it to the event stream.
--- KEYS[1] z, KEYS[2] s, KEYS[3] m, KEYS[4] st of the room
+-- KEYS[1] z, KEYS[2] s, KEYS[3] m, KEYS[4] st, KEYS[5] u of the room
 -- ARGV[1] offset, ARGV[2] limit
 -- Returns {now, room seq, stream seq, total, epoch, then per member on the page:
 -- user, until, k, then k triples (session, expiry seconds, state)}.
 local now = now_ms()
 local off, lim = tonumber(ARGV[1]), tonumber(ARGV[2])
+local meta = redis.call('HMGET', KEYS[3], 'seq', 'jsseq', 'epoch')
+
+if redis.call('EXISTS', KEYS[5]) == 1 then
+  -- A large room pages its member index, which is in user id order: the
+  -- cost follows the page, not the room. Offsets count members that are
+  -- overdue but not yet settled (for at most a reap interval); they are
+  -- left off the page.
+  local out = {now, meta[1] or '0', meta[2] or '0', redis.call('ZCOUNT', KEYS[1], now, '+inf'), meta[3] or '0'}
+  for _, member in ipairs(redis.call('ZRANGE', KEYS[5], off, off + lim - 1)) do
+    local u = string.match(member, '^(%S+)')
+    local upto = redis.call('ZSCORE', KEYS[1], u)
+    if upto and tonumber(upto) >= now then
+      local l = {}
+      for sid in string.gmatch(string.sub(member, #u + 2), '%S+') do
+        local m = u .. ':' .. sid
+        local sc = redis.call('ZSCORE', KEYS[2], m)
+        if sc and tonumber(sc) >= live_s(now) then
+          l[#l + 1] = sid
+          l[#l + 1] = sc
+          l[#l + 1] = redis.call('HGET', KEYS[4], m) or ''
+        end
+      end
+      out[#out + 1] = u
+      out[#out + 1] = upto
+      out[#out + 1] = #l / 3
+      for j = 1, #l do
+        out[#out + 1] = l[j]
+      end
+    end
+  end
+  return out
+end
+
 local live = redis.call('ZRANGEBYSCORE', KEYS[1], now, '+inf', 'WITHSCORES')
 local users, upto = {}, {}
 for i = 1, #live, 2 do
@@ -30,7 +63,6 @@ if #page > 0 then
     end
   end
 end
-local meta = redis.call('HMGET', KEYS[3], 'seq', 'jsseq', 'epoch')
 local out = {now, meta[1] or '0', meta[2] or '0', #users, meta[3] or '0'}
 for i = 1, #page do
   local u = page[i]

@@ -25,7 +25,6 @@ while a <= #ARGV do
     local m = u .. ':' .. sid
     a = a + 2
     if redis.call('ZADD', r.s, exps, m) == 1 then
-      index_add(r, u, sid)
       -- A session returning inside the grace cancels the departure.
       local returning = redis.call('HDEL', r.g, u) == 1
       if not returning and not redis.call('ZSCORE', r.z, u) then
@@ -33,9 +32,16 @@ while a <= #ARGV do
         emit(r, now, 'online', 'joined', u, 1, nil, nil, maxo)
       end
       redis.call('ZADD', r.z, 'GT', exp, u)
+      index_add(r, u, sid)
       redis.call('ZADD', idx, 'LT', exp + 1, room)
-    elseif u ~= prev then
-      redis.call('ZADD', r.z, 'GT', exp, u)
+    elseif u ~= prev and redis.call('ZADD', r.z, 'GT', exp, u) == 1 then
+      -- Not a member, yet the entry was there: a dead entry of a user
+      -- already announced gone, left by a settle cut short at its limit,
+      -- has come back. That is a join.
+      redis.call('PERSIST', r.m)
+      emit(r, now, 'online', 'joined', u, 1, nil, nil, maxo)
+      index_add(r, u, sid)
+      redis.call('ZADD', idx, 'LT', exp + 1, room)
     end
     prev = u
   end
