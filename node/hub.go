@@ -73,6 +73,17 @@ type room struct {
 	lost      bool    // early overflowed
 	gapSince  time.Time
 	resyncing bool
+
+	// Joiners' snapshot reads (see freshSnapshot).
+	reading *flight // under way
+	queued  *flight // the next one, for joiners who asked after it began
+}
+
+// flight is one snapshot read shared by the joiners waiting for it.
+type flight struct {
+	done chan struct{}
+	snap presence.Snapshot
+	err  error
 }
 
 // member is one connection in a room. Until its snapshot is sent it is
@@ -203,7 +214,7 @@ func (h *hub) snapshot(ctx context.Context, name string, c *conn, ref string) er
 	}
 	h.mu.Unlock()
 	for try := 1; ; try++ {
-		snap, err := h.store.Snapshot(ctx, name, 0, h.limit)
+		snap, err := h.freshSnapshot(ctx, name)
 		if err != nil {
 			// A member that was live (a repeated join) must not stay
 			// muted: the room's resync serves it once the store is back.
@@ -230,6 +241,55 @@ func (h *hub) snapshot(ctx context.Context, name string, c *conn, ref string) er
 		if try == maxSnapTries {
 			return errors.New("node: the room's events kept outrunning its snapshot")
 		}
+	}
+}
+
+// freshSnapshot returns a snapshot of the room read after the call began,
+// so it includes the caller's own join. Joiners who ask while a read is
+// under way share the next one: a join storm costs the store one read at a
+// time per room, not one per joiner.
+func (h *hub) freshSnapshot(ctx context.Context, name string) (presence.Snapshot, error) {
+	h.mu.Lock()
+	r := h.rooms[name]
+	if r == nil {
+		h.mu.Unlock()
+		return presence.Snapshot{}, errors.New("node: room left during its join")
+	}
+	f := r.queued
+	if f == nil {
+		f = &flight{done: make(chan struct{})}
+		if r.reading == nil {
+			r.reading = f
+			h.wg.Add(1)
+			go h.fly(r, f)
+		} else {
+			r.queued = f
+		}
+	}
+	h.mu.Unlock()
+	select {
+	case <-f.done:
+		return f.snap, f.err
+	case <-ctx.Done():
+		return presence.Snapshot{}, ctx.Err()
+	}
+}
+
+// fly reads f's snapshot, then each queued one, until none is queued. A
+// read is bounded by the store timeout, never by a joiner's context, so
+// one joiner giving up fails no other.
+func (h *hub) fly(r *room, f *flight) {
+	defer h.wg.Done()
+	for f != nil {
+		ctx, cancel := context.WithTimeout(h.ctx, h.timeout)
+		f.snap, f.err = h.store.Snapshot(ctx, r.name, 0, h.limit)
+		cancel()
+		h.metrics.snapshotReads.Inc()
+		close(f.done)
+		h.mu.Lock()
+		f, r.queued = r.queued, nil
+		r.reading = f
+		h.mu.Unlock()
 	}
 }
 

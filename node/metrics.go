@@ -14,6 +14,7 @@ type metrics struct {
 	rejectedConns  *prometheus.CounterVec // reason
 	closes         *prometheus.CounterVec // close code the node sent
 	resyncs        prometheus.Counter
+	snapshotReads  prometheus.Counter
 	forwarded      prometheus.Counter
 	badEvents      prometheus.Counter
 }
@@ -38,6 +39,8 @@ func newMetrics(reg prometheus.Registerer, n *Node) (*metrics, error) {
 			Help: "Connections the node closed, by close code."}, []string{"code"}),
 		resyncs: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "resyncs_total",
 			Help: "Rooms started over from a new snapshot (lost transitions, NATS reconnect)."}),
+		snapshotReads: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "join_snapshot_reads_total",
+			Help: "Snapshot reads for joins; joiners of one room who ask at once share a read."}),
 		forwarded: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "events_forwarded_total",
 			Help: "Transitions queued to clients."}),
 		badEvents: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "bad_events_total",
@@ -45,7 +48,7 @@ func newMetrics(reg prometheus.Registerer, n *Node) (*metrics, error) {
 	}
 	cs := []prometheus.Collector{
 		m.joins, m.leaves, m.touchSeconds, m.touchErrors, m.rejectedFrames, m.rejectedConns, m.closes,
-		m.resyncs, m.forwarded, m.badEvents,
+		m.resyncs, m.snapshotReads, m.forwarded, m.badEvents,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "connections",
 			Help: "Open client connections."}, func() float64 { return float64(n.open.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "sessions",

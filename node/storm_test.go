@@ -1,0 +1,94 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/presence-dev/presence/presence"
+)
+
+// countingStore counts the snapshot reads of a real store; the first
+// waits for gate, so that every joiner asks while it is under way.
+type countingStore struct {
+	Store
+	snapshots atomic.Int64
+	gate      chan struct{}
+}
+
+func (s *countingStore) Snapshot(ctx context.Context, room string, offset, limit int) (presence.Snapshot, error) {
+	if s.snapshots.Add(1) == 1 {
+		select {
+		case <-s.gate:
+		case <-ctx.Done():
+			return presence.Snapshot{}, ctx.Err()
+		}
+	}
+	return s.Store.Snapshot(ctx, room, offset, limit)
+}
+
+// Clients that join one room at once share snapshot reads, and each still
+// gets a snapshot that includes its own join, followed by every later
+// join exactly once.
+func TestJoinStormSharesSnapshotReads(t *testing.T) {
+	e := newEnv(t)
+	var cs *countingStore
+	n := e.newNode(func(c *Config) {
+		cs = &countingStore{Store: c.Store, gate: make(chan struct{})}
+		c.Store = cs
+		c.StoreTimeout = 5 * time.Second
+	})
+	const joiners = 40
+	clients := make([]*client, joiners)
+	for i := range clients {
+		clients[i] = n.dial(t, token(t, fmt.Sprintf("u%02d", i), []string{"*"}, time.Hour), "s")
+	}
+	snaps := make([]frame, joiners)
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.send(map[string]string{"type": "join", "room": "storm", "ref": "j"})
+		}()
+	}
+	wg.Wait()
+	// Every join is in the store, and the first read is held: the
+	// joiners wait for reads now.
+	waitFor(t, 5*time.Second, "40 joins in the store", func() bool {
+		n, err := e.store.Count(context.Background(), "storm")
+		return err == nil && n == joiners
+	})
+	close(cs.gate)
+	for i, c := range clients {
+		snaps[i] = c.expect("snapshot")
+	}
+	reads := cs.snapshots.Load()
+	if reads > 4 {
+		t.Fatalf("%d snapshot reads for %d joiners, want them shared (2, or a few more for joiners slow to ask)", reads, joiners)
+	}
+	// Each snapshot has its own joiner; with the events after it, every
+	// client ends up knowing all 40.
+	for i, f := range snaps {
+		me := fmt.Sprintf("u%02d", i)
+		known := map[string]bool{}
+		for _, m := range f.Snapshot.Members {
+			known[m.User] = true
+		}
+		if !known[me] {
+			t.Fatalf("%s's snapshot lacks its own join: %s", me, f.raw)
+		}
+		for len(known) < joiners {
+			ev := clients[i].expect("event")
+			if ev.Event.Kind != presence.Online || ev.Event.Seq <= f.Snapshot.RoomSeq || known[ev.Event.User] {
+				t.Fatalf("%s: event %s after snapshot at seq %d", me, ev.raw, f.Snapshot.RoomSeq)
+			}
+			known[ev.Event.User] = true
+		}
+		clients[i].ping() // and nothing more
+	}
+	t.Logf("%d joiners, %d snapshot reads", joiners, reads)
+}
