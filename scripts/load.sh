@@ -18,12 +18,15 @@ go build -o "$bin/nats-server" github.com/nats-io/nats-server/v2
 redis-server --port 6391 --bind 127.0.0.1 --save '' --appendonly no --dir "$bin" --loglevel warning &
 "$bin/nats-server" -a 127.0.0.1 -p 4231 -js -sd "$bin/js" >/dev/null 2>&1 &
 sleep 1
-"$bin/presenced" node --insecure-dev --region load --redis 127.0.0.1:6391 \
+# Clients authenticate with HS256 tokens, as in production (each open
+# connection then holds its token's expiry timer).
+secret=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+"$bin/presenced" node --jwt-secret "$secret" --region load --redis 127.0.0.1:6391 \
   --nats nats://127.0.0.1:4231 --listen 127.0.0.1:8091 --log-level warn ${PPROF:+--pprof-listen 127.0.0.1:6061} 2>"$bin/node.log" &
 for _ in $(seq 50); do curl -sf http://127.0.0.1:8091/healthz >/dev/null && break; sleep 0.2; done
 
 case $mode in
-idle)    "$bin/presence-load" idle --addr 127.0.0.1:8091 --sessions 15000 --hold 60s ;;
-latency) "$bin/presence-load" latency --addr 127.0.0.1:8091 --nats nats://127.0.0.1:4231 --region load --rate 1000 --duration 10s ;;
+idle)    "$bin/presence-load" idle --addr 127.0.0.1:8091 --jwt-secret "$secret" --sessions 15000 --hold 60s ;;
+latency) "$bin/presence-load" latency --addr 127.0.0.1:8091 --jwt-secret "$secret" --nats nats://127.0.0.1:4231 --region load --rate 1000 --duration 10s ;;
 *) echo "usage: $0 idle|latency" >&2; exit 2 ;;
 esac
