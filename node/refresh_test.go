@@ -44,7 +44,7 @@ func TestTokenExpiryClosesTheConnection(t *testing.T) {
 func TestRefreshExtendsTheTokenAndRevokesRooms(t *testing.T) {
 	e := newEnv(t)
 	n := e.newNode()
-	c := n.dial(t, token(t, "dana", []string{"lobby", "team7-*"}, 2*time.Second), "s")
+	c := n.dial(t, token(t, "dana", []string{"lobby", "team7-*"}, 3*time.Second), "s") // exp in whole seconds: 2-3 s
 	c.join("lobby")
 	c.join("team7-a")
 	c.send(map[string]string{"type": "refresh", "token": token(t, "dana", []string{"lobby"}, time.Hour), "ref": "r1"})
