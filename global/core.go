@@ -351,7 +351,7 @@ func (c *core) evaluateUser(room, user string, now time.Time) (intent, bool) {
 		d.seen, d.since, d.lost = true, time.Time{}, false
 		c.clearAbsent(room, user)
 		if !member && liveHas {
-			return intent{room, user, presence.Online, presence.Joined, len(sessions), "", ""}, true
+			return intent{room: room, user: user, kind: presence.Online, reason: presence.Joined, sessions: len(sessions)}, true
 		}
 		if !member {
 			c.forget(room, user) // held only: nothing to announce or time
@@ -369,7 +369,7 @@ func (c *core) evaluateUser(room, user string, now time.Time) (intent, bool) {
 	}
 	switch {
 	case d.lost:
-		return intent{room, user, presence.Offline, presence.RegionLost, 0, "", ""}, true
+		return intent{room: room, user: user, kind: presence.Offline, reason: presence.RegionLost}, true
 	case !d.seen:
 		// Announced before this aggregator heard of them: wait until
 		// every region had its chance to claim them.
@@ -381,9 +381,9 @@ func (c *core) evaluateUser(room, user string, now time.Time) (intent, bool) {
 		if anyDropped {
 			reason = presence.RegionLost
 		}
-		return intent{room, user, presence.Offline, reason, 0, "", ""}, true
+		return intent{room: room, user: user, kind: presence.Offline, reason: reason}, true
 	case now.Sub(d.since) >= c.grace:
-		return intent{room, user, presence.Offline, presence.Left, 0, "", ""}, true
+		return intent{room: room, user: user, kind: presence.Offline, reason: presence.Left}, true
 	}
 	return intent{}, false
 }

@@ -57,12 +57,11 @@ type conn struct {
 }
 
 func (n *Node) newConn(ws *websocket.Conn, id *identity, session string) *conn {
-	c := &conn{
+	return &conn{
 		n: n, ws: ws, user: id.user, session: session, grant: id,
 		tokens: float64(n.cfg.Limits.FrameBurst), last: n.mono(),
 		widx: -1,
 	}
-	return c
 }
 
 // armExpiry starts the token's timer. It runs once the connection is
