@@ -22,6 +22,7 @@ type commonFlags struct {
 	streamMaxAge, drainTimeout                time.Duration
 	logLevel, logFormat                       string
 	pprofListen                               string
+	tlsCert, tlsKey                           string
 	global                                    bool
 	globalCadence                             time.Duration
 }
@@ -46,6 +47,8 @@ func (c *commonFlags) register(fs *flag.FlagSet, listen string) {
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
 	fs.StringVar(&c.pprofListen, "pprof-listen", "", "serve /debug/pprof on this address (e.g. 127.0.0.1:6060); off when empty")
+	fs.StringVar(&c.tlsCert, "tls-cert-file", "", "PEM certificate (chain): serve HTTPS and WSS instead of HTTP and WS")
+	fs.StringVar(&c.tlsKey, "tls-key-file", "", "PEM private key of --tls-cert-file")
 	fs.BoolVar(&c.global, "global", false, "this region is one of several: publish it to the aggregators and show clients the global view")
 	fs.DurationVar(&c.globalCadence, "global-cadence", global.DefaultCadence, "how often the region publishes to the aggregators (with --global)")
 }
@@ -63,6 +66,7 @@ func (c *commonFlags) config(stderr io.Writer) (serverConfig, error) {
 		Auth:         node.AuthConfig{InsecureDev: c.insecureDev},
 		StreamMaxAge: c.streamMaxAge, DrainTimeout: c.drainTimeout, Log: lg,
 		PprofListen: c.pprofListen, Global: c.global, GlobalCadence: c.globalCadence,
+		TLSCert: c.tlsCert, TLSKey: c.tlsKey,
 	}, nil
 }
 

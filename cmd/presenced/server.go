@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -42,6 +43,8 @@ type serverConfig struct {
 	DrainTimeout time.Duration
 	Log          *slog.Logger
 	PprofListen  string // profiling endpoint, off when empty
+	// TLSCert and TLSKey, both set, make the listener serve HTTPS and WSS.
+	TLSCert, TLSKey string
 	// Global: this region is one of several. The node publishes the
 	// region's sessions to the aggregators (one node per region is
 	// active) and shows clients the global view.
@@ -88,6 +91,18 @@ func serve(ctx context.Context, cfg serverConfig) (err error) {
 			cleanups[i]()
 		}
 	}()
+	// A bad certificate fails the start before anything connects.
+	var tlsConf *tls.Config
+	if cfg.TLSCert != "" || cfg.TLSKey != "" {
+		if cfg.TLSCert == "" || cfg.TLSKey == "" {
+			return &usageError{"--tls-cert-file and --tls-key-file go together"}
+		}
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return &usageError{fmt.Sprintf("--tls-cert-file/--tls-key-file: %v", err)}
+		}
+		tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
 
 	if err := bus.ValidateRegion(cfg.Region); err != nil {
 		return &usageError{"--region: " + err.Error()}
@@ -223,11 +238,15 @@ func serve(ctx context.Context, cfg serverConfig) (err error) {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
+	ws := "ws://"
+	if tlsConf != nil {
+		ln, ws = tls.NewListener(ln, tlsConf), "wss://"
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	addr := ln.Addr().String()
-	lg.Info("presenced: listening", "addr", addr, "region", cfg.Region, "websocket", "ws://"+addr+node.PathWebSocket)
+	lg.Info("presenced: listening", "addr", addr, "region", cfg.Region, "websocket", ws+addr+node.PathWebSocket)
 	if cfg.ready != nil {
 		cfg.ready(addr)
 	}
