@@ -28,10 +28,13 @@ func runAggregatorCommand(ctx context.Context, args []string, stderr io.Writer) 
 	fs.SetOutput(stderr)
 	var (
 		natsURL, regions, cluster, logLevel, logFormat, listen string
+		natsCreds, natsCA                                      string
 		cadence, grace, downAfter, dropAfter                   time.Duration
 		replicas                                               int
 	)
 	fs.StringVar(&natsURL, "nats", "nats://127.0.0.1:4222", "NATS server URL (the supercluster)")
+	fs.StringVar(&natsCreds, "nats-creds", "", "NATS .creds file (user JWT and seed), for a secured NATS")
+	fs.StringVar(&natsCA, "nats-ca", "", "PEM CA of the NATS servers' certificates (tls:// URLs)")
 	fs.DurationVar(&cadence, "cadence", global.DefaultCadence, "the regions' publication cadence")
 	durationFlag(fs, &grace, "grace", "global offline grace (default 3 cadences)")
 	durationFlag(fs, &downAfter, "down-after", "a region silent this long is held (default 5 cadences)")
@@ -52,7 +55,11 @@ func runAggregatorCommand(ctx context.Context, args []string, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	nc, err := nats.Connect(natsURL, nats.Name("presenced aggregator"), nats.MaxReconnects(-1))
+	opts, err := natsAuth(natsCreds, natsCA)
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(natsURL, append(opts, nats.Name("presenced aggregator"), nats.MaxReconnects(-1))...)
 	if err != nil {
 		return fmt.Errorf("nats %s: %w", natsURL, err)
 	}

@@ -23,6 +23,7 @@ type commonFlags struct {
 	logLevel, logFormat                       string
 	pprofListen                               string
 	tlsCert, tlsKey                           string
+	natsCreds, natsCA                         string
 	global                                    bool
 	globalCadence                             time.Duration
 }
@@ -32,6 +33,8 @@ func (c *commonFlags) register(fs *flag.FlagSet, listen string) {
 	fs.StringVar(&c.redis, "redis", "redis://127.0.0.1:6379", "regional Redis: a redis:// URL or host:port[,host:port...] (several: Redis Cluster)")
 	fs.BoolVar(&c.redisCluster, "redis-cluster", false, "treat --redis as a Redis Cluster even with one address")
 	fs.StringVar(&c.nats, "nats", "", "NATS server URL; empty runs an embedded nats-server")
+	fs.StringVar(&c.natsCreds, "nats-creds", "", "NATS .creds file (user JWT and seed), for a secured NATS")
+	fs.StringVar(&c.natsCA, "nats-ca", "", "PEM CA of the NATS servers' certificates (tls:// URLs)")
 	fs.IntVar(&c.natsPort, "nats-port", 4222, "embedded nats-server port (-1: any free port)")
 	fs.StringVar(&c.natsStoreDir, "nats-store-dir", "", "embedded nats-server JetStream directory (default: under the temp dir)")
 	fs.StringVar(&c.listen, "listen", listen, "HTTP/WebSocket listen address")
@@ -66,7 +69,7 @@ func (c *commonFlags) config(stderr io.Writer) (serverConfig, error) {
 		Auth:         node.AuthConfig{InsecureDev: c.insecureDev},
 		StreamMaxAge: c.streamMaxAge, DrainTimeout: c.drainTimeout, Log: lg,
 		PprofListen: c.pprofListen, Global: c.global, GlobalCadence: c.globalCadence,
-		TLSCert: c.tlsCert, TLSKey: c.tlsKey,
+		TLSCert: c.tlsCert, TLSKey: c.tlsKey, NATSCreds: c.natsCreds, NATSCA: c.natsCA,
 	}, nil
 }
 

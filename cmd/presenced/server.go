@@ -33,6 +33,8 @@ type serverConfig struct {
 	Redis        string // redis:// URL, or host:port[,host:port...]
 	RedisCluster bool
 	NATS         string // empty: an embedded nats-server
+	NATSCreds    string // .creds file (user JWT and seed) for NATS, if set
+	NATSCA       string // PEM CA that signs the NATS servers' certificates, if set
 	NATSStoreDir string
 	NATSPort     int
 	Listen       string
@@ -54,6 +56,29 @@ type serverConfig struct {
 	routes    func(*http.ServeMux) // extra HTTP routes (dev's demo page)
 	logEvents bool                 // log every transition (dev)
 	ready     func(addr string)    // called once listening
+}
+
+// natsAuth returns the connect options for a secured NATS: a .creds file
+// (decentralized JWT auth, as managed NATS services use) and a CA for
+// tls:// URLs. A file that cannot be read is a usage error, before any
+// connect.
+func natsAuth(creds, ca string) ([]nats.Option, error) {
+	var opts []nats.Option
+	for _, f := range []struct{ flag, path string }{{"--nats-creds", creds}, {"--nats-ca", ca}} {
+		if f.path == "" {
+			continue
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			return nil, &usageError{fmt.Sprintf("%s: %v", f.flag, err)}
+		}
+	}
+	if creds != "" {
+		opts = append(opts, nats.UserCredentials(creds))
+	}
+	if ca != "" {
+		opts = append(opts, nats.RootCAs(ca))
+	}
+	return opts, nil
 }
 
 // newRedis returns a client for a redis:// URL or a list of addresses; a
@@ -122,7 +147,11 @@ func serve(ctx context.Context, cfg serverConfig) (err error) {
 		natsURL = ns.ClientURL()
 		lg.Info("presenced: embedded nats-server", "url", natsURL)
 	}
-	nc, err := nats.Connect(natsURL, nats.Name("presenced "+cfg.Region), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(false))
+	opts, err := natsAuth(cfg.NATSCreds, cfg.NATSCA)
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(natsURL, append(opts, nats.Name("presenced "+cfg.Region), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(false))...)
 	if err != nil {
 		return fmt.Errorf("nats %s: %w", natsURL, err)
 	}
