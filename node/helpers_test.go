@@ -39,6 +39,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 type env struct {
 	t     *testing.T
 	rdb   *redis.Client
+	rs    *testredis.Server
 	ns    *server.Server
 	sink  region.Sink
 	store *region.Store
@@ -65,9 +66,9 @@ func natsSink(nc *nats.Conn) region.Sink {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	rdb, _ := testredis.Client(t)
+	rdb, rs := testredis.Client(t)
 	ns := testnats.Start(t)
-	e := &env{t: t, rdb: rdb, ns: ns, sink: natsSink(testnats.Connect(t, ns))}
+	e := &env{t: t, rdb: rdb, rs: rs, ns: ns, sink: natsSink(testnats.Connect(t, ns))}
 	e.rec = newRecorder(t, testnats.Connect(t, ns))
 	e.store = e.newStore()
 	return e

@@ -314,26 +314,48 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 
 // Health is the body of the health endpoint.
 type Health struct {
-	Status      string `json:"status"` // ok, starting, draining or closed
-	NATS        string `json:"nats"`
-	Connections int64  `json:"connections"`
-	Sessions    int    `json:"sessions"`
-	Rooms       int    `json:"rooms"`
+	Status string `json:"status"` // ok, degraded (NATS or the store down), starting, draining or closed
+	NATS   string `json:"nats"`
+	Store  string `json:"store"` // ok, or why the store did not answer a ping
+
+	Connections int64 `json:"connections"`
+	Sessions    int   `json:"sessions"`
+	Rooms       int   `json:"rooms"`
 }
 
-// serveHealth answers 200 while the node accepts connections and NATS is
-// connected, else 503, so a load balancer stops sending clients to a
-// draining node.
-func (n *Node) serveHealth(w http.ResponseWriter, _ *http.Request) {
-	h := Health{NATS: n.cfg.NATS.Status().String(), Connections: n.open.Load(), Sessions: n.sched.held(), Rooms: n.hub.count()}
+// Pinger is a Store that can tell whether it is reachable; the health
+// endpoint asks it (*region.Store pings Redis).
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// healthPingTimeout bounds the store ping of one health request.
+const healthPingTimeout = time.Second
+
+// serveHealth answers 200 while the node accepts connections, NATS is
+// connected and the store answers a ping, else 503, so a load balancer
+// stops sending clients to a draining node or to one whose joins would
+// fail.
+func (n *Node) serveHealth(w http.ResponseWriter, r *http.Request) {
+	h := Health{NATS: n.cfg.NATS.Status().String(), Store: "ok", Connections: n.open.Load(), Sessions: n.sched.held(), Rooms: n.hub.count()}
+	storeOK := true
+	if p, ok := n.cfg.Store.(Pinger); ok {
+		ctx, cancel := context.WithTimeout(r.Context(), healthPingTimeout)
+		if err := p.Ping(ctx); err != nil {
+			h.Store, storeOK = err.Error(), false
+		}
+		cancel()
+	}
 	code := http.StatusServiceUnavailable
 	switch n.state.Load() {
 	case stateNew:
 		h.Status = "starting"
 	case stateRunning:
 		h.Status = "ok"
-		if n.cfg.NATS.IsConnected() {
+		if n.cfg.NATS.IsConnected() && storeOK {
 			code = http.StatusOK
+		} else {
+			h.Status = "degraded"
 		}
 	case stateDraining:
 		h.Status = "draining"

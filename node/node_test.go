@@ -566,3 +566,29 @@ func TestTakeoverClosesTheStaleConnectionSilently(t *testing.T) {
 		t.Fatalf("live sessions %v, want tab", live)
 	}
 }
+
+// A node whose store stops answering reports itself degraded (503), so a
+// load balancer sends new clients elsewhere.
+func TestHealthReportsAnUnreachableStore(t *testing.T) {
+	e := newEnv(t)
+	n := e.newNode()
+	health := func() (int, Health) {
+		resp, err := http.Get(n.srv.URL + PathHealth)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var h Health
+		if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, h
+	}
+	if code, h := health(); code != http.StatusOK || h.Store != "ok" {
+		t.Fatalf("before: %d %+v", code, h)
+	}
+	e.rs.Stop()
+	if code, h := health(); code != http.StatusServiceUnavailable || h.Status != "degraded" || h.Store == "ok" || h.Store == "" {
+		t.Fatalf("with Redis gone: %d %+v", code, h)
+	}
+}

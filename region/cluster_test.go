@@ -27,6 +27,9 @@ func TestClusterRoomsOnManySlots(t *testing.T) {
 	if err := s.Preload(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping of every master: %v", err)
+	}
 
 	// 30 rooms; check they land on all three masters.
 	masters := map[string]bool{}

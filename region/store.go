@@ -439,6 +439,14 @@ func num(v any) int64 {
 	return 0
 }
 
+// Ping reports whether Redis answers (on a cluster, every master).
+func (s *Store) Ping(ctx context.Context) error {
+	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() })
+	}
+	return s.rdb.Ping(ctx).Err()
+}
+
 // Count returns the number of live members of a room without listing them.
 func (s *Store) Count(ctx context.Context, room string) (int, error) {
 	if err := presence.ValidateRoom(room); err != nil {
