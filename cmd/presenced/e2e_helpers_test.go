@@ -123,7 +123,16 @@ var listening = regexp.MustCompile(`msg="presenced: listening" addr=(\S+)`)
 // to log its address and for that address's /healthz.
 func (e *env) start(args []string, health bool) *proc {
 	e.t.Helper()
+	return e.startEnv(args, nil, health)
+}
+
+// startEnv is start with environment variables added to the test's.
+func (e *env) startEnv(args, environ []string, health bool) *proc {
+	e.t.Helper()
 	cmd := exec.Command(binary, args...)
+	if environ != nil {
+		cmd.Env = append(os.Environ(), environ...)
+	}
 	out := &syncBuilder{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
