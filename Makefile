@@ -1,7 +1,7 @@
 # Quick start: `make dev` runs the service on embedded defaults, `make test`
 # runs the tests. Both install redis-server first when it is missing
 # (Debian, as root); the tests start their own servers.
-.PHONY: dev test deps bench
+.PHONY: dev test deps bench fuzz
 
 deps:
 	@command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 || \
@@ -15,3 +15,8 @@ test: deps
 
 bench: deps
 	go test ./region -run '^$$' -bench BenchmarkRefresh -count 3
+
+# The decoders of what arrives from NATS, 30 s each.
+fuzz:
+	go test ./bus -run '^$$' -fuzz FuzzDecodeEvent -fuzztime 30s
+	go test ./global -run '^$$' -fuzz FuzzDecodePublication -fuzztime 30s
