@@ -1,6 +1,8 @@
 // Package testnats runs real nats-server instances in-process for tests:
 // random port, JetStream on, storage in a temporary directory, shut down
-// by t.Cleanup.
+// by t.Cleanup. Besides a single server: a supercluster whose gateway
+// links a test can cut (StartSuperCluster), and a server that takes only
+// JWT credentials (StartSecured).
 package testnats
 
 import (
