@@ -5,6 +5,7 @@
 # is stopped on exit.
 #   scripts/load.sh idle      15,000 idle sessions: RSS and CPU per session
 #   scripts/load.sh latency   1,000 joins/s: join -> online on NATS, p50/p99
+#   scripts/load.sh storm     1,000 joins at once into a room of 10,000
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-idle}
@@ -28,5 +29,6 @@ for _ in $(seq 50); do curl -sf http://127.0.0.1:8091/healthz >/dev/null && brea
 case $mode in
 idle)    "$bin/presence-load" idle --addr 127.0.0.1:8091 --jwt-secret "$secret" --sessions 15000 --hold 60s ;;
 latency) "$bin/presence-load" latency --addr 127.0.0.1:8091 --jwt-secret "$secret" --nats nats://127.0.0.1:4231 --region load --rate 1000 --duration 10s ;;
-*) echo "usage: $0 idle|latency" >&2; exit 2 ;;
+storm)   "$bin/presence-load" storm --addr 127.0.0.1:8091 --jwt-secret "$secret" --members 10000 --joiners 1000 ;;
+*) echo "usage: $0 idle|latency|storm" >&2; exit 2 ;;
 esac

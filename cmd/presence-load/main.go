@@ -45,14 +45,15 @@ type options struct {
 	addr, metrics, natsURL, region string
 	secret, sources                string
 	sessions, perRoom              int
+	members, joiners               int
 	rate                           float64
 	hold, duration                 time.Duration
 	insecure                       bool
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
-	if len(args) == 0 || (args[0] != "idle" && args[0] != "latency") {
-		return errors.New("usage: presence-load idle|latency [flags]")
+	if len(args) == 0 || (args[0] != "idle" && args[0] != "latency" && args[0] != "storm") {
+		return errors.New("usage: presence-load idle|latency|storm [flags]")
 	}
 	mode := args[0]
 	fs := flag.NewFlagSet("presence-load "+mode, flag.ContinueOnError)
@@ -68,6 +69,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.DurationVar(&o.hold, "hold", 60*time.Second, "idle: how long to hold them and measure CPU")
 	fs.Float64Var(&o.rate, "rate", 1000, "latency: joins per second")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "latency: how long to join at that rate")
+	fs.IntVar(&o.members, "members", 10000, "storm: members in the room before the storm")
+	fs.IntVar(&o.joiners, "joiners", 1000, "storm: connections that join the room at once")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -76,8 +79,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	o.insecure = o.secret == ""
 	raiseFileLimit()
-	if mode == "idle" {
+	switch mode {
+	case "idle":
 		return idle(ctx, o, out)
+	case "storm":
+		return storm(ctx, o, out)
 	}
 	return latency(ctx, o, out)
 }
@@ -366,4 +372,124 @@ func latency(ctx context.Context, o options, out io.Writer) error {
 	fmt.Fprintf(out, "join -> online on NATS: p50 %v  p90 %v  p99 %v  max %v\n",
 		q(0.50).Round(10*time.Microsecond), q(0.90).Round(10*time.Microsecond), q(0.99).Round(10*time.Microsecond), lat[len(lat)-1].Round(10*time.Microsecond))
 	return nil
+}
+
+// openAll opens n connections (64 at a time) for users prefix0..n-1 and,
+// when room is set, joins each to it and reads its events from then on.
+// It returns the connections; a nil one failed.
+func openAll(ctx context.Context, d *dialer, n int, prefix, room string) []*websocket.Conn {
+	conns := make([]*websocket.Conn, n)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	for i := range n {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ws, err := d.dial(ctx, fmt.Sprintf("%s%d", prefix, i), "s")
+			if err != nil {
+				return
+			}
+			if room != "" {
+				if joinRoom(ws, room) != nil {
+					ws.Close()
+					return
+				}
+				// Read (and drop) the room's events, as a client does: a
+				// client that does not read is closed as a slow consumer.
+				go func() {
+					for {
+						if _, _, err := ws.ReadMessage(); err != nil {
+							return
+						}
+					}
+				}()
+			}
+			conns[i] = ws
+		}()
+	}
+	wg.Wait()
+	return conns
+}
+
+// storm fills a room with members, then has joiners join it all at once,
+// and reports each joiner's join -> snapshot time and how many snapshot
+// reads the node made for the storm (joiners of one room share reads).
+func storm(ctx context.Context, o options, out io.Writer) error {
+	d, err := newDialer(o)
+	if err != nil {
+		return err
+	}
+	run := rand.Uint32()
+	room := fmt.Sprintf("storm%d", run)
+	start := time.Now()
+	members := openAll(ctx, d, o.members, fmt.Sprintf("m%d-", run), room)
+	defer closeAll(members)
+	ok := 0
+	for _, c := range members {
+		if c != nil {
+			ok++
+		}
+	}
+	fmt.Fprintf(out, "room of %d members filled in %v (%d failed)\n", ok, time.Since(start).Round(time.Millisecond), o.members-ok)
+	joiners := openAll(ctx, d, o.joiners, fmt.Sprintf("j%d-", run), "")
+	defer closeAll(joiners)
+	for _, c := range joiners {
+		// Drain the hello, so the join's reply is what joinRoom reads.
+		if c != nil {
+			_, _, _ = c.ReadMessage()
+		}
+	}
+	before, err := metric(o.metrics, "presence_node_join_snapshot_reads_total")
+	if err != nil {
+		return err
+	}
+	lat := make([]time.Duration, len(joiners))
+	failed := atomic.Int64{}
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	for i, c := range joiners {
+		if c == nil {
+			failed.Add(1)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-gate
+			t0 := time.Now()
+			if joinRoom(c, room) != nil {
+				failed.Add(1)
+				return
+			}
+			lat[i] = time.Since(t0)
+		}()
+	}
+	t0 := time.Now()
+	close(gate)
+	wg.Wait()
+	elapsed := time.Since(t0)
+	after, err := metric(o.metrics, "presence_node_join_snapshot_reads_total")
+	if err != nil {
+		return err
+	}
+	lat = slices.DeleteFunc(lat, func(d time.Duration) bool { return d == 0 })
+	if len(lat) == 0 {
+		return errors.New("no joiner got its snapshot")
+	}
+	slices.Sort(lat)
+	q := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
+	fmt.Fprintf(out, "%d joins at once into a room of %d in %v (%d failed); %.0f snapshot reads\n",
+		len(lat), ok, elapsed.Round(time.Millisecond), failed.Load(), after-before)
+	fmt.Fprintf(out, "join -> snapshot: p50 %v  p90 %v  p99 %v  max %v\n",
+		q(0.50).Round(10*time.Microsecond), q(0.90).Round(10*time.Microsecond), q(0.99).Round(10*time.Microsecond), lat[len(lat)-1].Round(10*time.Microsecond))
+	return nil
+}
+
+func closeAll(conns []*websocket.Conn) {
+	for _, c := range conns {
+		if c != nil {
+			c.Close()
+		}
+	}
 }
