@@ -185,12 +185,26 @@ func (c *conn) write() {
 				return
 			}
 		}
+		// On a batching connection all queued frames go out in one write.
+		bc, _ := c.ws.NetConn().(*batchConn)
+		if bc != nil && len(q) > 1 {
+			bc.begin()
+		} else {
+			bc = nil
+		}
 		for _, f := range q {
 			_ = c.ws.SetWriteDeadline(time.Now().Add(lim.WriteTimeout))
 			if err := c.ws.WriteMessage(websocket.TextMessage, f); err != nil {
+				if bc != nil {
+					_ = bc.flush()
+				}
 				c.kill()
 				return
 			}
+		}
+		if bc != nil && bc.flush() != nil {
+			c.kill()
+			return
 		}
 	}
 }

@@ -117,7 +117,9 @@ func (e *env) newNode(edit ...func(*Config)) *node {
 	if err := n.Start(context.Background()); err != nil {
 		e.t.Fatalf("Start: %v", err)
 	}
-	srv := httptest.NewServer(n.Handler())
+	srv := httptest.NewUnstartedServer(n.Handler())
+	srv.Listener = WrapListener(srv.Listener) // as presenced serves it
+	srv.Start()
 	e.t.Cleanup(func() { _ = n.Close(); srv.Close() })
 	return &node{Node: n, srv: srv, store: st}
 }

@@ -271,6 +271,7 @@ func serve(ctx context.Context, cfg serverConfig) (err error) {
 	if tlsConf != nil {
 		ln, ws = tls.NewListener(ln, tlsConf), "wss://"
 	}
+	ln = node.WrapListener(ln)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
