@@ -27,7 +27,7 @@
 //
 // Reading it with redis-cli (quote the braces for the shell):
 //
-//	# live members of room42 (the check from the seed article, with the tag)
+//	# live members of room42: entries whose until is from now (ms) on
 //	redis-cli zcount 'presence:{room42}' "$(date +%s%3N)" +inf
 //	# one user's sessions in room42 with their expiry (unix seconds)
 //	redis-cli zscan 'presence:{room42}:s' 0 match 'u_8827:*' count 100000
