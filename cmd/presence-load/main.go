@@ -190,54 +190,17 @@ func idle(ctx context.Context, o options, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "node RSS before: %.1f MiB\n", rss0/(1<<20))
 	run := rand.Uint32()
-	conns := make([]*websocket.Conn, o.sessions)
-	var wg sync.WaitGroup
-	var failed atomic.Int64
-	var firstErr atomic.Value
-	sem := make(chan struct{}, 64)
 	start := time.Now()
-	for i := range o.sessions {
-		if ctx.Err() != nil {
-			break
-		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			ws, err := d.dial(ctx, fmt.Sprintf("u%d-%d", run, i), fmt.Sprintf("s%d", i))
-			if err == nil {
-				err = joinRoom(ws, fmt.Sprintf("load%d-%d", run, i/o.perRoom))
-			}
-			if err != nil {
-				failed.Add(1)
-				firstErr.CompareAndSwap(nil, err.Error())
-				return
-			}
-			conns[i] = ws
-			// Answer pings (gorilla does it inside ReadMessage) and drain.
-			go func() {
-				for {
-					if _, _, err := ws.ReadMessage(); err != nil {
-						return
-					}
-				}
-			}()
-		}()
-	}
-	wg.Wait()
-	open := o.sessions - int(failed.Load())
-	fmt.Fprintf(out, "opened %d sessions in %v (%d failed", open, time.Since(start).Round(time.Millisecond), failed.Load())
-	if e := firstErr.Load(); e != nil {
-		fmt.Fprintf(out, "; first error: %v", e)
+	conns, failed, firstErr := openAll(ctx, d, o.sessions, func(i int) (string, string, string) {
+		return fmt.Sprintf("u%d-%d", run, i), fmt.Sprintf("s%d", i), fmt.Sprintf("load%d-%d", run, i/o.perRoom)
+	}, true)
+	defer closeAll(conns)
+	open := o.sessions - failed
+	fmt.Fprintf(out, "opened %d sessions in %v (%d failed", open, time.Since(start).Round(time.Millisecond), failed)
+	if firstErr != nil {
+		fmt.Fprintf(out, "; first error: %v", firstErr)
 	}
 	fmt.Fprintln(out, ")")
-	defer func() {
-		for _, c := range conns {
-			if c != nil {
-				c.Close()
-			}
-		}
-	}()
 	// Let the node settle (GC, first heartbeat round) before measuring.
 	settle := min(o.hold/3, 20*time.Second)
 	select {
@@ -301,36 +264,11 @@ func latency(ctx context.Context, o options, out io.Writer) error {
 		return err
 	}
 	total := int(o.rate * o.duration.Seconds())
-	conns := make([]*websocket.Conn, total)
-	defer func() {
-		for _, c := range conns {
-			if c != nil {
-				c.Close()
-			}
-		}
-	}()
 	// Connect first, so the measurement is the join alone.
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 64)
-	for i := range total {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			ws, err := d.dial(ctx, fmt.Sprintf("%s%d", prefix, i), "s")
-			if err == nil {
-				conns[i] = ws
-				go func() {
-					for {
-						if _, _, err := ws.ReadMessage(); err != nil {
-							return
-						}
-					}
-				}()
-			}
-		}()
-	}
-	wg.Wait()
+	conns, _, _ := openAll(ctx, d, total, func(i int) (string, string, string) {
+		return fmt.Sprintf("%s%d", prefix, i), "s", ""
+	}, true)
+	defer closeAll(conns)
 	// Join i is sent at start + i/rate (an absolute schedule: a late send
 	// does not push the later ones back).
 	interval := time.Duration(float64(time.Second) / o.rate)
@@ -374,29 +312,41 @@ func latency(ctx context.Context, o options, out io.Writer) error {
 	return nil
 }
 
-// openAll opens n connections (64 at a time) for users prefix0..n-1 and,
-// when room is set, joins each to it and reads its events from then on.
-// It returns the connections; a nil one failed.
-func openAll(ctx context.Context, d *dialer, n int, prefix, room string) []*websocket.Conn {
+// openAll opens n connections, 64 at a time; name gives connection i's
+// user, session and room ("" joins none). With drain, each connection's
+// frames are read (and dropped) from then on, as a client does: one that
+// does not read is closed as a slow consumer, and gorilla answers pings
+// inside ReadMessage. It returns the connections (nil where one failed),
+// the failures and the first error.
+func openAll(ctx context.Context, d *dialer, n int, name func(i int) (user, session, room string), drain bool) ([]*websocket.Conn, int, error) {
 	conns := make([]*websocket.Conn, n)
 	var wg sync.WaitGroup
+	var failed atomic.Int64
+	var firstErr atomic.Pointer[error]
 	sem := make(chan struct{}, 64)
 	for i := range n {
+		if ctx.Err() != nil {
+			failed.Add(int64(n - i))
+			break
+		}
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			ws, err := d.dial(ctx, fmt.Sprintf("%s%d", prefix, i), "s")
+			user, session, room := name(i)
+			ws, err := d.dial(ctx, user, session)
+			if err == nil && room != "" {
+				if err = joinRoom(ws, room); err != nil {
+					ws.Close()
+				}
+			}
 			if err != nil {
+				failed.Add(1)
+				firstErr.CompareAndSwap(nil, &err)
 				return
 			}
-			if room != "" {
-				if joinRoom(ws, room) != nil {
-					ws.Close()
-					return
-				}
-				// Read (and drop) the room's events, as a client does: a
-				// client that does not read is closed as a slow consumer.
+			conns[i] = ws
+			if drain {
 				go func() {
 					for {
 						if _, _, err := ws.ReadMessage(); err != nil {
@@ -405,11 +355,14 @@ func openAll(ctx context.Context, d *dialer, n int, prefix, room string) []*webs
 					}
 				}()
 			}
-			conns[i] = ws
 		}()
 	}
 	wg.Wait()
-	return conns
+	var first error
+	if e := firstErr.Load(); e != nil {
+		first = *e
+	}
+	return conns, int(failed.Load()), first
 }
 
 // storm fills a room with members, then has joiners join it all at once,
@@ -423,16 +376,15 @@ func storm(ctx context.Context, o options, out io.Writer) error {
 	run := rand.Uint32()
 	room := fmt.Sprintf("storm%d", run)
 	start := time.Now()
-	members := openAll(ctx, d, o.members, fmt.Sprintf("m%d-", run), room)
+	members, failedMembers, _ := openAll(ctx, d, o.members, func(i int) (string, string, string) {
+		return fmt.Sprintf("m%d-%d", run, i), "s", room
+	}, true)
 	defer closeAll(members)
-	ok := 0
-	for _, c := range members {
-		if c != nil {
-			ok++
-		}
-	}
-	fmt.Fprintf(out, "room of %d members filled in %v (%d failed)\n", ok, time.Since(start).Round(time.Millisecond), o.members-ok)
-	joiners := openAll(ctx, d, o.joiners, fmt.Sprintf("j%d-", run), "")
+	ok := o.members - failedMembers
+	fmt.Fprintf(out, "room of %d members filled in %v (%d failed)\n", ok, time.Since(start).Round(time.Millisecond), failedMembers)
+	joiners, _, _ := openAll(ctx, d, o.joiners, func(i int) (string, string, string) {
+		return fmt.Sprintf("j%d-%d", run, i), "s", ""
+	}, false)
 	defer closeAll(joiners)
 	for _, c := range joiners {
 		// Drain the hello, so the join's reply is what joinRoom reads.
