@@ -13,7 +13,8 @@
 --   st presence:{R}:st  HASH "user:session" -> state JSON.
 --   g  presence:{R}:g   HASH user -> 1 while the user's last session closed
 --                       cleanly and none has returned (the grace runs).
---   u  presence:{R}:u   ZSET score 0, "user sid1 sid2 ...": the member
+--   u  presence:{R}:u   ZSET score 0, "user sid1 sid2 ..." ("user" with no
+--                       session in the grace): the member
 --                       index, only in large rooms (built when s passes
 --                       BIG entries). While it exists it has exactly the
 --                       users of z, each with their entries of s (dead ones
@@ -52,14 +53,15 @@ local ROOM_KEYS = 7
 local BIG = 512
 
 -- The member index u of a large room is a ZSET, every score 0, with one
--- member per user of z: "user sid1 sid2 ..." (the user's entries of s,
--- dead ones included; just "user " in the grace). A space sorts below
--- every id byte, so u in lex order is the members in user id order: pages
--- are ranges of it, and a user's entry is the range "[user " to "(user!".
+-- member per user of z: the user id, then a space and a session id for
+-- each of their entries of s (dead ones included; none in the grace). A
+-- space sorts below every id byte, so u in lex order is the members in
+-- user id order: pages are ranges of it, and a user's member is the only
+-- one in the range "[user" to "(user!".
 
 -- index_get returns the user's member of u, or nil.
 local function index_get(r, u)
-  local m = redis.call('ZRANGEBYLEX', r.u, '[' .. u .. ' ', '(' .. u .. '!', 'LIMIT', 0, 1)
+  local m = redis.call('ZRANGEBYLEX', r.u, '[' .. u, '(' .. u .. '!', 'LIMIT', 0, 1)
   return m[1]
 end
 
@@ -67,13 +69,11 @@ end
 local function index_build(r)
   local byu = {}
   for _, u in ipairs(redis.call('ZRANGE', r.z, 0, -1)) do
-    byu[u] = u .. ' '
+    byu[u] = u
   end
   for _, m in ipairs(redis.call('ZRANGE', r.s, 0, -1)) do
     local u, sid = string.match(m, '^([^:]*):(.*)$')
-    if byu[u] then
-      byu[u] = byu[u] .. (string.sub(byu[u], -1) == ' ' and '' or ' ') .. sid
-    end
+    if byu[u] then byu[u] = byu[u] .. ' ' .. sid end
   end
   local args = {}
   for _, v in pairs(byu) do
@@ -87,42 +87,22 @@ local function index_build(r)
   if #args > 0 then redis.call('ZADD', r.u, unpack(args)) end
 end
 
+-- index_set replaces the user's member of u (old may be nil).
+local function index_set(r, old, new)
+  if old then redis.call('ZREM', r.u, old) end
+  redis.call('ZADD', r.u, 0, new)
+end
+
 -- index_add records a new entry of s (after its ZADD and the user's ZADD
 -- to z): in u if the room has it, else by building u if the room just
 -- became large.
 local function index_add(r, u, sid)
   if redis.call('EXISTS', r.u) == 1 then
     local old = index_get(r, u)
-    if old then
-      redis.call('ZREM', r.u, old)
-      if string.sub(old, -1) == ' ' then old = old .. sid else old = old .. ' ' .. sid end
-      redis.call('ZADD', r.u, 0, old)
-    else
-      redis.call('ZADD', r.u, 0, u .. ' ' .. sid)
-    end
+    index_set(r, old, (old or u) .. ' ' .. sid)
   elseif redis.call('ZCARD', r.s) > BIG then
     index_build(r)
   end
-end
-
--- index_remove forgets an entry removed from s; the user stays in u.
-local function index_remove(r, u, sid)
-  local old = index_get(r, u)
-  if not old then return end
-  local keep = {u}
-  for ss in string.gmatch(string.sub(old, #u + 2), '%S+') do
-    if ss ~= sid then keep[#keep + 1] = ss end
-  end
-  redis.call('ZREM', r.u, old)
-  local m = table.concat(keep, ' ')
-  if #keep == 1 then m = m .. ' ' end
-  redis.call('ZADD', r.u, 0, m)
-end
-
--- index_drop forgets a user who left the room.
-local function index_drop(r, u)
-  local old = index_get(r, u)
-  if old then redis.call('ZREM', r.u, old) end
 end
 
 -- index_sids returns the session ids listed in a member of u.
@@ -132,6 +112,23 @@ local function index_sids(u, member)
     out[#out + 1] = sid
   end
   return out
+end
+
+-- index_remove forgets an entry removed from s; the user stays in u.
+local function index_remove(r, u, sid)
+  local old = index_get(r, u)
+  if not old then return end
+  local new = u
+  for _, ss in ipairs(index_sids(u, old)) do
+    if ss ~= sid then new = new .. ' ' .. ss end
+  end
+  index_set(r, old, new)
+end
+
+-- index_drop forgets a user who left the room.
+local function index_drop(r, u)
+  local old = index_get(r, u)
+  if old then redis.call('ZREM', r.u, old) end
 end
 
 local emitted = 0
