@@ -313,10 +313,14 @@ func (c *core) evaluate(touched touchSet, now time.Time) []intent {
 	var out []intent
 	for _, room := range sortedKeys(touched) {
 		for _, user := range sortedKeys(touched[room]) {
-			if it, ok := c.evaluateUser(room, user, now); ok {
+			it, ok := c.evaluateUser(room, user, now)
+			if ok {
 				out = append(out, it)
 			}
-			out = append(out, c.stateIntents(room, user, now)...)
+			// States matter for a member who stays one, or becomes one.
+			if ok && it.kind == presence.Online || !ok && c.ann.member(room, user) {
+				out = append(out, c.stateIntents(room, user, now)...)
+			}
 		}
 	}
 	return out
@@ -388,44 +392,37 @@ func (c *core) evaluateUser(room, user string, now time.Time) (intent, bool) {
 	return intent{}, false
 }
 
-// stateIntents returns an update for each session of a member (or of a
-// user going online in this round) whose state in the union differs
-// from the announced one. A session's state comes from a live region
+// stateIntents returns an update for each session of a member whose state
+// in the union differs from the announced one. A session's state comes from a live region
 // before a held one, then by region name, so a session that briefly
 // shows in two regions while moving has one state. Sessions gone from
 // the union leave the announced states silently, as a released session's
 // state does in a region.
 func (c *core) stateIntents(room, user string, now time.Time) []intent {
-	if !c.ann.member(room, user) && !c.comingOnline(room, user, now) {
-		return nil
-	}
 	union := c.states(room, user, now)
 	was := c.ann.states(room, user)
 	var out []intent
-	n := len(c.sessions(room, user))
+	update := func(session, state string) {
+		out = append(out, intent{room: room, user: user, kind: presence.Update, reason: presence.State, session: session, state: state})
+	}
 	for _, s := range sortedKeys(union) {
 		if st := union[s]; st != was[s] {
-			out = append(out, intent{room: room, user: user, kind: presence.Update, reason: presence.State, sessions: n, session: s, state: st})
+			update(s, st)
 		}
 	}
 	// A session that is live but lost its state: announce the clear.
 	for _, s := range sortedKeys(was) {
 		if _, ok := union[s]; !ok && c.hasSession(room, user, s) {
-			out = append(out, intent{room: room, user: user, kind: presence.Update, reason: presence.State, sessions: n, session: s})
+			update(s, "")
+		}
+	}
+	if len(out) > 0 {
+		n := len(c.sessions(room, user))
+		for i := range out {
+			out[i].sessions = n
 		}
 	}
 	return out
-}
-
-// comingOnline reports whether evaluateUser just called for the user's
-// online: a live region lists them. (evaluateUser ran first.)
-func (c *core) comingOnline(room, user string, now time.Time) bool {
-	for _, r := range c.regions {
-		if _, ok := r.rooms[room][user]; ok && r.live(now, c.downAfter) {
-			return true
-		}
-	}
-	return false
 }
 
 // states returns the user's session states over the regions not dropped,
