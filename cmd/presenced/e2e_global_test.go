@@ -137,7 +137,6 @@ func getJSON(t *testing.T, url string, v any) {
 // expectMetrics waits until the exposition at url has every line.
 func expectMetrics(t *testing.T, url string, lines ...string) {
 	t.Helper()
-	var missing []string
 	waitFor(t, 5*time.Second, url+" to show "+strings.Join(lines, ", "), func() bool {
 		r, err := http.Get(url)
 		if err != nil {
@@ -149,12 +148,11 @@ func expectMetrics(t *testing.T, url string, lines ...string) {
 		for _, l := range strings.Split(string(b), "\n") {
 			have[l] = true
 		}
-		missing = missing[:0]
 		for _, l := range lines {
 			if !have[l] {
-				missing = append(missing, l)
+				return false
 			}
 		}
-		return len(missing) == 0
+		return true
 	})
 }
