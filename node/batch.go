@@ -3,6 +3,7 @@ package node
 import (
 	"net"
 	"sync"
+	"time"
 )
 
 // WrapListener returns a listener whose connections can batch writes: a
@@ -23,11 +24,19 @@ func (l batchListener) Accept() (net.Conn, error) {
 	return &batchConn{Conn: c}, nil
 }
 
-// batchConn holds writes between begin and flush. Only one goroutine
-// writes at a time: the HTTP server before the upgrade, the connection's
-// writer after it.
+// batchConn holds writes between begin and flush.
+//
+// Writes come from more than one goroutine: the connection's writer, but
+// also gorilla's WriteControl (the default close handler answers a close
+// frame from the reader goroutine) and Close. gorilla serializes its own
+// writes, but begin and flush run outside its lock, so the batch state is
+// under mu. A write that arrives during a batch joins it, in order; one
+// that arrives between flush's hand-over and its write goes out first.
+// Close sends a held batch before it closes. All of this keeps every frame whole: each Write is a whole frame or part of
+// one written under gorilla's lock, and net.Conn writes do not interleave.
 type batchConn struct {
 	net.Conn
+	mu  sync.Mutex
 	on  bool
 	buf *[]byte
 }
@@ -35,31 +44,60 @@ type batchConn struct {
 var batchBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
 
 func (b *batchConn) Write(p []byte) (int, error) {
+	b.mu.Lock()
 	if b.on {
 		*b.buf = append(*b.buf, p...)
+		b.mu.Unlock()
 		return len(p), nil
 	}
+	b.mu.Unlock()
 	return b.Conn.Write(p)
 }
 
+// Close sends what is held, then closes. A close frame that gorilla
+// wrote from the reader goroutine during a batch is held with it, and the
+// reader closes the connection right after: without this the client
+// would never see the close answered.
+func (b *batchConn) Close() error {
+	b.mu.Lock()
+	buf := b.buf
+	b.on, b.buf = false, nil
+	b.mu.Unlock()
+	if buf != nil && len(*buf) > 0 {
+		_ = b.Conn.SetWriteDeadline(time.Now().Add(closeFlushTimeout))
+		_, _ = b.Conn.Write(*buf)
+	}
+	return b.Conn.Close()
+}
+
+// closeFlushTimeout bounds the last write of Close.
+const closeFlushTimeout = time.Second
+
 // begin starts holding writes.
 func (b *batchConn) begin() {
-	b.on = true
-	b.buf = batchBufs.Get().(*[]byte)
+	buf := batchBufs.Get().(*[]byte)
+	b.mu.Lock()
+	b.on, b.buf = true, buf
+	b.mu.Unlock()
 }
 
 // flush sends what was held with one write and stops holding. The buffer
 // goes back to a pool: an idle connection holds none.
 func (b *batchConn) flush() error {
-	b.on = false
+	b.mu.Lock()
+	buf := b.buf
+	b.on, b.buf = false, nil
+	b.mu.Unlock()
+	if buf == nil {
+		return nil
+	}
 	var err error
-	if len(*b.buf) > 0 {
-		_, err = b.Conn.Write(*b.buf)
+	if len(*buf) > 0 {
+		_, err = b.Conn.Write(*buf)
 	}
-	if cap(*b.buf) <= 64<<10 {
-		*b.buf = (*b.buf)[:0]
-		batchBufs.Put(b.buf)
+	if cap(*buf) <= 64<<10 {
+		*buf = (*buf)[:0]
+		batchBufs.Put(buf)
 	}
-	b.buf = nil
 	return err
 }
