@@ -277,7 +277,7 @@ func (h *heartbeat) run(ctx context.Context, st *region.Store, every time.Durati
 		h.mu.Lock()
 		refs := slices.Collect(maps.Keys(h.refs))
 		if len(refs) > 0 {
-			_, _ = st.Touch(ctx, refs)
+			_, _ = st.Refresh(ctx, refs)
 		}
 		h.mu.Unlock()
 	}
@@ -305,7 +305,7 @@ func TestSnapshotThenReplayMatchesStore(t *testing.T) {
 		}
 		hb.mu.Lock()
 		defer hb.mu.Unlock()
-		if _, err := st.Touch(c, refs); err != nil {
+		if _, err := st.Claim(c, refs); err != nil {
 			t.Fatal(err)
 		}
 		for _, r := range refs {
@@ -369,7 +369,7 @@ func TestSnapshotThenReplayMatchesStore(t *testing.T) {
 				r := ref(room, fmt.Sprintf("c%d", rnd.IntN(12)), fmt.Sprintf("s%d", rnd.IntN(2)))
 				switch rnd.IntN(3) {
 				case 0:
-					_, _ = st.Touch(c, []presence.SessionRef{r})
+					_, _ = st.Claim(c, []presence.SessionRef{r})
 				case 1:
 					_ = st.Release(c, r)
 				case 2:

@@ -102,7 +102,7 @@ func TestServiceEndpoints(t *testing.T) {
 	startService(t, e, st)
 	c := t.Context()
 
-	if _, err := st.Touch(c, []presence.SessionRef{ref("room42", "u1", "tab1"), ref("room42", "u1", "tab2"), ref("room42", "u2", "tab1"), ref("room42", "u3", "tab1")}); err != nil {
+	if _, err := st.Claim(c, []presence.SessionRef{ref("room42", "u1", "tab1"), ref("room42", "u1", "tab2"), ref("room42", "u2", "tab1"), ref("room42", "u3", "tab1")}); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := st.SetState(c, ref("room42", "u1", "tab2"), json.RawMessage(`{"status":"away"}`)); !ok || err != nil {

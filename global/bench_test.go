@@ -293,7 +293,7 @@ func BenchmarkReadRegion(b *testing.B) {
 		refs = append(refs, ref(room, user, "a"), ref(room, user, "b"))
 	}
 	for i := 0; i < len(refs); i += 5000 {
-		if _, err := st.Touch(ctx, refs[i:i+5000]); err != nil {
+		if _, err := st.Claim(ctx, refs[i:i+5000]); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -131,7 +131,7 @@ func (w *world) newRegion(name string) *regionEnv {
 				}
 				r.mu.Unlock()
 				if len(refs) > 0 {
-					_, _ = st.Touch(ctx, refs)
+					_, _ = st.Refresh(ctx, refs)
 				}
 			}
 		}
@@ -171,7 +171,7 @@ func ref(room, user, session string) presence.SessionRef {
 // join opens a session and keeps it alive.
 func (r *regionEnv) join(t testing.TB, refs ...presence.SessionRef) {
 	t.Helper()
-	if _, err := r.store.Touch(context.Background(), refs); err != nil {
+	if _, err := r.store.Claim(context.Background(), refs); err != nil {
 		t.Errorf("touch: %v", err) // not Fatal: called from goroutines too
 		return
 	}

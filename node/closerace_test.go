@@ -31,7 +31,7 @@ func TestClientsCloseWhileEventsFanOut(t *testing.T) {
 			defer pump.Done()
 			for i := 0; ctx.Err() == nil; i++ {
 				ref := presence.SessionRef{Room: room, User: fmt.Sprintf("p%d-%d", p, i%20), Session: "s"}
-				_, _ = e.store.Touch(ctx, []presence.SessionRef{ref})
+				_, _ = e.store.Claim(ctx, []presence.SessionRef{ref})
 				_, _ = e.store.SetState(ctx, ref, []byte(fmt.Sprintf(`{"n":%d}`, i)))
 			}
 		}()
@@ -45,7 +45,7 @@ func TestClientsCloseWhileEventsFanOut(t *testing.T) {
 			c.send(map[string]string{"type": "join", "room": room, "ref": "j"})
 			cs = append(cs, c)
 		}
-		waitFor(t, 5*time.Second, "events reaching the clients", func() bool {
+		waitFor(t, 15*time.Second, "events reaching the clients", func() bool {
 			return len(cs[len(cs)-1].frames) > 2
 		})
 		var wg sync.WaitGroup

@@ -17,12 +17,19 @@ import (
 // Store is what a node needs of the regional store; *region.Store
 // implements it.
 type Store interface {
-	// Touch creates or refreshes sessions (join and heartbeat).
-	Touch(ctx context.Context, refs []presence.SessionRef) ([]presence.Transition, error)
-	// Release records a clean close; the offline grace applies.
+	// Claim creates sessions for this node, taking them over from any
+	// other node (a join).
+	Claim(ctx context.Context, refs []presence.SessionRef) (presence.TouchResult, error)
+	// Refresh keeps this node's sessions alive (the heartbeat); sessions
+	// another node took over are reported Lost and not written.
+	Refresh(ctx context.Context, refs []presence.SessionRef) (presence.TouchResult, error)
+	// Release records a clean close of a session this node holds; the
+	// offline grace applies. A session it no longer holds is left alone.
 	Release(ctx context.Context, ref presence.SessionRef) error
-	// SetState sets or (nil) clears a live session's state; false means
-	// the session is not live and nothing was written.
+	// SetState sets or (nil) clears the state of a live session this node
+	// holds; false means the session is not live, an error wrapping
+	// presence.ErrMoved that another node holds it. Either way nothing
+	// was written.
 	SetState(ctx context.Context, ref presence.SessionRef, state json.RawMessage) (bool, error)
 	// Snapshot returns one page of a room's members and its RoomSeq.
 	Snapshot(ctx context.Context, room string, offset, limit int) (presence.Snapshot, error)

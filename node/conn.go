@@ -73,6 +73,15 @@ func (c *conn) armExpiry() {
 	}
 }
 
+// sessionMoved closes a connection whose session another node has taken
+// over: its client reconnected there. The sessions this connection still
+// holds are released; the one that moved is the other node's, and the
+// release leaves it alone.
+func (c *conn) sessionMoved() {
+	c.n.metrics.rejectedConns.WithLabelValues("moved").Inc()
+	c.shutdown(CloseSessionMoved, "session moved to another connection", false)
+}
+
 // expire closes a connection whose token ran out. Its sessions are
 // released, so a reconnect with a fresh token inside the grace announces
 // nothing, and a user who is not let back in leaves after it.
@@ -246,7 +255,6 @@ func (c *conn) cleanup(err error) {
 		c.expiry.Stop()
 	}
 	n.wheel.remove(c)
-	n.sess.remove(c)
 	for _, room := range c.rooms {
 		n.hub.remove(room, c)
 	}
@@ -278,7 +286,7 @@ func (c *conn) cleanup(err error) {
 	for _, room := range c.rooms {
 		ref := presence.SessionRef{Room: room, User: c.user, Session: c.session}
 		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.StoreTimeout)
-		released, rerr := n.sched.unhold(ctx, ref, !keep)
+		released, rerr := n.sched.unhold(ctx, ref, c, !keep)
 		cancel()
 		switch {
 		case rerr != nil:
@@ -423,7 +431,7 @@ func (c *conn) join(ctx context.Context, req request) {
 		return
 	}
 	ref := c.ref(room)
-	if err := c.n.sched.hold(ctx, ref); err != nil {
+	if err := c.n.sched.hold(ctx, ref, c); err != nil {
 		c.n.hub.remove(room, c)
 		c.unavailable("join", err, req.Ref)
 		return
@@ -435,7 +443,7 @@ func (c *conn) join(ctx context.Context, req request) {
 		c.rooms = c.rooms[:len(c.rooms)-1]
 		c.n.hub.remove(room, c)
 		uctx, cancel := context.WithTimeout(c.n.ctx, c.n.cfg.StoreTimeout)
-		_, _ = c.n.sched.unhold(uctx, ref, true)
+		_, _ = c.n.sched.unhold(uctx, ref, c, true)
 		cancel()
 		c.unavailable("snapshot", err, req.Ref)
 		return
@@ -460,7 +468,7 @@ func (c *conn) drop(ctx context.Context, i int, why string) {
 	c.n.hub.remove(room, c)
 	// The node no longer holds the session either way; a failed release
 	// only means it ends at its TTL instead of after the grace.
-	if released, err := c.n.sched.unhold(ctx, c.ref(room), true); err != nil {
+	if released, err := c.n.sched.unhold(ctx, c.ref(room), c, true); err != nil {
 		c.n.log.Warn("node: release failed; the session ends at its TTL", "room", room, "user", c.user, "err", err)
 	} else if released {
 		c.n.metrics.leaves.WithLabelValues(why).Inc()
@@ -490,9 +498,14 @@ func (c *conn) setState(ctx context.Context, req request) {
 	if err == nil && !ok {
 		// The session lapsed while held (the store was out of reach for a
 		// TTL): bring it back and try once more.
-		if _, err = c.n.cfg.Store.Touch(ctx, []presence.SessionRef{ref}); err == nil {
+		if err = c.n.sched.reclaim(ctx, ref); err == nil {
 			_, err = c.n.cfg.Store.SetState(ctx, ref, st)
 		}
+	}
+	if errors.Is(err, presence.ErrMoved) {
+		// Another node holds the session now: this connection is stale.
+		c.sessionMoved()
+		return
 	}
 	if err != nil {
 		c.unavailable("set state", err, req.Ref)

@@ -11,95 +11,113 @@ import (
 )
 
 // scheduler keeps every session held on this node alive: each session is
-// in one of N slots, and slot i is touched in one batch every period, a
+// in one of N slots, and slot i is refreshed in one batch every period, a
 // period/N after slot i-1, so the load is spread over the period instead
 // of arriving in one burst. Connection goroutines only register and
-// unregister; the store calls happen on the scheduler's goroutine.
+// unregister; the refreshes happen on the scheduler's goroutine.
 //
-// A session is held once per connection that joined it; two connections
-// with the same session id (a tab reconnecting before its old connection
-// is noticed dead) share it, and only the last one out releases it.
+// A session is held once per connection that joined it (its owners); two
+// connections with the same session id share it, and only the last one
+// out releases it. Every join claims the session in the store, so a
+// connection that comes back to this node takes the session back from
+// another node that holds it now.
+//
+// Locks: refLock of a session, then mu; mu is never held across a store
+// call. A session's refLock is held across its own claim or release, so
+// the store sees one session's claims and releases in the order this node
+// decided them; no other session waits on it.
 type scheduler struct {
 	store   Store
 	period  time.Duration
 	batch   int
 	timeout time.Duration
 	log     *slog.Logger
-	observe func(d time.Duration, n int, err error) // one Touch batch
+	observe func(d time.Duration, n int, err error) // one Refresh batch
+	// moved is told the sessions another node has taken over, with the
+	// owners that held them here; taken, the sessions a claim of this
+	// node took from another.
+	moved func(owners []owner)
+	taken func(refs []presence.SessionRef)
 
 	mu    sync.Mutex
 	refs  map[presence.SessionRef]*hbEntry
 	slots [][]presence.SessionRef
+	locks map[presence.SessionRef]*refLock
 	// busy[i] is held while slot i's batch is in the store, so a release
-	// can wait out a touch that copied its session before it was dropped:
-	// a touch landing after a release would revive the session.
+	// can wait out a refresh that copied its session before it was
+	// dropped: a refresh landing after a release would revive the session.
 	busy []sync.Mutex
-
-	// stripes serialize hold and unhold of one session, so the store sees
-	// its creates and releases in the order the node decided them.
-	stripes [64]sync.Mutex
 }
 
+// owner is a connection holding a session; the scheduler tells it when
+// another node has taken the session over.
+type owner interface{ sessionMoved() }
+
 type hbEntry struct {
-	slot, idx int32 // position in slots
-	holders   int32
+	slot, idx int32 // position in slots; slot -1 until the first claim lands
+	owners    []owner
+	claiming  int32  // claims in flight
+	gen       uint64 // bumped by every claim: a refresh's verdict is stale if it moved
+}
+
+type refLock struct {
+	mu sync.Mutex
+	n  int // goroutines holding or waiting
 }
 
 func newScheduler(store Store, period time.Duration, nslots, batch int, timeout time.Duration, log *slog.Logger, observe func(time.Duration, int, error)) *scheduler {
 	return &scheduler{
 		store: store, period: period, batch: batch, timeout: timeout, log: log, observe: observe,
+		moved: func([]owner) {}, taken: func([]presence.SessionRef) {},
 		refs:  map[presence.SessionRef]*hbEntry{},
 		slots: make([][]presence.SessionRef, nslots),
+		locks: map[presence.SessionRef]*refLock{},
 		busy:  make([]sync.Mutex, nslots),
 	}
 }
 
-func (s *scheduler) stripe(r presence.SessionRef) *sync.Mutex {
-	h := uint32(2166136261) // FNV-1a
-	for _, str := range [3]string{r.Room, r.User, r.Session} {
-		for i := 0; i < len(str); i++ {
-			h = (h ^ uint32(str[i])) * 16777619
-		}
-		h = (h ^ 0xff) * 16777619
+// lockRef serializes the claims and releases of one session.
+func (s *scheduler) lockRef(r presence.SessionRef) (unlock func()) {
+	s.mu.Lock()
+	l := s.locks[r]
+	if l == nil {
+		l = &refLock{}
+		s.locks[r] = l
 	}
-	return &s.stripes[h%uint32(len(s.stripes))]
+	l.n++
+	s.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		s.mu.Lock()
+		if l.n--; l.n == 0 {
+			delete(s.locks, r)
+		}
+		s.mu.Unlock()
+	}
 }
 
-// acquire adds a holder of r and reports whether it is the first. A new
-// session goes to the least loaded slot: every slot comes round within a
-// period, so it is refreshed in time whichever it is, and a burst of
-// joins (a reconnect wave) does not pile into one slot.
-func (s *scheduler) acquire(r presence.SessionRef) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if e, ok := s.refs[r]; ok {
-		e.holders++
-		return false
-	}
+// place puts a newly claimed session in the least loaded slot: every slot
+// comes round within a period, so it is refreshed in time whichever it
+// is, and a burst of joins (a reconnect wave) does not pile into one
+// slot. s.mu is held.
+func (s *scheduler) place(r presence.SessionRef, e *hbEntry) {
 	best := 0
 	for i := range s.slots {
 		if len(s.slots[i]) < len(s.slots[best]) {
 			best = i
 		}
 	}
-	s.refs[r] = &hbEntry{slot: int32(best), idx: int32(len(s.slots[best])), holders: 1}
+	e.slot, e.idx = int32(best), int32(len(s.slots[best]))
 	s.slots[best] = append(s.slots[best], r)
-	return true
 }
 
-// drop removes a holder of r. It reports whether that was the last one
-// and, if so, the slot r was in.
-func (s *scheduler) drop(r presence.SessionRef) (last bool, slot int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e, ok := s.refs[r]
-	if !ok {
-		return false, 0
-	}
-	if e.holders--; e.holders > 0 {
-		return false, 0
-	}
+// forget removes an entry and its slot position. s.mu is held.
+func (s *scheduler) forget(r presence.SessionRef, e *hbEntry) {
 	delete(s.refs, r)
+	if e.slot < 0 {
+		return
+	}
 	sl := s.slots[e.slot]
 	end := len(sl) - 1
 	if int(e.idx) != end {
@@ -109,39 +127,98 @@ func (s *scheduler) drop(r presence.SessionRef) (last bool, slot int) {
 	}
 	sl[end] = presence.SessionRef{}
 	s.slots[e.slot] = sl[:end]
-	return true, int(e.slot)
 }
 
-// hold registers r for heartbeats; the first holder creates the session
-// in the store at once. On error nothing is held.
-func (s *scheduler) hold(ctx context.Context, r presence.SessionRef) error {
-	mu := s.stripe(r)
-	mu.Lock()
-	defer mu.Unlock()
-	if !s.acquire(r) {
+// hold claims r for o in the store and registers it for heartbeats. On
+// error o does not hold r.
+func (s *scheduler) hold(ctx context.Context, r presence.SessionRef, o owner) error {
+	unlock := s.lockRef(r)
+	defer unlock()
+	s.mu.Lock()
+	e := s.refs[r]
+	if e == nil {
+		e = &hbEntry{slot: -1}
+		s.refs[r] = e
+	}
+	e.claiming++
+	s.mu.Unlock()
+
+	res, err := s.store.Claim(ctx, []presence.SessionRef{r})
+
+	s.mu.Lock()
+	e.claiming--
+	if err == nil {
+		e.owners = append(e.owners, o)
+		e.gen++
+		if e.slot < 0 {
+			s.place(r, e)
+		}
+	} else if len(e.owners) == 0 && e.claiming == 0 {
+		s.forget(r, e)
+	}
+	s.mu.Unlock()
+	if len(res.Taken) > 0 {
+		s.taken(res.Taken)
+	}
+	return err
+}
+
+// reclaim claims r again for the owners that hold it here: the store
+// lost it while it was held (out of reach for a TTL). It does nothing for
+// a session not held here.
+func (s *scheduler) reclaim(ctx context.Context, r presence.SessionRef) error {
+	unlock := s.lockRef(r)
+	defer unlock()
+	s.mu.Lock()
+	e := s.refs[r]
+	if e == nil || len(e.owners) == 0 {
+		s.mu.Unlock()
 		return nil
 	}
-	if _, err := s.store.Touch(ctx, []presence.SessionRef{r}); err != nil {
-		s.drop(r)
-		return err
+	e.claiming++
+	s.mu.Unlock()
+	res, err := s.store.Claim(ctx, []presence.SessionRef{r})
+	s.mu.Lock()
+	e.claiming--
+	if err == nil {
+		e.gen++
 	}
-	return nil
+	s.mu.Unlock()
+	if len(res.Taken) > 0 {
+		s.taken(res.Taken)
+	}
+	return err
 }
 
-// unhold drops a holder of r. When it was the last, the scheduler stops
-// refreshing r and, if release is set, releases it in the store (the
-// offline grace applies); otherwise the session lives out its TTL, which
-// is what a drain wants. It reports whether the store was asked to
+// unhold drops o as an owner of r. When it was the last, the scheduler
+// stops refreshing r and, if release is set, releases it in the store
+// (the offline grace applies); otherwise the session lives out its TTL,
+// which is what a drain wants. It reports whether the store was asked to
 // release.
-func (s *scheduler) unhold(ctx context.Context, r presence.SessionRef, release bool) (bool, error) {
-	mu := s.stripe(r)
-	mu.Lock()
-	defer mu.Unlock()
-	last, slot := s.drop(r)
+func (s *scheduler) unhold(ctx context.Context, r presence.SessionRef, o owner, release bool) (bool, error) {
+	unlock := s.lockRef(r)
+	defer unlock()
+	s.mu.Lock()
+	e := s.refs[r]
+	i := -1
+	if e != nil {
+		i = slices.Index(e.owners, o)
+	}
+	if i < 0 {
+		s.mu.Unlock()
+		return false, nil
+	}
+	e.owners = slices.Delete(e.owners, i, i+1)
+	last := len(e.owners) == 0
+	slot := int(e.slot)
+	if last {
+		s.forget(r, e)
+	}
+	s.mu.Unlock()
 	if !last || !release {
 		return false, nil
 	}
-	// Wait out a touch that may have copied r before it was dropped.
+	// Wait out a refresh that may have copied r before it was dropped.
 	s.busy[slot].Lock()
 	//lint:ignore SA2001 the lock is a barrier: the batch in flight ends first
 	s.busy[slot].Unlock()
@@ -155,7 +232,15 @@ func (s *scheduler) held() int {
 	return len(s.refs)
 }
 
-// run touches one slot per tick until ctx is done. Ticks are counted
+// holds reports whether r is held here.
+func (s *scheduler) holds(r presence.SessionRef) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.refs[r]
+	return e != nil && len(e.owners) > 0
+}
+
+// run refreshes one slot per tick until ctx is done. Ticks are counted
 // from the start, so a tick lost to a slow store is caught up on the next
 // one rather than leaving its slot a whole period late.
 func (s *scheduler) run(ctx context.Context) {
@@ -191,13 +276,55 @@ func (s *scheduler) touchSlot(ctx context.Context, i int) {
 	for len(refs) > 0 {
 		b := refs[:min(len(refs), s.batch)]
 		refs = refs[len(b):]
-		tctx, cancel := context.WithTimeout(ctx, s.timeout)
 		start := time.Now()
-		_, err := s.store.Touch(tctx, b)
-		cancel()
+		err := s.refresh(ctx, b)
 		s.observe(time.Since(start), len(b), err)
 		if err != nil && ctx.Err() == nil {
-			s.log.Warn("node: heartbeat touch failed; sessions expire after their TTL if this persists", "slot", i, "sessions", len(b), "err", err)
+			s.log.Warn("node: heartbeat refresh failed; sessions expire after their TTL if this persists", "slot", i, "sessions", len(b), "err", err)
 		}
 	}
+}
+
+// verify refreshes the given sessions if they are held here, at once: a
+// node announced it took one over. Only what the store says counts.
+func (s *scheduler) verify(ctx context.Context, refs []presence.SessionRef) {
+	refs = slices.DeleteFunc(slices.Clone(refs), func(r presence.SessionRef) bool { return !s.holds(r) })
+	if len(refs) == 0 {
+		return
+	}
+	if err := s.refresh(ctx, refs); err != nil && ctx.Err() == nil {
+		s.log.Warn("node: takeover check failed", "sessions", len(refs), "err", err)
+	}
+}
+
+// refresh refreshes refs and tells the owners of the ones another node
+// took over. A verdict is stale, and ignored, when a claim of this node
+// went out since the refresh was sent: that claim decides.
+func (s *scheduler) refresh(ctx context.Context, refs []presence.SessionRef) error {
+	s.mu.Lock()
+	gens := make(map[presence.SessionRef]uint64, len(refs))
+	for _, r := range refs {
+		if e := s.refs[r]; e != nil {
+			gens[r] = e.gen
+		}
+	}
+	s.mu.Unlock()
+	tctx, cancel := context.WithTimeout(ctx, s.timeout)
+	res, err := s.store.Refresh(tctx, refs)
+	cancel()
+	if len(res.Lost) == 0 {
+		return err
+	}
+	var owners []owner
+	s.mu.Lock()
+	for _, r := range res.Lost {
+		if e := s.refs[r]; e != nil && e.claiming == 0 && e.gen == gens[r] {
+			owners = append(owners, e.owners...)
+		}
+	}
+	s.mu.Unlock()
+	if len(owners) > 0 {
+		s.moved(owners)
+	}
+	return err
 }

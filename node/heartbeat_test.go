@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -13,8 +15,9 @@ import (
 	"github.com/presence-dev/presence/presence"
 )
 
-// fakeStore records calls. delay(n) is how long the nth Touch (from 0)
-// takes; gate, when set, holds every Touch until closed.
+// fakeStore records calls. delay(n) is how long the nth Claim or
+// Refresh (from 0) takes; gate, when set, holds every one until closed;
+// lost, when set, is what a Refresh reports lost.
 type fakeStore struct {
 	mu      sync.Mutex
 	touches []touchCall
@@ -22,18 +25,32 @@ type fakeStore struct {
 	delay   func(n int) time.Duration
 	gate    chan struct{}
 	fail    error
+	lost    []presence.SessionRef
 }
 
 type touchCall struct {
-	at   time.Time
-	refs []presence.SessionRef
+	at    time.Time
+	claim bool
+	refs  []presence.SessionRef
 }
 
-func (f *fakeStore) Touch(ctx context.Context, refs []presence.SessionRef) ([]presence.Transition, error) {
+func (f *fakeStore) Claim(ctx context.Context, refs []presence.SessionRef) (presence.TouchResult, error) {
+	return f.touch(true, refs)
+}
+
+func (f *fakeStore) Refresh(ctx context.Context, refs []presence.SessionRef) (presence.TouchResult, error) {
+	return f.touch(false, refs)
+}
+
+func (f *fakeStore) touch(claim bool, refs []presence.SessionRef) (presence.TouchResult, error) {
 	f.mu.Lock()
 	n := len(f.touches)
-	f.touches = append(f.touches, touchCall{at: time.Now(), refs: append([]presence.SessionRef(nil), refs...)})
-	f.log = append(f.log, fmt.Sprintf("touch-start %d", n))
+	f.touches = append(f.touches, touchCall{at: time.Now(), claim: claim, refs: append([]presence.SessionRef(nil), refs...)})
+	kind := "refresh"
+	if claim {
+		kind = "claim"
+	}
+	f.log = append(f.log, fmt.Sprintf("%s-start %d", kind, n))
 	f.mu.Unlock()
 	if f.delay != nil {
 		time.Sleep(f.delay(n))
@@ -42,9 +59,13 @@ func (f *fakeStore) Touch(ctx context.Context, refs []presence.SessionRef) ([]pr
 		<-f.gate
 	}
 	f.mu.Lock()
-	f.log = append(f.log, fmt.Sprintf("touch-end %d", n))
-	f.mu.Unlock()
-	return nil, f.fail
+	defer f.mu.Unlock()
+	f.log = append(f.log, fmt.Sprintf("%s-end %d", kind, n))
+	var res presence.TouchResult
+	if !claim {
+		res.Lost = f.lost
+	}
+	return res, f.fail
 }
 
 func (f *fakeStore) Release(_ context.Context, r presence.SessionRef) error {
@@ -64,10 +85,42 @@ func (f *fakeStore) Snapshot(context.Context, string, int, int) (presence.Snapsh
 
 func (f *fakeStore) RunReaper(ctx context.Context) { <-ctx.Done() }
 
+// calls returns the refreshes made (claims are left out).
 func (f *fakeStore) calls() []touchCall {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]touchCall(nil), f.touches...)
+	var out []touchCall
+	for _, c := range f.touches {
+		if !c.claim {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// testOwner is a connection holding sessions; it counts its moves.
+type testOwner struct{ moves atomic.Int32 }
+
+func (o *testOwner) sessionMoved() { o.moves.Add(1) }
+
+// holdAll holds refs for one owner, failing the test on error.
+func holdAll(tb testing.TB, s *scheduler, refs ...presence.SessionRef) *testOwner {
+	tb.Helper()
+	o := &testOwner{}
+	for _, r := range refs {
+		if err := s.hold(context.Background(), r, o); err != nil {
+			tb.Fatalf("hold %v: %v", r, err)
+		}
+	}
+	return o
+}
+
+func refsN(n int) []presence.SessionRef {
+	out := make([]presence.SessionRef, n)
+	for i := range out {
+		out[i] = refN(i)
+	}
+	return out
 }
 
 func refN(i int) presence.SessionRef {
@@ -84,11 +137,7 @@ func TestSchedulerSpreadsTouchesOverThePeriod(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fs := &fakeStore{}
 		s := newTestScheduler(fs, time.Second, 10, 1000)
-		for i := range 100 {
-			if !s.acquire(refN(i)) {
-				t.Fatal("first acquire not first")
-			}
-		}
+		holdAll(t, s, refsN(100)...)
 		start := time.Now()
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
@@ -131,15 +180,13 @@ func TestSchedulerSpreadsTouchesOverThePeriod(t *testing.T) {
 func TestSchedulerCatchesUpAfterASlowTouch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fs := &fakeStore{delay: func(n int) time.Duration {
-			if n == 0 {
+			if n == 50 { // the first refresh, after the 50 claims
 				return 350 * time.Millisecond
 			}
 			return 0
 		}}
 		s := newTestScheduler(fs, time.Second, 10, 1000)
-		for i := range 50 {
-			s.acquire(refN(i))
-		}
+		holdAll(t, s, refsN(50)...)
 		start := time.Now()
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
@@ -173,9 +220,7 @@ func TestSchedulerBatchesAndBalances(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fs := &fakeStore{}
 		s := newTestScheduler(fs, time.Second, 4, 7)
-		for i := range 40 {
-			s.acquire(refN(i))
-		}
+		holdAll(t, s, refsN(40)...)
 		for i, sl := range s.slots {
 			if len(sl) != 10 {
 				t.Fatalf("slot %d holds %d sessions, want 10", i, len(sl))
@@ -193,64 +238,118 @@ func TestSchedulerHoldersShareASession(t *testing.T) {
 	s := newTestScheduler(fs, time.Second, 4, 100)
 	ctx := context.Background()
 	r := refN(1)
-	if err := s.hold(ctx, r); err != nil {
+	a, b := &testOwner{}, &testOwner{}
+	if err := s.hold(ctx, r, a); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.hold(ctx, r); err != nil { // a second connection, same session
+	if err := s.hold(ctx, r, b); err != nil { // a second connection, same session
 		t.Fatal(err)
 	}
-	if len(fs.calls()) != 1 || s.held() != 1 {
-		t.Fatalf("two holds: %d touches, %d held; want 1 and 1", len(fs.calls()), s.held())
+	if s.held() != 1 {
+		t.Fatalf("two holds: %d held; want 1", s.held())
 	}
-	if released, err := s.unhold(ctx, r, true); released || err != nil {
+	if released, err := s.unhold(ctx, r, a, true); released || err != nil {
 		t.Fatalf("first unhold released: %v %v", released, err)
 	}
-	if released, err := s.unhold(ctx, r, true); !released || err != nil {
+	if released, err := s.unhold(ctx, r, a, true); released || err != nil {
+		t.Fatalf("unhold by a connection that no longer holds: %v %v", released, err)
+	}
+	if released, err := s.unhold(ctx, r, b, true); !released || err != nil {
 		t.Fatalf("last unhold: %v %v", released, err)
 	}
 	if s.held() != 0 || len(s.slots[0])+len(s.slots[1])+len(s.slots[2])+len(s.slots[3]) != 0 {
 		t.Fatal("session still held")
 	}
 	// Drain: the last holder leaves without a release.
-	_ = s.hold(ctx, r)
-	if released, _ := s.unhold(ctx, r, false); released {
+	_ = s.hold(ctx, r, a)
+	if released, _ := s.unhold(ctx, r, a, false); released {
 		t.Fatal("kept session released")
 	}
-	// A failed first touch holds nothing.
+	// A failed first claim holds nothing.
 	fs.fail = errors.New("redis down")
-	if err := s.hold(ctx, refN(2)); err == nil || s.held() != 0 {
+	if err := s.hold(ctx, refN(2), a); err == nil || s.held() != 0 {
 		t.Fatalf("failed hold: %v, %d held", err, s.held())
 	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	if fmt.Sprint(fs.log) != "[touch-start 0 touch-end 0 release s001 touch-start 1 touch-end 1 touch-start 2 touch-end 2]" {
+	// Every join claims, so a connection back on this node takes the
+	// session back from any other node that holds it.
+	if fmt.Sprint(fs.log) != "[claim-start 0 claim-end 0 claim-start 1 claim-end 1 release s001 claim-start 2 claim-end 2 claim-start 3 claim-end 3]" {
 		t.Fatalf("store calls: %v", fs.log)
 	}
 }
 
-// A release waits for a heartbeat touch that copied its session before
-// it was dropped; otherwise the touch would revive the released session.
-func TestReleaseWaitsForInFlightTouch(t *testing.T) {
-	fs := &fakeStore{gate: make(chan struct{})}
+// A refresh that finds a session taken over by another node tells the
+// connections holding it here.
+func TestRefreshTellsOwnersOfAMovedSession(t *testing.T) {
+	fs := &fakeStore{lost: []presence.SessionRef{refN(1)}}
+	s := newTestScheduler(fs, time.Second, 1, 100)
+	var moved []owner
+	s.moved = func(os []owner) { moved = append(moved, os...) }
+	a := holdAll(t, s, refN(1))
+	b := holdAll(t, s, refN(1), refN(2))
+	s.touchSlot(context.Background(), 0)
+	if len(moved) != 2 || !slices.Contains(moved, owner(a)) || !slices.Contains(moved, owner(b)) {
+		t.Fatalf("moved %v, want both holders of the lost session", moved)
+	}
+}
+
+// A refresh's verdict that a session moved is stale once a claim of this
+// node went out after the refresh did (a client came back here): the new
+// connection must not be closed.
+func TestAClaimAfterARefreshOverridesItsVerdict(t *testing.T) {
+	fs := &fakeStore{lost: []presence.SessionRef{refN(1)}}
+	s := newTestScheduler(fs, time.Second, 1, 100)
+	var moved []owner
+	s.moved = func(os []owner) { moved = append(moved, os...) }
+	holdAll(t, s, refN(1))
+	fs.gate = make(chan struct{})
+	refreshed := make(chan struct{})
+	go func() { s.touchSlot(context.Background(), 0); close(refreshed) }()
+	waitFor(t, 5*time.Second, "the refresh to start", func() bool { return len(fs.calls()) == 1 })
+	claimed := make(chan struct{})
+	go func() { holdAll(t, s, refN(1)); close(claimed) }() // the client is back
+	waitFor(t, 5*time.Second, "the claim to start", func() bool {
+		fs.mu.Lock()
+		defer fs.mu.Unlock()
+		return len(fs.touches) == 3
+	})
+	close(fs.gate)
+	<-refreshed
+	<-claimed
+	if len(moved) != 0 {
+		t.Fatalf("moved %v, want none: the claim came after the refresh", moved)
+	}
+}
+
+// A release waits for a heartbeat refresh that copied its session before
+// it was dropped; otherwise the refresh would revive the released session.
+func TestReleaseWaitsForInFlightRefresh(t *testing.T) {
+	fs := &fakeStore{}
 	s := newTestScheduler(fs, time.Second, 1, 100)
 	r := refN(7)
-	s.acquire(r)
+	o := holdAll(t, s, r)
+	fs.gate = make(chan struct{})
 	touched := make(chan struct{})
 	go func() { s.touchSlot(context.Background(), 0); close(touched) }()
-	waitFor(t, 5*time.Second, "the touch to start", func() bool { return len(fs.calls()) == 1 })
+	waitFor(t, 5*time.Second, "the refresh to start", func() bool { return len(fs.calls()) == 1 })
 	released := make(chan struct{})
 	go func() {
-		_, _ = s.unhold(context.Background(), r, true)
+		_, _ = s.unhold(context.Background(), r, o, true)
 		close(released)
 	}()
 	waitFor(t, 5*time.Second, "the session to be dropped", func() bool { return s.held() == 0 })
-	time.Sleep(50 * time.Millisecond) // give a broken unhold time to release early
+	select {
+	case <-released:
+		t.Fatal("released while the refresh that copied the session is in flight")
+	case <-time.After(50 * time.Millisecond):
+	}
 	close(fs.gate)
 	<-touched
 	<-released
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	if fmt.Sprint(fs.log) != "[touch-start 0 touch-end 0 release s007]" {
-		t.Fatalf("store calls: %v, want the release after the touch", fs.log)
+	if fmt.Sprint(fs.log) != "[claim-start 0 claim-end 0 refresh-start 1 refresh-end 1 release s007]" {
+		t.Fatalf("store calls: %v, want the release after the refresh", fs.log)
 	}
 }

@@ -392,7 +392,8 @@ func (e *env) waitRedisPast(at time.Time) {
 func (e *env) quiesce(room string) {
 	e.t.Helper()
 	user := fmt.Sprintf("zz-marker-%d", e.marks.Add(1))
-	ts, err := e.store.Touch(context.Background(), []presence.SessionRef{{Room: room, User: user, Session: "m"}})
+	res, err := e.store.Claim(context.Background(), []presence.SessionRef{{Room: room, User: user, Session: "m"}})
+	ts := res.Transitions
 	if err != nil || len(ts) == 0 {
 		e.t.Fatalf("marker touch: %v %v", ts, err)
 	}

@@ -45,7 +45,7 @@ type Node struct {
 	auth     *authenticator
 	sched    *scheduler
 	hub      *hub
-	sess     *sessions
+	id       string // this instance, on the takeover subject
 	takeover *nats.Subscription
 	wheel    wheel
 	metrics  *metrics
@@ -91,8 +91,14 @@ func New(cfg Config) (*Node, error) {
 		n.cancel()
 		return nil, err
 	}
+	n.sched.moved = func(owners []owner) {
+		for _, o := range owners {
+			o.sessionMoved()
+		}
+	}
+	n.sched.taken = n.announceTaken
 	n.hub = newHub(n)
-	n.sess = newSessions()
+	n.id = newNodeID()
 	n.upgrader = websocket.Upgrader{
 		HandshakeTimeout: 10 * time.Second,
 		ReadBufferSize:   cfg.Limits.ReadBufferBytes,
@@ -299,8 +305,6 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 	reserved = false
 	c.armExpiry()
 	n.open.Add(1)
-	n.sess.add(c)
-	n.announce(c)
 	lim := &n.cfg.Limits
 	hello := helloFrame{Type: typeHello, V: ProtocolVersion, Region: n.cfg.Region, User: id.user, Session: session,
 		Limits: helloLimits{MaxRooms: lim.MaxRooms, MaxFrameBytes: lim.MaxFrameBytes, MaxStateBytes: presence.MaxStateBytes,

@@ -544,8 +544,9 @@ func TestNATSReconnectResyncs(t *testing.T) {
 }
 
 // A client reconnects to another node while the first still thinks its
-// old connection is alive: the first closes it with 4001 and keeps the
-// session, so nothing is announced.
+// old connection is alive: its join there takes the session over, the
+// first node closes the old connection with 4001, and nothing is
+// announced: the old node's release of the session changes nothing.
 func TestTakeoverClosesTheStaleConnectionSilently(t *testing.T) {
 	e := newEnv(t)
 	n1 := e.newNode()
@@ -554,8 +555,8 @@ func TestTakeoverClosesTheStaleConnectionSilently(t *testing.T) {
 	old := n1.dial(t, tok, "tab")
 	old.join("room")
 	fresh := n2.dial(t, tok, "tab")
-	old.expectClose(CloseSessionMoved)
 	fresh.join("room")
+	old.expectClose(CloseSessionMoved)
 	waitFor(t, 5*time.Second, "n1 to drop the session", func() bool { return n1.sched.held() == 0 })
 	e.waitRedisPast(e.redisNow().Add(testTiming.OfflineGrace + 200*time.Millisecond))
 	e.quiesce("room")

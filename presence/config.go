@@ -44,6 +44,15 @@ func (t Timing) WithDefaults() Timing {
 	return t
 }
 
+// Unrefreshed is how long a session may go without a refresh before it no
+// longer holds its user against a clean close: a heartbeat and a half, so
+// a live node's sessions always count, while those of a node that died
+// (or stalls) stop counting soon after. When a user's last counting
+// session closes cleanly, the grace starts even if such a session is
+// still unexpired; if its node refreshes it during the grace, the
+// departure is off. Its expiry still ends it at the TTL otherwise.
+func (t Timing) Unrefreshed() time.Duration { return t.Heartbeat * 3 / 2 }
+
 // ConfigError names the setting that is wrong and the rule it breaks.
 type ConfigError struct {
 	Field string

@@ -2,9 +2,15 @@ package presence
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 )
+
+// ErrMoved means another node holds the session now: its client
+// reconnected there. The node that asked no longer holds it and must not
+// act on it.
+var ErrMoved = errors.New("the session moved to another node")
 
 // Kind is what changed about a user in a room.
 type Kind string

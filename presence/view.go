@@ -40,3 +40,17 @@ type Snapshot struct {
 	Epoch     int64     `json:"epoch"` // the numbering RoomSeq belongs to; 0 if none yet
 	StreamSeq uint64    `json:"stream_seq"`
 }
+
+// TouchResult is what a claim (a join) or a refresh (the heartbeat) of
+// sessions did.
+type TouchResult struct {
+	// Transitions the call caused: joins, and departures that were
+	// overdue in the rooms it wrote.
+	Transitions []Transition
+	// Lost are sessions of a refresh that another node has taken over (a
+	// client reconnected there); they were not refreshed, and the node
+	// that asked no longer holds them.
+	Lost []SessionRef
+	// Taken are sessions of a claim that another node held until now.
+	Taken []SessionRef
+}

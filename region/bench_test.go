@@ -154,7 +154,7 @@ func BenchmarkRefresh(b *testing.B) {
 		}
 		// Scripts cached first: a fixed cost, not per session.
 		measure(b, rdb, usedMemory(b, rdb), func() error {
-			return parallel(4, 1000, refs, func(rs []presence.SessionRef) error { _, err := s.Touch(ctx, rs); return err })
+			return parallel(4, 1000, refs, func(rs []presence.SessionRef) error { _, err := s.Claim(ctx, rs); return err })
 		})
 	}
 	b.Run("store", func(b *testing.B) { store(b, refs) })
@@ -187,7 +187,7 @@ func BenchmarkReleaseInLargeRoom(b *testing.B) {
 		}
 		before := usedMemory(b, rdb)
 		for i := 0; i < size; i += 1000 {
-			if _, err := s.Touch(ctx, refs[i:min(i+1000, size)]); err != nil {
+			if _, err := s.Claim(ctx, refs[i:min(i+1000, size)]); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -201,7 +201,7 @@ func BenchmarkReleaseInLargeRoom(b *testing.B) {
 				if err := s.Release(ctx, r); err != nil {
 					b.Fatal(err)
 				}
-				if _, err := s.Touch(ctx, []presence.SessionRef{r}); err != nil {
+				if _, err := s.Claim(ctx, []presence.SessionRef{r}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -9,13 +9,17 @@
 // one Redis Cluster slot and each operation is one atomic script on it:
 //
 //	presence:{R}      ZSET  user -> until, unix ms. A member while until >= now.
-//	presence:{R}:s    ZSET  "user:session" -> expiry, unix seconds.
+//	presence:{R}:s    ZSET  "user:session:holder" -> expiry, unix seconds.
+//	                        holder names the node (store) holding it.
 //	presence:{R}:g    HASH  user -> 1 while the user's last session closed
 //	                        cleanly and the offline grace runs.
 //	presence:{R}:st   HASH  "user:session" -> state JSON.
+//	presence:{R}:mv   ZSET  "user:session:holder" -> ms: sessions taken over
+//	                        from that holder (tombstones; the key expires a
+//	                        TTL after the last takeover).
 //	presence:{R}:m    HASH  seq, epoch (event ids), jsroom, jsseq (stream sequence).
 //	presence:{R}:o    LIST  events not yet acknowledged by the publisher.
-//	presence:{R}:u    ZSET  score 0, "user sid1 sid2 ...": the member index,
+//	presence:{R}:u    ZSET  score 0, "user sid1:holder1 ...": the member index,
 //	                        only in rooms of more than 512 sessions, in user
 //	                        id order. Releases, state changes and snapshot
 //	                        pages there read it instead of the whole room.
@@ -31,6 +35,7 @@
 //	redis-cli zcount 'presence:{room42}' "$(date +%s%3N)" +inf
 //	# one user's sessions in room42 with their expiry (unix seconds)
 //	redis-cli zscan 'presence:{room42}:s' 0 match 'u_8827:*' count 100000
+//	# (members are user:session:holder)
 //
 // # Time
 //
@@ -42,12 +47,30 @@
 // to keep listpack entries small); a session is never dropped early, and
 // at most one second late.
 //
+// # Holders
+//
+// A session is held by one node at a time, named in its entry. A join
+// (Claim) takes the session over from any other holder: the client has
+// reconnected to this node. The heartbeat (Refresh) never takes a session
+// back; it reports it Lost, and the node closes its stale connection.
+// Release and SetState act only on the caller's own entry. So a release or
+// a state write of the old node that reaches Redis after the new node's
+// join changes nothing, whatever order the scripts arrive in, and a
+// tombstone keeps the old node's late refresh from bringing the session
+// back after the new node released it.
+//
 // # Transitions
 //
 // A user's first live session in a room announces online (joined). Further
 // sessions and refreshes announce nothing. A clean close (Release) of the
 // last session keeps the user a member for the offline grace; a session
-// that returns inside it, on any node, cancels the departure silently. When
+// that returns inside it, on any node, cancels the departure silently.
+// Sessions not refreshed for presence.Timing.Unrefreshed (a heartbeat and
+// a half: their node died or stalls) do not count as the user's last: a
+// user whose last live node closes cleanly leaves after the grace, reason
+// left, even while a dead node's session has not yet expired; that
+// session goes with the departure, unless its node refreshes it during
+// the grace, which cancels the departure. When
 // the grace ends the reaper announces offline (left); when sessions simply
 // stop being refreshed, their node having died, the reaper announces
 // offline (expired) once the user's until passes. Reads exclude expired

@@ -78,11 +78,11 @@ func ref(room, user, session string) presence.SessionRef {
 
 func touch(tb testing.TB, s *Store, refs ...presence.SessionRef) []presence.Transition {
 	tb.Helper()
-	ts, err := s.Touch(context.Background(), refs)
+	res, err := s.Claim(context.Background(), refs)
 	if err != nil {
-		tb.Fatalf("Touch: %v", err)
+		tb.Fatalf("Claim: %v", err)
 	}
-	return ts
+	return res.Transitions
 }
 
 func release(tb testing.TB, s *Store, r presence.SessionRef) {

@@ -46,11 +46,11 @@ func checkUserIndex(tb testing.TB, rdb redis.UniversalClient, s *Store, room str
 		fromSets[u] = []string{}
 	}
 	for _, e := range entries {
-		u, sid, _ := strings.Cut(e, ":")
+		u, tok, _ := strings.Cut(e, ":") // tok is session:holder
 		if _, ok := fromSets[u]; !ok {
 			continue // a dead entry of a user already gone: removed by the next settle
 		}
-		fromSets[u] = append(fromSets[u], sid)
+		fromSets[u] = append(fromSets[u], tok)
 	}
 	fromIdx := map[string][]string{}
 	var order []string
@@ -110,7 +110,7 @@ func TestLargeRoomKeepsAUserIndex(t *testing.T) {
 		t.Fatalf("u0002 sessions %+v, want the live one", m.Sessions)
 	}
 	checkUserIndex(t, rdb, s, "big", true)
-	if v, _ := rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: s.roomKeys("big")[6], Start: "[u0002 ", Stop: "(u0002!", ByLex: true}).Result(); !slices.Equal(v, []string{"u0002 a"}) {
+	if v, _ := rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: s.roomKeys("big")[6], Start: "[u0002 ", Stop: "(u0002!", ByLex: true}).Result(); !slices.Equal(v, []string{"u0002 a:" + s.Holder()}) {
 		t.Fatalf("u0002 in the index: %q, want the live session only", v)
 	}
 
@@ -126,6 +126,24 @@ func TestLargeRoomKeepsAUserIndex(t *testing.T) {
 	}
 	checkUserIndex(t, rdb, s, "big", true)
 	checkPages(t, s, "big", 600)
+
+	// A session moves to another node: the index follows the new holder,
+	// and the old holder's late release changes nothing.
+	other := newStore(t, rdb, c)
+	moved := ref("big", "u0003", "a")
+	if res, err := other.Claim(ctx, []presence.SessionRef{moved}); err != nil || len(res.Taken) != 1 {
+		t.Fatalf("claim in a large room: %+v %v", res, err)
+	}
+	release(t, s, moved)
+	if v, _ := rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: s.roomKeys("big")[6], Start: "[u0003 ", Stop: "(u0003!", ByLex: true}).Result(); !slices.Equal(v, []string{"u0003 a:" + other.Holder()}) {
+		t.Fatalf("u0003 in the index: %q, want the new holder's session", v)
+	}
+	if res, err := s.Refresh(ctx, []presence.SessionRef{moved}); err != nil || len(res.Lost) != 1 {
+		t.Fatalf("old holder's refresh in a large room: %+v %v, want it lost", res, err)
+	}
+	checkUserIndex(t, rdb, s, "big", true)
+	release(t, other, moved)
+	touch(t, s, moved) // back on the first node: a claim takes it back
 
 	// Last tab: left after the grace.
 	release(t, s, second)
@@ -170,7 +188,7 @@ func TestLeftoverEntryOfAGoneUserComesBackAsAJoin(t *testing.T) {
 	if err := rdb.ZRem(ctx, k[0], "ghost").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := rdb.ZAdd(ctx, k[1], redis.Z{Score: float64(time.Now().Add(-time.Minute).Unix()), Member: "ghost:tab"}).Err(); err != nil {
+	if err := rdb.ZAdd(ctx, k[1], redis.Z{Score: float64(time.Now().Add(-time.Minute).Unix()), Member: "ghost:tab:" + s.Holder()}).Err(); err != nil {
 		t.Fatal(err)
 	}
 	ts := touch(t, s, x)

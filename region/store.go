@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,6 +44,12 @@ type Options struct {
 	Timing presence.Timing // zero fields take presence defaults
 	Sink   Sink            // required: receives every transition
 	Prefix string          // key prefix; default "presence"
+	// Holder names this store's session entries: a release or a state
+	// write acts only on the entries of its own holder, and a refresh
+	// never takes a session from another. Default: a random id, which is
+	// what a node process wants. Two stores in use at once must never
+	// share one.
+	Holder string
 
 	MaxBatch        int           // sessions per Touch; default 10000
 	ChunkSize       int           // sessions per script call; default 256
@@ -58,6 +65,7 @@ type Store struct {
 	rdb     redis.UniversalClient
 	cluster bool
 	opt     Options
+	holder  string
 	t       presence.Timing
 	log     *slog.Logger
 	now     func() time.Time // local clock: only paces last-seen writes
@@ -127,13 +135,45 @@ func New(rdb redis.UniversalClient, opt Options) (*Store, error) {
 	if strings.ContainsAny(opt.Prefix, "{} \t\r\n") {
 		return nil, &ConfigError{"prefix", "must not contain braces or whitespace"}
 	}
+	if opt.Holder == "" {
+		opt.Holder = randomHolder()
+	}
+	if err := checkHolder(opt.Holder); err != nil {
+		return nil, err
+	}
 	lg := opt.Logger
 	if lg == nil {
 		lg = slog.Default()
 	}
 	_, cluster := rdb.(*redis.ClusterClient)
-	return &Store{rdb: rdb, cluster: cluster, opt: opt, t: t, log: lg, now: time.Now, seen: map[string]time.Time{}}, nil
+	return &Store{rdb: rdb, cluster: cluster, opt: opt, holder: opt.Holder, t: t, log: lg, now: time.Now, seen: map[string]time.Time{}}, nil
 }
+
+// holderBytes is the alphabet of generated holder ids.
+const holderBytes = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+// randomHolder returns a 6-byte id: 5.7e10 of them, so among a thousand
+// nodes at once two share one with a chance of about 1 in 100,000.
+func randomHolder() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	for i := range b {
+		b[i] = holderBytes[int(b[i])%len(holderBytes)]
+	}
+	return string(b[:])
+}
+
+// checkHolder accepts 1 to 16 letters and digits: a holder id is part of
+// every entry a store writes, after a ':'.
+func checkHolder(h string) error {
+	if len(h) == 0 || len(h) > 16 || strings.Trim(h, holderBytes) != "" {
+		return &ConfigError{"holder", fmt.Sprintf("must be 1 to 16 letters and digits, got %q", h)}
+	}
+	return nil
+}
+
+// Holder returns the id that names this store's session entries.
+func (s *Store) Holder() string { return s.holder }
 
 // Timing returns the validated timing in force.
 func (s *Store) Timing() presence.Timing { return s.t }
@@ -148,10 +188,10 @@ func ms(d time.Duration) int64 { return d.Milliseconds() }
 
 func (s *Store) roomBase(room string) string { return s.opt.Prefix + ":{" + room + "}" }
 
-// roomKeys are the seven keys of a room, in the order the scripts expect.
+// roomKeys are the eight keys of a room, in the order the scripts expect.
 func (s *Store) roomKeys(room string) []string {
 	b := s.roomBase(room)
-	return []string{b, b + ":s", b + ":m", b + ":o", b + ":st", b + ":g", b + ":u"}
+	return []string{b, b + ":s", b + ":m", b + ":o", b + ":st", b + ":g", b + ":u", b + ":mv"}
 }
 
 // indexKey is the reap index for a room. On a cluster there is one per
@@ -167,20 +207,35 @@ func (s *Store) indexKeyOfSlot(slot int) string {
 	return s.opt.Prefix + ":reap:{" + slotTags[slot] + "}"
 }
 
-// Touch creates or refreshes sessions: the heartbeat path. Sessions are
-// grouped by room and slot into a few script calls sent in one round trip.
-// It returns the transitions this call caused (joins, and departures that
-// were overdue in the rooms it wrote). An invalid batch writes nothing.
-func (s *Store) Touch(ctx context.Context, refs []presence.SessionRef) ([]presence.Transition, error) {
+// Claim creates sessions, or refreshes them, for this store's holder: a
+// join. A session another holder has is taken over, silently (Taken
+// names them); the other holder's late writes then change nothing. It
+// returns the transitions the call caused. An invalid batch writes
+// nothing.
+func (s *Store) Claim(ctx context.Context, refs []presence.SessionRef) (presence.TouchResult, error) {
+	return s.touch(ctx, "claim", refs)
+}
+
+// Refresh pushes the expiry of sessions this store holds forward: the
+// heartbeat path. Sessions are grouped by room and slot into a few script
+// calls sent in one round trip. A session that is gone is created again
+// (its entry was reaped, or Redis lost it) unless another holder has
+// taken it over: those are Lost, and are not written.
+func (s *Store) Refresh(ctx context.Context, refs []presence.SessionRef) (presence.TouchResult, error) {
+	return s.touch(ctx, "refresh", refs)
+}
+
+func (s *Store) touch(ctx context.Context, op string, refs []presence.SessionRef) (presence.TouchResult, error) {
+	var res presence.TouchResult
 	if len(refs) == 0 {
-		return nil, &OpError{"touch", ErrEmptyBatch}
+		return res, &OpError{op, ErrEmptyBatch}
 	}
 	if len(refs) > s.opt.MaxBatch {
-		return nil, &OpError{"touch", fmt.Errorf("%w: %d sessions, at most %d", ErrBatchTooLarge, len(refs), s.opt.MaxBatch)}
+		return res, &OpError{op, fmt.Errorf("%w: %d sessions, at most %d", ErrBatchTooLarge, len(refs), s.opt.MaxBatch)}
 	}
 	for i, r := range refs {
 		if err := r.Validate(); err != nil {
-			return nil, &OpError{"touch", fmt.Errorf("session %d of %d: %w", i+1, len(refs), err)}
+			return res, &OpError{op, fmt.Errorf("session %d of %d: %w", i+1, len(refs), err)}
 		}
 	}
 
@@ -212,7 +267,11 @@ func (s *Store) Touch(ctx context.Context, refs []presence.SessionRef) ([]presen
 		byIndex[k] = append(byIndex[k], i)
 	}
 
-	head := []any{ms(s.t.SessionTTL), ms(s.opt.PublishLease), s.opt.MaxOutbox}
+	claim := "0"
+	if op == "claim" {
+		claim = "1"
+	}
+	head := []any{ms(s.t.SessionTTL), ms(s.opt.PublishLease), s.opt.MaxOutbox, s.holder, claim}
 	var calls []call
 	var callRooms [][]string // rooms of each call, in script order
 	for _, k := range order {
@@ -246,28 +305,49 @@ func (s *Store) Touch(ctx context.Context, refs []presence.SessionRef) ([]presen
 
 	cmds, err := runAll(ctx, s.rdb, calls)
 	if err != nil {
-		return nil, &OpError{"touch", err}
+		return res, &OpError{op, err}
 	}
 	s.stats.Touched.Add(int64(len(refs)))
 
 	pending := map[string][]string{}
 	for ci, cmd := range cmds {
-		res, _ := cmd.Slice()
-		for ri, v := range res {
-			if entries, ok := v.([]any); ok && ri < len(callRooms[ci]) {
-				room := callRooms[ci][ri]
+		out, _ := cmd.Slice()
+		for ri, v := range out {
+			parts, ok := v.([]any)
+			if !ok || ri >= len(callRooms[ci]) || len(parts) != 3 {
+				continue
+			}
+			room := callRooms[ci][ri]
+			if entries, ok := parts[0].([]any); ok && len(entries) > 0 {
 				pending[room] = append(pending[room], toStrings(entries)...)
 			}
+			res.Lost = appendRefs(res.Lost, room, parts[1])
+			res.Taken = appendRefs(res.Taken, room, parts[2])
 		}
 	}
-	ts := s.deliver(ctx, pending)
+	res.Transitions = s.deliver(ctx, pending)
 	s.noteActivity(ctx, refs)
-	return ts, nil
+	return res, nil
+}
+
+// appendRefs adds the "user:session" items of a script reply as refs of
+// room.
+func appendRefs(refs []presence.SessionRef, room string, v any) []presence.SessionRef {
+	items, _ := v.([]any)
+	for _, it := range items {
+		if u, sid, ok := strings.Cut(str(it), ":"); ok {
+			refs = append(refs, presence.SessionRef{Room: room, User: u, Session: sid})
+		}
+	}
+	return refs
 }
 
 // Release records a clean close of one session. The user stays a member
 // for the offline grace; if no session of theirs returns, a reaper
-// announces the departure. Releasing an unknown session is a no-op.
+// announces the departure. Sessions of the user whose holder has not
+// refreshed them for Timing.Unrefreshed do not delay the grace. Releasing
+// a session this store does not hold (unknown, or taken over by another
+// holder) is a no-op.
 func (s *Store) Release(ctx context.Context, ref presence.SessionRef) error {
 	if err := ref.Validate(); err != nil {
 		return &OpError{"release", err}
@@ -275,7 +355,8 @@ func (s *Store) Release(ctx context.Context, ref presence.SessionRef) error {
 	cmds, err := runAll(ctx, s.rdb, []call{{
 		script: scriptRelease,
 		keys:   append([]string{s.indexKey(ref.Room)}, s.roomKeys(ref.Room)...),
-		args:   []any{ms(s.opt.PublishLease), s.opt.MaxOutbox, ms(s.t.OfflineGrace), ref.Room, ref.User, ref.Session},
+		args: []any{ms(s.opt.PublishLease), s.opt.MaxOutbox, ms(s.t.OfflineGrace), ref.Room, ref.User, ref.Session,
+			s.holder, ms(s.t.SessionTTL), ms(s.t.Unrefreshed())},
 	}})
 	if err != nil {
 		return &OpError{"release", err}
@@ -404,13 +485,13 @@ func (s *Store) roster(room string, res []any) (presence.Snapshot, error) {
 		snap.Members = append(snap.Members, presence.Member{User: u, Until: time.UnixMilli(num(users[i+1])), Sessions: []presence.SessionInfo{}})
 	}
 	for i := 0; i < len(ss); i += 2 {
-		entry := str(ss[i])
-		u, sid, ok := strings.Cut(entry, ":")
+		u, rest, ok := strings.Cut(str(ss[i]), ":")
+		sid, _, _ := strings.Cut(rest, ":") // then the holder
 		j, member := index[u]
 		if !ok || !member {
 			continue // a live session of a user whose until passed: not a member
 		}
-		snap.Members[j].Sessions = append(snap.Members[j].Sessions, sessionInfo(sid, ss[i+1], states[entry]))
+		snap.Members[j].Sessions = append(snap.Members[j].Sessions, sessionInfo(sid, ss[i+1], states[u+":"+sid]))
 	}
 	slices.SortFunc(snap.Members, func(a, b presence.Member) int { return strings.Compare(a.User, b.User) })
 	for _, m := range snap.Members {
@@ -484,9 +565,11 @@ func (s *Store) Sessions(ctx context.Context, room, user string) (m presence.Mem
 	return m, ok, nil
 }
 
-// SetState sets (or, with nil, clears) the state of a live session. A
-// change produces an update transition; membership does not change. It
-// returns false when the session is not live, and then writes nothing.
+// SetState sets (or, with nil, clears) the state of a live session this
+// store holds. A change produces an update transition; membership does
+// not change. It returns false when the session is not live, and an
+// error wrapping presence.ErrMoved when another holder has taken it over;
+// either way it writes nothing.
 func (s *Store) SetState(ctx context.Context, ref presence.SessionRef, state json.RawMessage) (bool, error) {
 	if err := ref.Validate(); err != nil {
 		return false, &OpError{"set state", err}
@@ -506,7 +589,7 @@ func (s *Store) SetState(ctx context.Context, ref presence.SessionRef, state jso
 	cmds, err := runAll(ctx, s.rdb, []call{{
 		script: scriptState,
 		keys:   append([]string{s.indexKey(ref.Room)}, s.roomKeys(ref.Room)...),
-		args:   []any{ms(s.opt.PublishLease), s.opt.MaxOutbox, ref.Room, ref.User, ref.Session, buf.String()},
+		args:   []any{ms(s.opt.PublishLease), s.opt.MaxOutbox, ref.Room, ref.User, ref.Session, buf.String(), s.holder},
 	}})
 	if err != nil {
 		return false, &OpError{"set state", err}
@@ -514,6 +597,9 @@ func (s *Store) SetState(ctx context.Context, ref presence.SessionRef, state jso
 	res, _ := cmds[0].Slice()
 	if len(res) > 1 {
 		s.deliver(ctx, map[string][]string{ref.Room: toStrings(res[1:])})
+	}
+	if len(res) > 0 && num(res[0]) == 2 {
+		return false, &OpError{"set state", presence.ErrMoved}
 	}
 	return len(res) > 0 && num(res[0]) == 1, nil
 }

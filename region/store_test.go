@@ -361,9 +361,9 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{"oversized", make([]presence.SessionRef, 6), ErrBatchTooLarge},
 	}
 	for _, tc := range cases {
-		_, err := s.Touch(ctx, tc.refs)
+		_, err := s.Claim(ctx, tc.refs)
 		var op *OpError
-		if !errors.Is(err, tc.want) || !errors.As(err, &op) || op.Op != "touch" {
+		if !errors.Is(err, tc.want) || !errors.As(err, &op) || op.Op != "claim" {
 			t.Fatalf("%s: got %v, want %v", tc.name, err, tc.want)
 		}
 	}
@@ -371,7 +371,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 		ref("r.1", "u", "s"), ref("r1", "u*", "s"), ref("r1", "u", "s>"), ref("r 1", "u", "s"),
 		ref("{r1}", "u", "s"), ref("r1", "", "s"), ref("r1", "u", strings.Repeat("s", 65)), ref("r1", "a:b", "s"),
 	} {
-		_, err := s.Touch(ctx, []presence.SessionRef{ref("ok", "u", "s"), bad})
+		_, err := s.Claim(ctx, []presence.SessionRef{ref("ok", "u", "s"), bad})
 		var idErr *presence.IDError
 		if !errors.As(err, &idErr) || !strings.Contains(err.Error(), "session 2 of 2") {
 			t.Fatalf("%+v: got %v, want an id error naming the entry", bad, err)
@@ -400,7 +400,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 	}
 	// A Redis failure is an error, not a panic.
 	srv.Stop()
-	_, err := s.Touch(ctx, []presence.SessionRef{ref("r1", "u", "s")})
+	_, err := s.Claim(ctx, []presence.SessionRef{ref("r1", "u", "s")})
 	var op *OpError
 	if !errors.As(err, &op) {
 		t.Fatalf("touch with redis down: %v", err)
@@ -440,7 +440,7 @@ func TestConcurrentTouchAndRelease(t *testing.T) {
 			defer wg.Done()
 			for i := range 50 {
 				r := ref("hot", fmt.Sprintf("u%d", i%10), fmt.Sprintf("s%d", g))
-				if _, err := s.Touch(context.Background(), []presence.SessionRef{r}); err != nil {
+				if _, err := s.Claim(context.Background(), []presence.SessionRef{r}); err != nil {
 					t.Error(err)
 					return
 				}

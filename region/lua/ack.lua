@@ -1,7 +1,7 @@
 -- ack: the publisher has delivered these outbox entries. Entries are
 -- removed by value, so acknowledging one publisher's events never drops
 -- another's that are still on their way.
--- KEYS[1] reap index; KEYS[2..8] the room's keys (see lib.lua)
+-- KEYS[1] reap index; KEYS[2..9] the room's keys (see lib.lua)
 -- ARGV[1] publish lease ms, ARGV[2] room, ARGV[3] seq of the last delivered
 -- event, ARGV[4] its stream sequence (0: unknown), ARGV[5..] delivered entries
 -- The pair (seq, stream seq) with the highest seq is kept in m (jsroom,

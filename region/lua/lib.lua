@@ -3,32 +3,48 @@
 -- Keys of room R; all carry the {R} hash tag, so a script touches one slot:
 --   z  presence:{R}     ZSET user -> until (unix ms). A member while
 --                       until >= now.
---   s  presence:{R}:s   ZSET "user:session" -> expiry (unix seconds:
+--   s  presence:{R}:s   ZSET "user:session:holder" -> expiry (unix seconds:
 --                       listpack stores it in 5 bytes, not 9). A session
---                       expires at a whole second, TTL rounded up.
+--                       expires at a whole second, TTL rounded up. holder
+--                       names the node (store) that holds the session; a
+--                       session has one entry, its holder's.
 --   m  presence:{R}:m   HASH seq: last event sequence; epoch: first event
 --                       time of this room; jsroom, jsseq: the highest
 --                       delivered seq and its stream sequence.
 --   o  presence:{R}:o   LIST events not yet acknowledged by the publisher.
---   st presence:{R}:st  HASH "user:session" -> state JSON.
+--   st presence:{R}:st  HASH "user:session" -> state JSON. It belongs to the
+--                       session, whichever node holds it.
 --   g  presence:{R}:g   HASH user -> 1 while the user's last session closed
 --                       cleanly and none has returned (the grace runs).
---   u  presence:{R}:u   ZSET score 0, "user sid1 sid2 ..." ("user" with no
---                       session in the grace): the member
+--   u  presence:{R}:u   ZSET score 0, "user sid1:holder1 sid2:holder2 ..."
+--                       ("user" with no entry in the grace): the member
 --                       index, only in large rooms (built when s passes
 --                       BIG entries). While it exists it has exactly the
 --                       users of z, each with their entries of s (dead ones
 --                       included), so releases and state changes find a
 --                       user's entries and snapshots page by user id
 --                       without reading the whole room.
+--   mv presence:{R}:mv  ZSET "user:session:holder" -> when another holder
+--                       took the session over: a tombstone, so the old
+--                       holder's late refresh cannot bring the session back
+--                       after the new holder released it. The key expires a
+--                       TTL after the last takeover.
 -- The reap index (KEYS[1] of writing scripts) is a ZSET room -> the first ms
 -- at which the room may hold something overdue; it is never later than that.
 --
+-- Holders: a claim (a join) takes a session over from any other holder; a
+-- refresh (the heartbeat) never does, and reports the session lost
+-- instead; a release or a state write acts only on the caller's own entry.
+-- So scripts of two nodes reaching Redis in any order cannot end or change
+-- a session the other now holds.
+--
 -- Invariants: until >= every expiry of the user's sessions (both whole
--- seconds while a session lives), so a settle that announces a departure
--- also drops all of that user's entries; a member with no session is in g.
--- Time is Redis TIME, never the caller's clock, so node clock skew cannot
--- expire a live session.
+-- seconds while a session lives) unless the grace runs (g), so a settle
+-- that announces an expiry also drops all of that user's entries; a settle
+-- that announces a departure after the grace drops the user's entries
+-- left (sessions whose holder stopped refreshing them). A member with no
+-- fresh session is in g. Time is Redis TIME, never the caller's clock, so
+-- node clock skew cannot expire a live session.
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -42,10 +58,15 @@ end
 
 local function room_at(base)
   return {z = KEYS[base], s = KEYS[base + 1], m = KEYS[base + 2], o = KEYS[base + 3],
-    st = KEYS[base + 4], g = KEYS[base + 5], u = KEYS[base + 6]}
+    st = KEYS[base + 4], g = KEYS[base + 5], u = KEYS[base + 6], mv = KEYS[base + 7]}
 end
 
-local ROOM_KEYS = 7
+local ROOM_KEYS = 8
+
+-- parse splits an entry of s into user, session and holder.
+local function parse(m)
+  return string.match(m, '^([^:]*):([^:]*):?(.*)$')
+end
 
 -- BIG: above this many session entries a room keeps the member index u.
 -- Up to it a scan of s is cheap (128 entries are one compact list), and
@@ -53,8 +74,8 @@ local ROOM_KEYS = 7
 local BIG = 512
 
 -- The member index u of a large room is a ZSET, every score 0, with one
--- member per user of z: the user id, then a space and a session id for
--- each of their entries of s (dead ones included; none in the grace). A
+-- member per user of z: the user id, then a space and "session:holder"
+-- for each of their entries of s (dead ones included). A
 -- space sorts below every id byte, so u in lex order is the members in
 -- user id order: pages are ranges of it, and a user's member is the only
 -- one in the range "[user" to "(user!".
@@ -72,8 +93,8 @@ local function index_build(r)
     byu[u] = u
   end
   for _, m in ipairs(redis.call('ZRANGE', r.s, 0, -1)) do
-    local u, sid = string.match(m, '^([^:]*):(.*)$')
-    if byu[u] then byu[u] = byu[u] .. ' ' .. sid end
+    local u = parse(m)
+    if byu[u] then byu[u] = byu[u] .. ' ' .. string.sub(m, #u + 2) end
   end
   local args = {}
   for _, v in pairs(byu) do
@@ -94,18 +115,18 @@ local function index_set(r, old, new)
 end
 
 -- index_add records a new entry of s (after its ZADD and the user's ZADD
--- to z): in u if the room has it, else by building u if the room just
--- became large.
-local function index_add(r, u, sid)
+-- to z; tok is "session:holder"): in u if the room has it, else by
+-- building u if the room just became large.
+local function index_add(r, u, tok)
   if redis.call('EXISTS', r.u) == 1 then
     local old = index_get(r, u)
-    index_set(r, old, (old or u) .. ' ' .. sid)
+    index_set(r, old, (old or u) .. ' ' .. tok)
   elseif redis.call('ZCARD', r.s) > BIG then
     index_build(r)
   end
 end
 
--- index_sids returns the session ids listed in a member of u.
+-- index_sids returns the "session:holder" tokens listed in a member of u.
 local function index_sids(u, member)
   local out = {}
   for sid in string.gmatch(string.sub(member, #u + 2), '%S+') do
@@ -114,13 +135,15 @@ local function index_sids(u, member)
   return out
 end
 
--- index_remove forgets an entry removed from s; the user stays in u.
-local function index_remove(r, u, sid)
+-- index_remove forgets an entry removed from s (tok "session:holder");
+-- the user stays in u.
+local function index_remove(r, u, tok)
+  if not r.u then return end
   local old = index_get(r, u)
   if not old then return end
   local new = u
   for _, ss in ipairs(index_sids(u, old)) do
-    if ss ~= sid then new = new .. ' ' .. ss end
+    if ss ~= tok then new = new .. ' ' .. ss end
   end
   index_set(r, old, new)
 end
@@ -148,33 +171,6 @@ local function emit(r, now, kind, reason, user, sessions, sid, state, maxo)
     redis.call('LTRIM', r.o, -maxo, -1)
   end
   emitted = emitted + 1
-end
-
--- settle announces users whose until has passed and drops dead session
--- entries, at most limit of each. It returns true when work is left over.
-local function settle(r, now, maxo, limit)
-  local gone = redis.call('ZRANGEBYSCORE', r.z, '-inf', '(' .. now, 'LIMIT', 0, limit)
-  for _, u in ipairs(gone) do
-    redis.call('ZREM', r.z, u)
-    index_drop(r, u)
-    local reason = 'expired'
-    if redis.call('HDEL', r.g, u) == 1 then
-      reason = 'left'
-    end
-    emit(r, now, 'offline', reason, u, 0, nil, nil, maxo)
-  end
-  if #gone == limit then
-    -- Dead entries of unannounced users go with their departure.
-    return true
-  end
-  local dead = redis.call('ZRANGEBYSCORE', r.s, '-inf', '(' .. live_s(now), 'LIMIT', 0, limit)
-  for _, m in ipairs(dead) do
-    redis.call('ZREM', r.s, m)
-    redis.call('HDEL', r.st, m)
-    local u, sid = string.match(m, '^([^:]*):(.*)$')
-    index_remove(r, u, sid)
-  end
-  return #dead == limit
 end
 
 -- user_entries returns the user's session entries as a set member -> expiry
@@ -206,6 +202,77 @@ local function user_entries(r, u)
     end
   until cursor == '0'
   return set, n
+end
+
+-- session_entries returns the entries of s of one session of a user
+-- other than m: those of other holders (normally none; one after a claim
+-- raced another node's).
+local function session_entries(r, u, sid, m)
+  local out, seen = {}, {}
+  local pre = u .. ':' .. sid .. ':'
+  if r.u and redis.call('EXISTS', r.u) == 1 then
+    local member = index_get(r, u)
+    for _, tok in ipairs(member and index_sids(u, member) or {}) do
+      local e = u .. ':' .. tok
+      if e ~= m and string.sub(e, 1, #pre) == pre then out[#out + 1] = e end
+    end
+    return out
+  end
+  local cursor = '0'
+  repeat
+    local res = redis.call('ZSCAN', r.s, cursor, 'MATCH', pre .. '*', 'COUNT', 1000)
+    cursor = res[1]
+    for i = 1, #res[2], 2 do
+      local e = res[2][i]
+      if e ~= m and not seen[e] then
+        seen[e] = true
+        out[#out + 1] = e
+      end
+    end
+  until cursor == '0'
+  return out
+end
+
+-- moved reports whether the session of entry m (user u, session sid) is
+-- held by another holder now, or was taken from this one.
+local function moved(r, u, sid, m)
+  if redis.call('ZSCORE', r.mv, m) then return true end
+  return #session_entries(r, u, sid, m) > 0
+end
+
+-- settle announces users whose until has passed and drops dead session
+-- entries, at most limit of each. It returns true when work is left over.
+-- A user whose grace ended may still have entries whose holder stopped
+-- refreshing them (not dead yet, but not holding the user either, see
+-- release.lua): they go with the departure, so the user's state does too.
+local function settle(r, now, maxo, limit)
+  local gone = redis.call('ZRANGEBYSCORE', r.z, '-inf', '(' .. now, 'LIMIT', 0, limit)
+  for _, u in ipairs(gone) do
+    redis.call('ZREM', r.z, u)
+    local reason = 'expired'
+    if redis.call('HDEL', r.g, u) == 1 then
+      reason = 'left'
+      for m in pairs(user_entries(r, u)) do
+        local uu, sid = parse(m)
+        redis.call('ZREM', r.s, m)
+        redis.call('HDEL', r.st, uu .. ':' .. sid)
+      end
+    end
+    index_drop(r, u)
+    emit(r, now, 'offline', reason, u, 0, nil, nil, maxo)
+  end
+  if #gone == limit then
+    -- Dead entries of unannounced users go with their departure.
+    return true
+  end
+  local dead = redis.call('ZRANGEBYSCORE', r.s, '-inf', '(' .. live_s(now), 'LIMIT', 0, limit)
+  for _, m in ipairs(dead) do
+    redis.call('ZREM', r.s, m)
+    local u, sid = parse(m)
+    redis.call('HDEL', r.st, u .. ':' .. sid)
+    index_remove(r, u, string.sub(m, #u + 2))
+  end
+  return #dead == limit
 end
 
 local function first_score(key)

@@ -1,5 +1,5 @@
 -- reap: settle one room whose index entry is due.
--- KEYS[1] reap index; KEYS[2..8] the room's keys (see lib.lua)
+-- KEYS[1] reap index; KEYS[2..9] the room's keys (see lib.lua)
 -- ARGV[1] publish lease ms, ARGV[2] outbox cap, ARGV[3] room, ARGV[4] limit
 -- Returns the outbox entries to publish: this call's events and any left
 -- unacknowledged for longer than the lease. Empty when the room is not due,

@@ -1,24 +1,37 @@
 -- release: a session closed cleanly. The user stays a member for the grace;
 -- the reaper announces the departure if nothing returns.
--- KEYS[1] reap index; KEYS[2..8] the room's keys (see lib.lua)
+-- KEYS[1] reap index; KEYS[2..9] the room's keys (see lib.lua)
 -- ARGV[1] publish lease ms, ARGV[2] outbox cap, ARGV[3] grace ms,
--- ARGV[4] room, ARGV[5] user, ARGV[6] session
--- Returns {found (0|1), outbox entries this call added...}.
+-- ARGV[4] room, ARGV[5] user, ARGV[6] session, ARGV[7] holder,
+-- ARGV[8] session TTL ms, ARGV[9] unrefreshed ms
+-- Returns {found (0|1), outbox entries this call added...}. found is 0 when
+-- the caller does not hold the session (never did, or another holder took
+-- it over): then nothing changes.
+--
+-- The grace starts when no fresh session of the user is left. A session
+-- not refreshed for the unrefreshed span (1.5 heartbeats) is not fresh: its
+-- holder died or stalls. It does not hold the user against a clean close;
+-- if its holder refreshes it during the grace, the departure is off.
 local now = now_ms()
 local lease, maxo, grace = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local idx, room, u = KEYS[1], ARGV[4], ARGV[5]
-local m = u .. ':' .. ARGV[6]
+local idx, room, u, sid = KEYS[1], ARGV[4], ARGV[5], ARGV[6]
+local ttl, unrefreshed = tonumber(ARGV[8]), tonumber(ARGV[9])
+local tok = sid .. ':' .. ARGV[7]
+local m = u .. ':' .. tok
 local r = room_at(2)
 settle_if_due(r, now, maxo)
 local found = redis.call('ZREM', r.s, m)
 if found == 1 then
-  redis.call('HDEL', r.st, m)
-  index_remove(r, u, ARGV[6])
-  local left = 0
+  redis.call('HDEL', r.st, u .. ':' .. sid)
+  index_remove(r, u, tok)
+  -- Fresh: refreshed within the unrefreshed span (expiry is rounded up,
+  -- so a session may look up to a second fresher than it is).
+  local floor = (now + ttl - unrefreshed) / 1000
+  local fresh = 0
   for _, sc in pairs(user_entries(r, u)) do
-    if sc >= live_s(now) then left = left + 1 end
+    if sc >= floor then fresh = fresh + 1 end
   end
-  if left == 0 then
+  if fresh == 0 then
     -- Last session: hold the membership for the grace and remember why.
     local g = now + grace
     redis.call('HSET', r.g, u, 1)

@@ -3,7 +3,7 @@
 -- it reads the states with one HGETALL instead of one HGET per session.
 -- KEYS[1] z, KEYS[2] s, KEYS[3] m, KEYS[4] st of the room
 -- Returns {{now, room seq, stream seq, epoch}, {user, until, ...},
--- {"user:session", expiry seconds, ...}, {"user:session", state, ...}}.
+-- {"user:session:holder", expiry seconds, ...}, {"user:session", state, ...}}.
 local now = now_ms()
 local meta = redis.call('HMGET', KEYS[3], 'seq', 'jsseq', 'epoch')
 local users = redis.call('ZRANGEBYSCORE', KEYS[1], now, '+inf', 'WITHSCORES')

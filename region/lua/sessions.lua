@@ -7,9 +7,10 @@ local out = {now, redis.call('ZSCORE', KEYS[3], u) or ''}
 local set = user_entries({s = KEYS[1], u = KEYS[4]}, u)
 for m, sc in pairs(set) do
   if sc >= live_s(now) then
-    out[#out + 1] = string.sub(m, #u + 2)
+    local _, sid = parse(m)
+    out[#out + 1] = sid
     out[#out + 1] = sc
-    out[#out + 1] = redis.call('HGET', KEYS[2], m) or ''
+    out[#out + 1] = redis.call('HGET', KEYS[2], u .. ':' .. sid) or ''
   end
 end
 return out

@@ -19,13 +19,13 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
     local upto = redis.call('ZSCORE', KEYS[1], u)
     if upto and tonumber(upto) >= now then
       local l = {}
-      for sid in string.gmatch(string.sub(member, #u + 2), '%S+') do
-        local m = u .. ':' .. sid
-        local sc = redis.call('ZSCORE', KEYS[2], m)
+      for tok in string.gmatch(string.sub(member, #u + 2), '%S+') do
+        local sc = redis.call('ZSCORE', KEYS[2], u .. ':' .. tok)
         if sc and tonumber(sc) >= live_s(now) then
+          local sid = string.match(tok, '^([^:]*)')
           l[#l + 1] = sid
           l[#l + 1] = sc
-          l[#l + 1] = redis.call('HGET', KEYS[4], m) or ''
+          l[#l + 1] = redis.call('HGET', KEYS[4], u .. ':' .. sid) or ''
         end
       end
       out[#out + 1] = u
@@ -54,12 +54,12 @@ end
 if #page > 0 then
   local ss = redis.call('ZRANGEBYSCORE', KEYS[2], live_s(now), '+inf', 'WITHSCORES')
   for i = 1, #ss, 2 do
-    local u, sid = string.match(ss[i], '^([^:]*):(.*)$')
+    local u, sid = parse(ss[i])
     if type(page[u]) == 'table' then
       local l = page[u]
       l[#l + 1] = sid
       l[#l + 1] = ss[i + 1]
-      l[#l + 1] = redis.call('HGET', KEYS[4], ss[i]) or ''
+      l[#l + 1] = redis.call('HGET', KEYS[4], u .. ':' .. sid) or ''
     end
   end
 end

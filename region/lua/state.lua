@@ -1,25 +1,28 @@
 -- state: set or clear a live session's state. Membership does not change:
 -- the result is an update transition, never a leave and a join.
--- KEYS[1] reap index; KEYS[2..8] the room's keys (see lib.lua)
+-- KEYS[1] reap index; KEYS[2..9] the room's keys (see lib.lua)
 -- ARGV[1] publish lease ms, ARGV[2] outbox cap, ARGV[3] room, ARGV[4] user,
--- ARGV[5] session, ARGV[6] state JSON ('' clears)
--- Returns {found (0|1), outbox entries this call added...}; found is 0 when
--- the session is not live, and then nothing is written.
+-- ARGV[5] session, ARGV[6] state JSON ('' clears), ARGV[7] holder
+-- Returns {found, outbox entries this call added...}: found is 1 when the
+-- caller holds the session, 0 when it is not live, 2 when another holder
+-- has taken it over. Only 1 writes anything: a state write from a node
+-- that lost the session cannot overwrite the newer holder's.
 local now = now_ms()
 local lease, maxo, room, u, sid, state = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local r = room_at(2)
-local m = u .. ':' .. sid
+local m = u .. ':' .. sid .. ':' .. ARGV[7]
+local key = u .. ':' .. sid
 settle_if_due(r, now, maxo)
 local exp = redis.call('ZSCORE', r.s, m)
 local found = 0
 if exp and tonumber(exp) >= live_s(now) then
   found = 1
-  local old = redis.call('HGET', r.st, m) or ''
+  local old = redis.call('HGET', r.st, key) or ''
   if old ~= state then
     if state == '' then
-      redis.call('HDEL', r.st, m)
+      redis.call('HDEL', r.st, key)
     else
-      redis.call('HSET', r.st, m, state)
+      redis.call('HSET', r.st, key, state)
     end
     local n = 0
     for _, sc in pairs(user_entries(r, u)) do
@@ -27,6 +30,8 @@ if exp and tonumber(exp) >= live_s(now) then
     end
     emit(r, now, 'update', 'state', u, n, sid, state, maxo)
   end
+elseif moved(r, u, sid, m) then
+  found = 2
 end
 local out = {found}
 if emitted > 0 then

@@ -1,17 +1,23 @@
--- touch: create or refresh sessions of one or more rooms (the heartbeat path).
+-- touch: create or refresh sessions of one or more rooms (claims for
+-- joins, refreshes for the heartbeat).
 -- KEYS[1]   reap index of the rooms' slot
--- KEYS[2..] seven keys per room, in ARGV order (see lib.lua)
--- ARGV[1] session TTL ms, ARGV[2] publish lease ms, ARGV[3] outbox cap
--- ARGV[4..] per room: room id, k, then k pairs (user, session), a user's
+-- KEYS[2..] eight keys per room, in ARGV order (see lib.lua)
+-- ARGV[1] session TTL ms, ARGV[2] publish lease ms, ARGV[3] outbox cap,
+-- ARGV[4] holder, ARGV[5] '1' for a claim, '0' for a refresh
+-- ARGV[6..] per room: room id, k, then k pairs (user, session), a user's
 -- pairs adjacent (their until is raised once)
--- Returns one entry per room: 0, or the outbox entries this call added.
+-- Returns one entry per room: 0, or {events, lost, taken}: the outbox
+-- entries this call added, the "user:session" refreshes found held by
+-- another holder (not written), and those a claim took from another
+-- holder.
 local now = now_ms()
 local ttl, lease, maxo = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local holder, claim = ARGV[4], ARGV[5] == '1'
 local idx = KEYS[1]
 local exps = math.ceil((now + ttl) / 1000)
 local exp = exps * 1000
 local out = {}
-local a, ri = 4, 0
+local a, ri = 6, 0
 while a <= #ARGV do
   local room, k = ARGV[a], tonumber(ARGV[a + 1])
   a = a + 2
@@ -19,35 +25,73 @@ while a <= #ARGV do
   ri = ri + 1
   emitted = 0
   settle_if_due(r, now, maxo)
-  local prev = nil
+  -- Most rooms have no grace running: then no refresh looks at g.
+  local ng = redis.call('HLEN', r.g)
+  local lost, taken = {}, {}
+  local prev = nil -- the last user whose until was raised
   for _ = 1, k do
     local u, sid = ARGV[a], ARGV[a + 1]
-    local m = u .. ':' .. sid
     a = a + 2
+    local tok = sid .. ':' .. holder
+    local m = u .. ':' .. tok
     if redis.call('ZADD', r.s, exps, m) == 1 then
-      -- A session returning inside the grace cancels the departure.
-      local returning = redis.call('HDEL', r.g, u) == 1
-      if not returning and not redis.call('ZSCORE', r.z, u) then
-        redis.call('PERSIST', r.m) -- the room may have been empty
-        emit(r, now, 'online', 'joined', u, 1, nil, nil, maxo)
+      -- A new entry: a join, a revival (the entry was reaped or lost), or
+      -- a session that moved here from another holder.
+      local others = session_entries(r, u, sid, m)
+      if not claim and (#others > 0 or redis.call('ZSCORE', r.mv, m)) then
+        -- Taken over by another holder: a refresh never takes it back.
+        redis.call('ZREM', r.s, m)
+        lost[#lost + 1] = u .. ':' .. sid
+      else
+        if claim then
+          for _, o in ipairs(others) do
+            redis.call('ZREM', r.s, o)
+            index_remove(r, u, string.sub(o, #u + 2))
+            redis.call('ZADD', r.mv, now + ttl, o)
+          end
+          if #others > 0 then
+            redis.call('ZREMRANGEBYSCORE', r.mv, '-inf', '(' .. now)
+            redis.call('PEXPIRE', r.mv, ttl)
+            taken[#taken + 1] = u .. ':' .. sid
+          end
+          redis.call('ZREM', r.mv, m)
+        end
+        -- A session returning inside the grace cancels the departure.
+        local returning = ng > 0 and redis.call('HDEL', r.g, u) == 1
+        if not returning and not redis.call('ZSCORE', r.z, u) then
+          redis.call('PERSIST', r.m) -- the room may have been empty
+          emit(r, now, 'online', 'joined', u, 1, nil, nil, maxo)
+        end
+        redis.call('ZADD', r.z, 'GT', exp, u)
+        index_add(r, u, tok)
+        redis.call('ZADD', idx, 'LT', exp + 1, room)
+        prev = u
       end
-      redis.call('ZADD', r.z, 'GT', exp, u)
-      index_add(r, u, sid)
-      redis.call('ZADD', idx, 'LT', exp + 1, room)
-    elseif u ~= prev and redis.call('ZADD', r.z, 'GT', exp, u) == 1 then
-      -- Not a member, yet the entry was there: a dead entry of a user
-      -- already announced gone, left by a settle cut short at its limit,
-      -- has come back. That is a join.
-      redis.call('PERSIST', r.m)
-      emit(r, now, 'online', 'joined', u, 1, nil, nil, maxo)
-      index_add(r, u, sid)
-      redis.call('ZADD', idx, 'LT', exp + 1, room)
+    elseif u ~= prev then
+      prev = u
+      if redis.call('ZADD', r.z, 'GT', exp, u) == 1 then
+        -- Not a member, yet the entry was there: a dead entry of a user
+        -- already announced gone, left by a settle cut short at its limit,
+        -- has come back. That is a join.
+        redis.call('PERSIST', r.m)
+        emit(r, now, 'online', 'joined', u, 1, nil, nil, maxo)
+        index_add(r, u, tok)
+        redis.call('ZADD', idx, 'LT', exp + 1, room)
+      elseif ng > 0 then
+        -- A session whose holder had stopped refreshing it, so that a
+        -- release started the grace without it, is refreshed again: the
+        -- user never left.
+        redis.call('HDEL', r.g, u)
+      end
     end
-    prev = u
   end
-  if emitted > 0 then
-    redis.call('ZADD', idx, 'LT', now + lease, room)
-    out[ri] = redis.call('LRANGE', r.o, -emitted, -1)
+  if emitted > 0 or #lost > 0 or #taken > 0 then
+    local ev = {}
+    if emitted > 0 then
+      redis.call('ZADD', idx, 'LT', now + lease, room)
+      ev = redis.call('LRANGE', r.o, -emitted, -1)
+    end
+    out[ri] = {ev, lost, taken}
   else
     out[ri] = 0
   end

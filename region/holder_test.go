@@ -1,0 +1,232 @@
+package region
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/presence-dev/presence/internal/testredis"
+	"github.com/presence-dev/presence/presence"
+)
+
+// refresher refreshes refs every half heartbeat, as a node's scheduler
+// would, until stopped.
+func refresher(tb testing.TB, s *Store, refs ...presence.SessionRef) (stop func()) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tk := time.NewTicker(testTiming.Heartbeat / 2)
+		defer tk.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tk.C:
+				_, _ = s.Refresh(ctx, refs)
+			}
+		}
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
+	tb.Cleanup(stop)
+	return stop
+}
+
+// expiryOf is the expiry of a session entry held by s, from Redis.
+func expiryOf(tb testing.TB, s *Store, r presence.SessionRef) time.Time {
+	tb.Helper()
+	sc, err := s.rdb.ZScore(context.Background(), s.roomKeys(r.Room)[1], r.User+":"+r.Session+":"+s.Holder()).Result()
+	if err != nil {
+		tb.Fatalf("expiry of %+v: %v", r, err)
+	}
+	return time.Unix(int64(sc), 0)
+}
+
+// A late release from the node the session moved away from must not end
+// it: the new holder keeps the user, and nothing is announced.
+func TestLateReleaseOfAMovedSessionChangesNothing(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	a, b := newStore(t, rdb, c), newStore(t, rdb, c)
+	startReaper(t, a)
+	tab := ref("r1", "dave", "tab")
+
+	touch(t, a, tab)
+	res, err := b.Claim(context.Background(), []presence.SessionRef{tab})
+	if err != nil || len(res.Taken) != 1 || res.Taken[0] != tab || len(res.Transitions) != 0 {
+		t.Fatalf("b's claim: %+v %v, want the session taken over silently", res, err)
+	}
+	refresher(t, b, tab)
+	release(t, a, tab) // a's release reaches Redis after b's claim
+	released := redisNow(t, rdb)
+	waitRedisPast(t, rdb, released.Add(testTiming.OfflineGrace+3*testTiming.ReapInterval))
+	reap(t, a)
+	if got := c.All(); len(got) != 1 || got[0].Kind != presence.Online {
+		t.Fatalf("transitions %v, want only the first online", got)
+	}
+	if m := members(t, a, "r1"); m["dave"] != 1 {
+		t.Fatalf("members %v, want dave with b's session", m)
+	}
+}
+
+// A refresh never takes a session back from the node it moved to, even
+// after that node released it: the old node is told it lost the session,
+// and the departure goes ahead.
+func TestRefreshOfAMovedSessionIsLost(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	a, b := newStore(t, rdb, c), newStore(t, rdb, c)
+	startReaper(t, b)
+	tab := ref("r1", "erin", "tab")
+	touch(t, a, tab)
+	touch(t, b, tab)
+	for _, when := range []string{"while b holds it", "after b released it"} {
+		res, err := a.Refresh(context.Background(), []presence.SessionRef{tab})
+		if err != nil || len(res.Lost) != 1 || res.Lost[0] != tab {
+			t.Fatalf("a's refresh %s: %+v %v, want the session lost", when, res, err)
+		}
+		if when == "while b holds it" {
+			release(t, b, tab)
+		}
+	}
+	waitFor(t, testTiming.OfflineGrace+2*time.Second, "erin's departure", func() bool {
+		return len(c.Of(presence.Offline, "r1", "erin")) == 1
+	})
+	if off := c.Of(presence.Offline, "r1", "erin"); off[0].Reason != presence.Left {
+		t.Fatalf("offline %v, want reason left", off)
+	}
+	if m := members(t, a, "r1"); len(m) != 0 {
+		t.Fatalf("members %v, want none: a's refresh must not bring erin back", m)
+	}
+}
+
+// A state write from the node the session moved away from is refused and
+// changes nothing; the new holder's writes apply.
+func TestStateWriteOfAMovedSessionIsRefused(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	a, b := newStore(t, rdb, c), newStore(t, rdb, c)
+	ctx := context.Background()
+	tab := ref("r1", "fay", "tab")
+	touch(t, a, tab)
+	touch(t, b, tab)
+	if ok, err := b.SetState(ctx, tab, []byte(`"new"`)); !ok || err != nil {
+		t.Fatalf("b's state: %v %v", ok, err)
+	}
+	ok, err := a.SetState(ctx, tab, []byte(`"old"`))
+	if ok || !errors.Is(err, presence.ErrMoved) {
+		t.Fatalf("a's late state: %v %v, want ErrMoved", ok, err)
+	}
+	m, _, _ := b.Sessions(ctx, "r1", "fay")
+	if len(m.Sessions) != 1 || string(m.Sessions[0].State) != `"new"` {
+		t.Fatalf("sessions %+v, want b's state", m.Sessions)
+	}
+	if n := len(c.Of(presence.Update, "r1", "fay")); n != 1 {
+		t.Fatalf("%d updates, want b's only", n)
+	}
+}
+
+// waitUnrefreshed waits until the session entry of r held by s no longer
+// counts as fresh: its last refresh is more than Unrefreshed ago, by
+// Redis's clock (expiry is rounded up to a second, so the wait includes
+// that second).
+func waitUnrefreshed(tb testing.TB, s *Store, r presence.SessionRef) {
+	tb.Helper()
+	exp := expiryOf(tb, s, r)
+	waitRedisPast(tb, s.rdb, exp.Add(-testTiming.SessionTTL+testTiming.Unrefreshed()))
+}
+
+// A session whose node died (it is no longer refreshed) does not hold
+// its user against a clean close of the user's last live session: the
+// departure comes after the grace, reason left, not at the dead
+// session's expiry.
+func TestDeadHoldersSessionDoesNotDelayADeparture(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	dead, live := newStore(t, rdb, c), newStore(t, rdb, c)
+	startReaper(t, live)
+	onDead, onLive := ref("r1", "gus", "laptop"), ref("r1", "gus", "phone")
+	touch(t, dead, onDead) // then its node dies: no more refreshes
+	touch(t, live, onLive)
+	stop := refresher(t, live, onLive)
+	waitUnrefreshed(t, dead, onDead)
+	deadExpiry := expiryOf(t, dead, onDead)
+	stop()
+	release(t, live, onLive)
+	released := redisNow(t, rdb)
+	waitFor(t, testTiming.OfflineGrace+2*time.Second, "gus's departure", func() bool {
+		return len(c.Of(presence.Offline, "r1", "gus")) > 0
+	})
+	off := c.Of(presence.Offline, "r1", "gus")
+	if len(off) != 1 || off[0].Reason != presence.Left {
+		t.Fatalf("offline %v, want one with reason left", off)
+	}
+	if lag := off[0].At.Sub(released); lag < testTiming.OfflineGrace || lag > testTiming.OfflineGrace+testTiming.ReapInterval+150*time.Millisecond {
+		t.Fatalf("offline %v after the close, want within the grace and a reap interval", lag)
+	}
+	if !off[0].At.Before(deadExpiry) {
+		t.Fatalf("offline at %v, not before the dead session's expiry %v", off[0].At, deadExpiry)
+	}
+	// The dead session went with the departure: nothing is left to expire.
+	waitRedisPast(t, rdb, deadExpiry.Add(time.Second))
+	reap(t, live)
+	if n := len(c.All()); n != 2 {
+		t.Fatalf("transitions %v, want one online and one offline", c.All())
+	}
+}
+
+// If the holder of an unrefreshed session was only slow and refreshes it
+// during the grace, the user never left: nothing is announced.
+func TestSlowHolderRefreshingDuringTheGraceCancelsIt(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	slow, live := newStore(t, rdb, c), newStore(t, rdb, c)
+	startReaper(t, live)
+	onSlow, onLive := ref("r1", "hal", "laptop"), ref("r1", "hal", "phone")
+	touch(t, slow, onSlow)
+	touch(t, live, onLive)
+	stop := refresher(t, live, onLive)
+	waitUnrefreshed(t, slow, onSlow)
+	stop()
+	release(t, live, onLive) // the grace starts: the laptop's session does not count
+	released := redisNow(t, rdb)
+	if res, err := slow.Refresh(context.Background(), []presence.SessionRef{onSlow}); err != nil || len(res.Lost) != 0 {
+		t.Fatalf("slow refresh: %+v %v", res, err)
+	}
+	refresher(t, slow, onSlow)
+	waitRedisPast(t, rdb, released.Add(testTiming.OfflineGrace+3*testTiming.ReapInterval))
+	reap(t, live)
+	if got := c.All(); len(got) != 1 {
+		t.Fatalf("transitions %v, want only the first online", got)
+	}
+	if m := members(t, live, "r1"); m["hal"] != 1 {
+		t.Fatalf("members %v, want hal with the laptop's session", m)
+	}
+}
+
+// Stores generate distinct holder ids, and a given one is checked.
+func TestHolderIDs(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	seen := map[string]bool{}
+	for range 100 {
+		h := newStore(t, rdb, &collector{}).Holder()
+		if seen[h] || checkHolder(h) != nil {
+			t.Fatalf("holder %q: repeated or invalid", h)
+		}
+		seen[h] = true
+	}
+	for _, bad := range []string{"a:b", "a b", "{x}", "0123456789abcdefX"} {
+		if _, err := New(rdb, Options{Region: "eu", Sink: &collector{}, Holder: bad}); err == nil {
+			t.Fatalf("holder %q accepted", bad)
+		}
+	}
+	if s := newStore(t, rdb, &collector{}, func(o *Options) { o.Holder = "n" + strconv.Itoa(7) }); s.Holder() != "n7" {
+		t.Fatalf("holder %q", s.Holder())
+	}
+}
