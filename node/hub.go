@@ -233,7 +233,7 @@ func (h *hub) snapshot(ctx context.Context, name string, c *conn, ref string) er
 			h.mu.Unlock()
 			return nil // left meanwhile
 		}
-		if h.readyLocked(r, snap, try, ref, reasonJoin, map[*conn]*member{c: m}) {
+		if h.readyLocked(r, snap, ref, reasonJoin, map[*conn]*member{c: m}) {
 			h.mu.Unlock()
 			return nil
 		}
@@ -301,25 +301,26 @@ func (r *room) memberOf(c *conn) *member {
 }
 
 // readyLocked makes the given members live from snap, or reports false
-// when snap cannot serve (older than what the room already passed on, or
-// buffers overflowed) and a newer one is needed. A snapshot still older
-// on the second try means the room's numbering went backwards (the store
-// lost data), and one of a later epoch means it restarted: either way the
-// room starts over from it.
-func (h *hub) readyLocked(r *room, snap presence.Snapshot, try int, ref, reason string, ms map[*conn]*member) bool {
-	if r.synced {
-		older := snap.RoomSeq < r.base
-		if snap.Epoch != 0 && r.epoch != 0 && snap.Epoch != r.epoch {
-			older = snap.Epoch < r.epoch
-		}
+// when snap cannot serve (of an earlier numbering than the room's, or
+// buffers overflowed) and a newer one is needed.
+//
+// A snapshot of the room's numbering serves however far the room's events
+// have run past it: it was read after the members were added, so every
+// event above its RoomSeq reached their buffers. (Asking for a newer one
+// instead, under a steady stream of joins, can chase the stream forever.)
+// A snapshot of a later numbering means the store restarted the room, and
+// one with no numbering while the room has one means the store lost it:
+// either way the room starts over from it.
+func (h *hub) readyLocked(r *room, snap presence.Snapshot, ref, reason string, ms map[*conn]*member) bool {
+	if r.synced && r.epoch != 0 && snap.Epoch != r.epoch {
 		switch {
-		case older && try < 2:
-			return false
-		case older:
-			h.log.Warn("node: room numbering went backwards; starting the room over", "room", r.name,
-				"epoch", r.epoch, "base", r.base, "snapshot_epoch", snap.Epoch, "snapshot_seq", snap.RoomSeq)
+		case snap.Epoch != 0 && snap.Epoch < r.epoch:
+			return false // read before the numbering restarted
+		case snap.Epoch == 0:
+			h.log.Warn("node: the store lost the room's numbering; starting the room over", "room", r.name,
+				"epoch", r.epoch, "base", r.base)
 			h.resetLocked(r)
-		case snap.Epoch > r.epoch && r.epoch != 0:
+		default:
 			h.resetLocked(r)
 		}
 	}
@@ -381,7 +382,7 @@ func (h *hub) startResyncLocked(r *room) {
 // while the store fails.
 func (h *hub) runResync(r *room) {
 	defer h.wg.Done()
-	for try := 1; ; try++ {
+	for {
 		if len(h.waiting(r)) == 0 {
 			return
 		}
@@ -392,8 +393,8 @@ func (h *hub) runResync(r *room) {
 			h.mu.Lock()
 			// Readying may start the room over, putting members back on a
 			// resync: the loop then looks again with a fresh count.
-			if ms := h.waitingLocked(r); len(ms) > 0 && h.readyLocked(r, snap, try, "", reasonResync, ms) {
-				try = 0
+			if ms := h.waitingLocked(r); len(ms) > 0 {
+				h.readyLocked(r, snap, "", reasonResync, ms)
 			}
 			h.mu.Unlock()
 			continue
