@@ -43,10 +43,6 @@ type scheduler struct {
 	refs  map[presence.SessionRef]*hbEntry
 	slots [][]presence.SessionRef
 	locks map[presence.SessionRef]*refLock
-	// busy[i] is held while slot i's batch is in the store, so a release
-	// can wait out a refresh that copied its session before it was
-	// dropped: a refresh landing after a release would revive the session.
-	busy []sync.Mutex
 }
 
 // owner is a connection holding a session; the scheduler tells it when
@@ -72,7 +68,6 @@ func newScheduler(store Store, period time.Duration, nslots, batch int, timeout 
 		refs:  map[presence.SessionRef]*hbEntry{},
 		slots: make([][]presence.SessionRef, nslots),
 		locks: map[presence.SessionRef]*refLock{},
-		busy:  make([]sync.Mutex, nslots),
 	}
 }
 
@@ -210,7 +205,6 @@ func (s *scheduler) unhold(ctx context.Context, r presence.SessionRef, o owner, 
 	}
 	e.owners = slices.Delete(e.owners, i, i+1)
 	last := len(e.owners) == 0
-	slot := int(e.slot)
 	if last {
 		s.forget(r, e)
 	}
@@ -218,10 +212,9 @@ func (s *scheduler) unhold(ctx context.Context, r presence.SessionRef, o owner, 
 	if !last || !release {
 		return false, nil
 	}
-	// Wait out a refresh that may have copied r before it was dropped.
-	s.busy[slot].Lock()
-	//lint:ignore SA2001 the lock is a barrier: the batch in flight ends first
-	s.busy[slot].Unlock()
+	// A refresh that copied r before it was dropped may still be under
+	// way: the store's release leaves a tombstone that keeps it from
+	// bringing r back, so the release need not wait for it.
 	return true, s.store.Release(ctx, r)
 }
 
@@ -268,8 +261,6 @@ func (s *scheduler) run(ctx context.Context) {
 
 // touchSlot refreshes every session of slot i, in batches.
 func (s *scheduler) touchSlot(ctx context.Context, i int) {
-	s.busy[i].Lock()
-	defer s.busy[i].Unlock()
 	s.mu.Lock()
 	refs := slices.Clone(s.slots[i])
 	s.mu.Unlock()

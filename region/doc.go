@@ -14,9 +14,9 @@
 //	presence:{R}:g    HASH  user -> 1 while the user's last session closed
 //	                        cleanly and the offline grace runs.
 //	presence:{R}:st   HASH  "user:session" -> state JSON.
-//	presence:{R}:mv   ZSET  "user:session:holder" -> ms: sessions taken over
-//	                        from that holder (tombstones; the key expires a
-//	                        TTL after the last takeover).
+//	presence:{R}:mv   ZSET  "user:session:holder" -> ms: tombstones of entries
+//	                        taken over from, or released by, that holder (the
+//	                        key expires a TTL after the last one).
 //	presence:{R}:m    HASH  seq, epoch (event ids), jsroom, jsseq (stream sequence).
 //	presence:{R}:o    LIST  events not yet acknowledged by the publisher.
 //	presence:{R}:u    ZSET  score 0, "user sid1:holder1 ...": the member index,
@@ -55,9 +55,10 @@
 // back; it reports it Lost, and the node closes its stale connection.
 // Release and SetState act only on the caller's own entry. So a release or
 // a state write of the old node that reaches Redis after the new node's
-// join changes nothing, whatever order the scripts arrive in, and a
-// tombstone keeps the old node's late refresh from bringing the session
-// back after the new node released it.
+// join changes nothing, whatever order the scripts arrive in. A tombstone
+// keeps a holder's late refresh from bringing back a session that was
+// taken from it or that it released itself (a refresh already under way
+// when it decided to release); its next claim lifts it.
 //
 // # Transitions
 //

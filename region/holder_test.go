@@ -230,3 +230,29 @@ func TestHolderIDs(t *testing.T) {
 		t.Fatalf("holder %q", s.Holder())
 	}
 }
+
+// A refresh that was under way when its node decided to release lands
+// after the release: it must not bring the session back. A later claim
+// of the same node (the client is back) lifts the tombstone.
+func TestRefreshLandingAfterItsOwnReleaseIsLost(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	a := newStore(t, rdb, c)
+	startReaper(t, a)
+	tab := ref("r1", "ida", "tab")
+	touch(t, a, tab)
+	release(t, a, tab)
+	if res, err := a.Refresh(context.Background(), []presence.SessionRef{tab}); err != nil || len(res.Lost) != 1 {
+		t.Fatalf("late refresh: %+v %v, want the session lost, not revived", res, err)
+	}
+	waitFor(t, testTiming.OfflineGrace+2*time.Second, "ida's departure", func() bool {
+		return len(c.Of(presence.Offline, "r1", "ida")) == 1
+	})
+	touch(t, a, tab) // back: a join
+	if res, err := a.Refresh(context.Background(), []presence.SessionRef{tab}); err != nil || len(res.Lost) != 0 {
+		t.Fatalf("refresh after the claim: %+v %v", res, err)
+	}
+	if on := c.Of(presence.Online, "r1", "ida"); len(on) != 2 {
+		t.Fatalf("onlines %v, want two", on)
+	}
+}

@@ -24,11 +24,12 @@
 --                       included), so releases and state changes find a
 --                       user's entries and snapshots page by user id
 --                       without reading the whole room.
---   mv presence:{R}:mv  ZSET "user:session:holder" -> when another holder
---                       took the session over: a tombstone, so the old
---                       holder's late refresh cannot bring the session back
---                       after the new holder released it. The key expires a
---                       TTL after the last takeover.
+--   mv presence:{R}:mv  ZSET "user:session:holder" -> ms: tombstones of
+--                       entries another holder took over, or that their
+--                       holder released, so that the holder's late refresh
+--                       cannot bring the session back. A claim of the
+--                       holder lifts its own. The key expires a TTL after
+--                       the last one was written.
 -- The reap index (KEYS[1] of writing scripts) is a ZSET room -> the first ms
 -- at which the room may hold something overdue; it is never later than that.
 --

@@ -6,7 +6,7 @@
 -- ARGV[8] session TTL ms, ARGV[9] unrefreshed ms
 -- Returns {found (0|1), outbox entries this call added...}. found is 0 when
 -- the caller does not hold the session (never did, or another holder took
--- it over): then nothing changes.
+-- it over): then the session does not change.
 --
 -- The grace starts when no fresh session of the user is left. A session
 -- not refreshed for the unrefreshed span (1.5 heartbeats) is not fresh: its
@@ -20,6 +20,12 @@ local tok = sid .. ':' .. ARGV[7]
 local m = u .. ':' .. tok
 local r = room_at(2)
 settle_if_due(r, now, maxo)
+-- A tombstone of the caller's own entry: a refresh of this holder that was
+-- under way when it decided to release lands after this, and must not
+-- bring the session back (a later claim of the holder lifts it).
+redis.call('ZREMRANGEBYSCORE', r.mv, '-inf', '(' .. now)
+redis.call('ZADD', r.mv, now + ttl, m)
+redis.call('PEXPIRE', r.mv, ttl)
 local found = redis.call('ZREM', r.s, m)
 if found == 1 then
   redis.call('HDEL', r.st, u .. ':' .. sid)
