@@ -115,9 +115,16 @@ type Limits struct {
 	// CloseTimeout bounds the wait for a client's answer to a close frame.
 	// Default 2s.
 	CloseTimeout time.Duration
-	// TouchBatch is the most sessions in one store Touch; it must not
+	// TouchBatch is the most sessions in one store Refresh; it must not
 	// exceed the store's MaxBatch. Default 1000.
 	TouchBatch int
+	// MaxInflight bounds the client requests that wait on the store at
+	// once (join, leave, state, members). A request that finds no room
+	// for AdmitWait is refused with the error code unavailable and a
+	// retry_after_ms: past its capacity a node answers at once instead of
+	// piling requests up until they time out. Defaults 128 and 1s.
+	MaxInflight int
+	AdmitWait   time.Duration
 	// ReadBufferBytes sizes each connection's read buffer (frames may be
 	// larger; client frames are small). WriteBufferBytes sizes the pooled
 	// write buffers, which idle connections do not hold. Defaults 512 and
@@ -141,6 +148,8 @@ const (
 	DefaultWriteTimeout     = 10 * time.Second
 	DefaultCloseTimeout     = 2 * time.Second
 	DefaultTouchBatch       = 1000
+	DefaultMaxInflight      = 128
+	DefaultAdmitWait        = time.Second
 	DefaultReadBufferBytes  = 512
 	DefaultWriteBufferBytes = 4096
 	DefaultHeartbeatSlots   = 10
@@ -183,6 +192,8 @@ func (l Limits) WithDefaults() Limits {
 	defD(&l.WriteTimeout, DefaultWriteTimeout)
 	defD(&l.CloseTimeout, DefaultCloseTimeout)
 	defI(&l.TouchBatch, DefaultTouchBatch)
+	defI(&l.MaxInflight, DefaultMaxInflight)
+	defD(&l.AdmitWait, DefaultAdmitWait)
 	defI(&l.ReadBufferBytes, DefaultReadBufferBytes)
 	defI(&l.WriteBufferBytes, DefaultWriteBufferBytes)
 	return l
@@ -196,7 +207,7 @@ func (l Limits) Validate() error {
 	}{
 		{"max connections", l.MaxConnections}, {"max frame bytes", l.MaxFrameBytes}, {"max rooms", l.MaxRooms},
 		{"frame burst", l.FrameBurst}, {"rate strikes", l.RateStrikes}, {"send queue", l.SendQueue},
-		{"snapshot members", l.SnapshotMembers}, {"touch batch", l.TouchBatch},
+		{"snapshot members", l.SnapshotMembers}, {"touch batch", l.TouchBatch}, {"max inflight", l.MaxInflight},
 		{"read buffer bytes", l.ReadBufferBytes}, {"write buffer bytes", l.WriteBufferBytes},
 	} {
 		if c.v <= 0 {
@@ -208,7 +219,7 @@ func (l Limits) Validate() error {
 		d    time.Duration
 	}{
 		{"ping interval", l.PingInterval}, {"pong timeout", l.PongTimeout},
-		{"write timeout", l.WriteTimeout}, {"close timeout", l.CloseTimeout},
+		{"write timeout", l.WriteTimeout}, {"close timeout", l.CloseTimeout}, {"admit wait", l.AdmitWait},
 	} {
 		if c.d <= 0 {
 			return &ConfigError{"limits: " + c.name, fmt.Sprintf("must be positive, got %v", c.d)}

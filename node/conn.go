@@ -331,6 +331,17 @@ func (c *conn) handle(mt int, data []byte) {
 		c.reject(CodeBadFrame, fmt.Sprintf("ref is longer than %d bytes", maxRefLen), "")
 		return
 	}
+	switch req.Type {
+	case typeJoin, typeLeave, typeState, typeMembers:
+		if !c.n.admit() {
+			c.n.metrics.rejectedFrames.WithLabelValues(string(CodeUnavailable)).Inc()
+			c.send(mustJSON(errorFrame{Type: typeError, Code: CodeUnavailable, Ref: req.Ref,
+				Message:      "the node is at capacity; nothing changed, retry after retry_after_ms",
+				RetryAfterMS: c.n.retryAfter().Milliseconds()}))
+			return
+		}
+		defer c.n.releaseSlot()
+	}
 	ctx, cancel := context.WithTimeout(c.n.ctx, c.n.cfg.StoreTimeout)
 	defer cancel()
 	switch req.Type {
@@ -580,5 +591,7 @@ func (c *conn) refresh(ctx context.Context, req request) {
 
 func (c *conn) unavailable(op string, err error, ref string) {
 	c.n.log.Warn("node: "+op+" failed", "user", c.user, "session", c.session, "err", err)
-	c.reject(CodeUnavailable, op+" failed; nothing changed, retry later", ref)
+	c.n.metrics.rejectedFrames.WithLabelValues(string(CodeUnavailable)).Inc()
+	c.send(mustJSON(errorFrame{Type: typeError, Code: CodeUnavailable, Ref: ref,
+		Message: op + " failed; nothing changed, retry later", RetryAfterMS: c.n.retryAfter().Milliseconds()}))
 }

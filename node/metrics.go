@@ -17,6 +17,7 @@ type metrics struct {
 	snapshotReads  prometheus.Counter
 	forwarded      prometheus.Counter
 	badEvents      prometheus.Counter
+	overloaded     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, n *Node) (*metrics, error) {
@@ -45,10 +46,14 @@ func newMetrics(reg prometheus.Registerer, n *Node) (*metrics, error) {
 			Help: "Transitions queued to clients."}),
 		badEvents: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "bad_events_total",
 			Help: "Messages on room subjects that are not valid events of this region."}),
+		overloaded: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "overloaded_requests_total",
+			Help: "Client requests refused (unavailable, with retry advice) because MaxInflight requests already waited on the store."}),
 	}
 	cs := []prometheus.Collector{
 		m.joins, m.leaves, m.touchSeconds, m.touchErrors, m.rejectedFrames, m.rejectedConns, m.closes,
-		m.resyncs, m.snapshotReads, m.forwarded, m.badEvents,
+		m.resyncs, m.snapshotReads, m.forwarded, m.badEvents, m.overloaded,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "inflight_requests",
+			Help: "Client requests waiting on the store now."}, func() float64 { return float64(len(n.inflight)) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "connections",
 			Help: "Open client connections."}, func() float64 { return float64(n.open.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "sessions",

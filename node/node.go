@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"sync"
@@ -66,6 +67,9 @@ type Node struct {
 
 	active atomic.Int64 // handshakes and connections, against MaxConnections
 	open   atomic.Int64 // upgraded connections
+	// inflight holds a token per client request waiting on the store
+	// (Limits.MaxInflight).
+	inflight chan struct{}
 }
 
 // New checks cfg and returns a node. Serve its Handler and call Start.
@@ -78,7 +82,7 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, auth: auth, epoch: time.Now()}
+	n := &Node{cfg: cfg, log: cfg.Logger, auth: auth, epoch: time.Now(), inflight: make(chan struct{}, cfg.Limits.MaxInflight)}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.sched = newScheduler(cfg.Store, cfg.Timing.Heartbeat, cfg.HeartbeatSlots, cfg.Limits.TouchBatch, cfg.StoreTimeout, n.log,
 		func(d time.Duration, _ int, err error) {
@@ -125,6 +129,36 @@ func New(cfg Config) (*Node, error) {
 		n.log.Warn("node: INSECURE DEV AUTH: any client may claim any user id with ?user= and join any room; never use this in production")
 	}
 	return n, nil
+}
+
+// admit takes a slot for a client request that waits on the store,
+// waiting at most AdmitWait; false means the node is past its capacity.
+// The caller gives the slot back with release.
+func (n *Node) admit() bool {
+	select {
+	case n.inflight <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(n.cfg.Limits.AdmitWait)
+	defer t.Stop()
+	select {
+	case n.inflight <- struct{}{}:
+		return true
+	case <-t.C:
+		n.metrics.overloaded.Inc()
+		return false
+	}
+}
+
+func (n *Node) releaseSlot() { <-n.inflight }
+
+// retryAfter is the advice sent with an overload refusal: a jittered
+// wait around the admission wait, so refused clients do not come back
+// together.
+func (n *Node) retryAfter() time.Duration {
+	w := n.cfg.Limits.AdmitWait
+	return w/2 + time.Duration(rand.Int64N(int64(w)))
 }
 
 // mono is a monotonic clock in nanoseconds.

@@ -81,6 +81,8 @@ type errorFrame struct {
 	Code    ErrorCode `json:"code"`
 	Message string    `json:"message"`
 	Ref     string    `json:"ref,omitempty"`
+	// RetryAfterMS, on unavailable, is how long to wait before retrying.
+	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
 }
 
 type replyFrame struct {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -91,4 +92,55 @@ func TestJoinStormSharesSnapshotReads(t *testing.T) {
 		clients[i].ping() // and nothing more
 	}
 	t.Logf("%d joiners, %d snapshot reads", joiners, reads)
+}
+
+// gatedStore holds every Claim until gate is closed.
+type gatedStore struct {
+	Store
+	gate   chan struct{}
+	claims atomic.Int64
+}
+
+func (s *gatedStore) Claim(ctx context.Context, refs []presence.SessionRef) (presence.TouchResult, error) {
+	s.claims.Add(1)
+	select {
+	case <-s.gate:
+	case <-ctx.Done():
+		return presence.TouchResult{}, ctx.Err()
+	}
+	return s.Store.Claim(ctx, refs)
+}
+
+// Past its capacity a node refuses a request at once, with retry advice,
+// instead of piling it up behind the ones the store is still serving.
+func TestOverloadIsRefusedWithRetryAdvice(t *testing.T) {
+	e := newEnv(t)
+	var gs *gatedStore
+	n := e.newNode(func(c *Config) {
+		gs = &gatedStore{Store: c.Store, gate: make(chan struct{})}
+		c.Store = gs
+		c.Limits.MaxInflight = 1
+		c.Limits.AdmitWait = 50 * time.Millisecond
+		c.StoreTimeout = 5 * time.Second
+	})
+	busy := n.dial(t, token(t, "busy", []string{"*"}, time.Hour), "s")
+	busy.send(map[string]string{"type": "join", "room": "r", "ref": "j"})
+	waitFor(t, 5*time.Second, "the first join to reach the store", func() bool { return gs.claims.Load() == 1 })
+	late := n.dial(t, token(t, "late", []string{"*"}, time.Hour), "s")
+	late.send(map[string]string{"type": "join", "room": "r", "ref": "j2"})
+	f := late.expectError(CodeUnavailable, "j2")
+	var e2 struct {
+		RetryAfterMS int64 `json:"retry_after_ms"`
+	}
+	if err := json.Unmarshal([]byte(f.raw), &e2); err != nil || e2.RetryAfterMS <= 0 {
+		t.Fatalf("refusal %s: want a retry_after_ms", f.raw)
+	}
+	if gs.claims.Load() != 1 {
+		t.Fatal("the refused join reached the store")
+	}
+	close(gs.gate)
+	if f := busy.expect("snapshot"); f.Ref != "j" {
+		t.Fatalf("first join: %s", f.raw)
+	}
+	late.join("r") // capacity is back
 }

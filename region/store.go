@@ -649,12 +649,18 @@ func (s *Store) deliver(ctx context.Context, pending map[string][]string) []pres
 			args:   ack,
 		})
 	}
-	if len(acks) > 0 {
-		if _, err := runAll(ctx, s.rdb, acks); err != nil {
-			s.log.Warn("presence: ack failed; events will be delivered again", "err", err)
+	// The acks and the last-seen writes of joins and departures go in one
+	// round trip.
+	calls := append(acks, s.seenCalls(s.departuresSeen(seen))...)
+	if len(calls) > 0 {
+		cmds, _ := runAll(ctx, s.rdb, calls)
+		for i, c := range cmds {
+			if err := c.Err(); err != nil && i < len(acks) {
+				s.log.Warn("presence: ack failed; events will be delivered again", "err", err)
+			}
 		}
+		s.countSeen(cmds[len(acks):])
 	}
-	s.writeSeen(ctx, seen)
 	return all
 }
 
@@ -768,10 +774,10 @@ func (s *Store) noteActivity(ctx context.Context, refs []presence.SessionRef) {
 	s.flushSeen(ctx, ws)
 }
 
-// writeSeen records joins and departures as last-seen times.
-func (s *Store) writeSeen(ctx context.Context, ts []presence.Transition) {
+// departuresSeen turns joins and departures into forced last-seen writes.
+func (s *Store) departuresSeen(ts []presence.Transition) []seenWrite {
 	if len(ts) == 0 {
-		return
+		return nil
 	}
 	now := s.now()
 	ws := make([]seenWrite, 0, len(ts))
@@ -781,12 +787,33 @@ func (s *Store) writeSeen(ctx context.Context, ts []presence.Transition) {
 		ws = append(ws, seenWrite{user: t.User, at: t.At.UnixMilli(), force: true})
 	}
 	s.mu.Unlock()
-	s.flushSeen(ctx, ws)
+	return ws
 }
 
 func (s *Store) flushSeen(ctx context.Context, ws []seenWrite) {
 	if len(ws) == 0 {
 		return
+	}
+	cmds, err := runAll(ctx, s.rdb, s.seenCalls(ws))
+	if err != nil {
+		s.log.Warn("presence: last-seen write failed", "err", err)
+	}
+	s.countSeen(cmds)
+}
+
+// countSeen adds the writes that seen.lua calls report to the stats.
+func (s *Store) countSeen(cmds []*redis.Cmd) {
+	for _, c := range cmds {
+		if n, err := c.Int64(); err == nil {
+			s.stats.LastSeenWrites.Add(n)
+		}
+	}
+}
+
+// seenCalls groups last-seen writes into one seen.lua call per bucket.
+func (s *Store) seenCalls(ws []seenWrite) []call {
+	if len(ws) == 0 {
+		return nil
 	}
 	byKey := map[string][]any{}
 	for _, w := range ws {
@@ -801,15 +828,7 @@ func (s *Store) flushSeen(ctx context.Context, ws []seenWrite) {
 	for k, args := range byKey {
 		calls = append(calls, call{script: scriptSeen, keys: []string{k}, args: append([]any{ms(s.t.LastSeenInterval)}, args...)})
 	}
-	cmds, err := runAll(ctx, s.rdb, calls)
-	if err != nil {
-		s.log.Warn("presence: last-seen write failed", "err", err)
-	}
-	for _, c := range cmds {
-		if n, err := c.Int64(); err == nil {
-			s.stats.LastSeenWrites.Add(n)
-		}
-	}
+	return calls
 }
 
 // pruneSeen forgets users this process has not written for two intervals,
