@@ -105,10 +105,63 @@ func seedTouch(ctx context.Context, rdb *redis.Client, r presence.SessionRef) er
 	return rdb.ZAdd(ctx, "seed:{"+r.Room+"}", redis.Z{Score: exp, Member: r.User}).Err()
 }
 
+// redisCPU is the CPU time the redis-server has used (user + system).
+func redisCPU(b *testing.B, rdb *redis.Client) time.Duration {
+	b.Helper()
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\r\n") {
+		for _, k := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(line, k); ok {
+				f, _ := strconv.ParseFloat(v, 64)
+				total += f
+			}
+		}
+	}
+	return time.Duration(total * float64(time.Second))
+}
+
+// nodeSlots orders refs the way a node's heartbeat sends them: sessions
+// join in random order, each goes to the least loaded of the node's slots
+// (so, round robin), and a slot is refreshed in batches of TouchBatch.
+// The result is the batches of one heartbeat period.
+func nodeSlots(refs []presence.SessionRef, slots, batch int) [][]presence.SessionRef {
+	joined := append([]presence.SessionRef(nil), refs...)
+	rand.New(rand.NewPCG(3, 4)).Shuffle(len(joined), func(i, j int) { joined[i], joined[j] = joined[j], joined[i] })
+	per := make([][]presence.SessionRef, slots)
+	for i, r := range joined {
+		per[i%slots] = append(per[i%slots], r)
+	}
+	var out [][]presence.SessionRef
+	for _, sl := range per {
+		for len(sl) > 0 {
+			n := min(batch, len(sl))
+			out = append(out, sl[:n])
+			sl = sl[n:]
+		}
+	}
+	return out
+}
+
 // BenchmarkRefresh: 100k sessions in 1000 rooms, two per user, created
 // once and then refreshed once per iteration, against a real redis-server.
+// Besides sessions/s and B/session it reports the Redis CPU time per
+// refreshed session (µs/session), the figure that decides how many
+// sessions one Redis can keep alive.
 //
-//	go test ./region -run '^$' -bench BenchmarkRefresh
+//   - seed: the three-command touch of the design this project replaces;
+//
+//   - node: Refresh batches as a node's heartbeat forms them (10 slots,
+//     batches of 1000, sessions in join order, so every batch spans many
+//     rooms); 4 in flight, as 4 nodes would send them;
+//
+//   - rooms: batches of 1000 sessions of 10 whole rooms, which no node
+//     sends: the best case, for comparison.
+//
+//     go test ./region -run '^$' -bench BenchmarkRefresh
 func BenchmarkRefresh(b *testing.B) {
 	refs := benchRefs(1000, 100)
 	ctx := context.Background()
@@ -118,13 +171,14 @@ func BenchmarkRefresh(b *testing.B) {
 		b.Cleanup(func() { _ = rdb.Close() })
 		return rdb
 	}
-	// measure creates the sessions with one pass, then times b.N refresh
-	// passes and reports sessions/s and the Redis memory grown since
+	// measure runs create once, then times b.N refresh passes and reports
+	// sessions/s, Redis CPU per session and the Redis memory grown since
 	// before (taken after any fixed setup).
-	measure := func(b *testing.B, rdb *redis.Client, before int64, pass func() error) {
-		if err := pass(); err != nil {
+	measure := func(b *testing.B, rdb *redis.Client, before int64, create, pass func() error) {
+		if err := create(); err != nil {
 			b.Fatal(err)
 		}
+		cpu0 := redisCPU(b, rdb)
 		b.ResetTimer()
 		for range b.N {
 			if err := pass(); err != nil {
@@ -132,36 +186,77 @@ func BenchmarkRefresh(b *testing.B) {
 			}
 		}
 		b.StopTimer()
-		b.ReportMetric(float64(len(refs)*b.N)/b.Elapsed().Seconds(), "sessions/s")
+		cpu := redisCPU(b, rdb) - cpu0
+		n := float64(len(refs) * b.N)
+		b.ReportMetric(n/b.Elapsed().Seconds(), "sessions/s")
+		b.ReportMetric(float64(cpu.Microseconds())/n, "redis-µs/session")
 		b.ReportMetric(0, "ns/op")
 		b.ReportMetric(float64(usedMemory(b, rdb)-before)/float64(len(refs)), "B/session")
 	}
 
 	b.Run("seed", func(b *testing.B) {
 		rdb := newClient(b)
-		measure(b, rdb, usedMemory(b, rdb), func() error {
+		pass := func() error {
 			return parallel(64, 1, refs, func(rs []presence.SessionRef) error { return seedTouch(ctx, rdb, rs[0]) })
-		})
+		}
+		measure(b, rdb, usedMemory(b, rdb), pass, pass)
 	})
 
-	// Touch batches of 1000 (a heartbeat slot of a node), 4 in flight.
-	store := func(b *testing.B, refs []presence.SessionRef) {
+	store := func(b *testing.B, batches [][]presence.SessionRef) {
 		rdb := newClient(b)
 		noop := SinkFunc(func(context.Context, []presence.Transition) (uint64, error) { return 0, nil })
 		s := newStore(b, rdb, noop, func(o *Options) { o.Timing = presence.Timing{} })
 		if err := s.Preload(ctx); err != nil {
 			b.Fatal(err)
 		}
+		run := func(op func(context.Context, []presence.SessionRef) (presence.TouchResult, error)) func() error {
+			return func() error {
+				return parallelBatches(4, batches, func(rs []presence.SessionRef) error { _, err := op(ctx, rs); return err })
+			}
+		}
 		// Scripts cached first: a fixed cost, not per session.
-		measure(b, rdb, usedMemory(b, rdb), func() error {
-			return parallel(4, 1000, refs, func(rs []presence.SessionRef) error { _, err := s.Claim(ctx, rs); return err })
-		})
+		measure(b, rdb, usedMemory(b, rdb), run(s.Claim), run(s.Refresh))
 	}
-	b.Run("store", func(b *testing.B) { store(b, refs) })
-	// The same sessions in random order: every batch spans many rooms.
-	scattered := append([]presence.SessionRef(nil), refs...)
-	rand.New(rand.NewPCG(3, 4)).Shuffle(len(scattered), func(i, j int) { scattered[i], scattered[j] = scattered[j], scattered[i] })
-	b.Run("store-scattered", func(b *testing.B) { store(b, scattered) })
+	node := nodeSlots(refs, 10, 1000)
+	b.Run("node", func(b *testing.B) { store(b, node) })
+	var rooms [][]presence.SessionRef
+	for i := 0; i < len(refs); i += 1000 {
+		rooms = append(rooms, refs[i:min(i+1000, len(refs))])
+	}
+	b.Run("rooms", func(b *testing.B) { store(b, rooms) })
+}
+
+// parallelBatches runs fn over batches with the given number of workers.
+func parallelBatches(workers int, batches [][]presence.SessionRef, fn func([]presence.SessionRef) error) error {
+	var (
+		mu   sync.Mutex
+		next int
+		ferr error
+		wg   sync.WaitGroup
+	)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				i := next
+				next++
+				mu.Unlock()
+				if i >= len(batches) {
+					return
+				}
+				if err := fn(batches[i]); err != nil {
+					mu.Lock()
+					ferr = err
+					mu.Unlock()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return ferr
 }
 
 // BenchmarkReleaseInLargeRoom measures a clean close and a state change in
