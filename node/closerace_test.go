@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,11 +16,13 @@ import (
 // TestClientsCloseWhileEventsFanOut: many clients send pings and then
 // close frames while the room's events are being written to them. The
 // node answers each from the connection's reader goroutine while its
-// writer batches frames; both write to the same connection. The node must stay
-// up (it once panicked here) and every client must get its close answered.
+// writer batches frames; both write to the same connection. The node must
+// stay up (it once panicked here) and every client must get its close
+// answered.
 func TestClientsCloseWhileEventsFanOut(t *testing.T) {
 	e := newEnv(t)
-	n := e.newNode()
+	// Joins wait on a store busy with the pumps: give them time.
+	n := e.newNode(func(c *Config) { c.StoreTimeout = 10 * time.Second })
 	const room, clients, pumps, rounds = "fan", 50, 8, 4
 	// Events keep coming: a store of another process joins users to the
 	// room and changes their state, so each client's writer is busy.
@@ -39,17 +42,41 @@ func TestClientsCloseWhileEventsFanOut(t *testing.T) {
 	defer func() { stop(); pump.Wait() }()
 
 	for round := range rounds {
-		var cs []*client
-		for i := range clients {
-			c := n.dial(t, token(t, fmt.Sprintf("u%d-%d", round, i), []string{"*"}, time.Hour), "s")
-			c.send(map[string]string{"type": "join", "room": room, "ref": "j"})
-			cs = append(cs, c)
+		// Each client reads every frame as it comes (a client that stops
+		// reading is a slow consumer, not this test) and counts events.
+		type reader struct {
+			c      *client
+			events atomic.Int64
+			end    chan error
 		}
-		waitFor(t, 15*time.Second, "events reaching the clients", func() bool {
-			return len(cs[len(cs)-1].frames) > 2
+		rs := make([]*reader, clients)
+		for i := range rs {
+			c := n.dial(t, token(t, fmt.Sprintf("u%d-%d", round, i), []string{"*"}, time.Hour), "s")
+			r := &reader{c: c, end: make(chan error, 1)}
+			go func() {
+				for f := range c.frames {
+					switch f.Type {
+					case "event":
+						r.events.Add(1)
+					case "error":
+						t.Errorf("client %d: %s", i, f.raw)
+					}
+				}
+				r.end <- <-c.end
+			}()
+			c.send(map[string]string{"type": "join", "room": room, "ref": "j"})
+			rs[i] = r
+		}
+		waitFor(t, 30*time.Second, "events reaching every client", func() bool {
+			for _, r := range rs {
+				if r.events.Load() < 3 {
+					return false
+				}
+			}
+			return true
 		})
 		var wg sync.WaitGroup
-		for _, c := range cs {
+		for _, r := range rs {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -57,16 +84,20 @@ func TestClientsCloseWhileEventsFanOut(t *testing.T) {
 				// like the close: each is one more write beside the
 				// writer's batches.
 				for range 200 {
-					_ = c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(time.Second))
+					_ = r.c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(time.Second))
 				}
-				_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye"), time.Now().Add(time.Second))
+				_ = r.c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye"), time.Now().Add(time.Second))
 			}()
 		}
 		wg.Wait()
-		for i, c := range cs {
-			err := c.waitEnd()
-			if !websocket.IsCloseError(err, websocket.CloseNormalClosure) {
-				t.Errorf("round %d client %d ended with %v, want its close answered (1000)", round, i, err)
+		for i, r := range rs {
+			select {
+			case err := <-r.end:
+				if !websocket.IsCloseError(err, websocket.CloseNormalClosure) {
+					t.Errorf("round %d client %d ended with %v, want its close answered (1000)", round, i, err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("round %d client %d: no end within 10s", round, i)
 			}
 		}
 	}

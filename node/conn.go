@@ -508,8 +508,8 @@ func (c *conn) setState(ctx context.Context, req request) {
 	ok, err := c.n.cfg.Store.SetState(ctx, ref, st)
 	if err == nil && !ok {
 		// The session lapsed while held (the store was out of reach for a
-		// TTL): bring it back and try once more.
-		if err = c.n.sched.reclaim(ctx, ref); err == nil {
+		// TTL, or lost its data): bring it back and try once more.
+		if err = c.n.sched.revive(ctx, ref); err == nil {
 			_, err = c.n.cfg.Store.SetState(ctx, ref, st)
 		}
 	}

@@ -158,31 +158,15 @@ func (s *scheduler) hold(ctx context.Context, r presence.SessionRef, o owner) er
 	return err
 }
 
-// reclaim claims r again for the owners that hold it here: the store
-// lost it while it was held (out of reach for a TTL). It does nothing for
-// a session not held here.
-func (s *scheduler) reclaim(ctx context.Context, r presence.SessionRef) error {
-	unlock := s.lockRef(r)
-	defer unlock()
-	s.mu.Lock()
-	e := s.refs[r]
-	if e == nil || len(e.owners) == 0 {
-		s.mu.Unlock()
+// revive refreshes r at once: a state write found it not live, so the
+// store lost it while it was held here (out of reach for a TTL, or its
+// data lost). A refresh brings it back as it was (silently after a data
+// loss) and reports it lost if another node took it over meanwhile.
+func (s *scheduler) revive(ctx context.Context, r presence.SessionRef) error {
+	if !s.holds(r) {
 		return nil
 	}
-	e.claiming++
-	s.mu.Unlock()
-	res, err := s.store.Claim(ctx, []presence.SessionRef{r})
-	s.mu.Lock()
-	e.claiming--
-	if err == nil {
-		e.gen++
-	}
-	s.mu.Unlock()
-	if len(res.Taken) > 0 {
-		s.taken(res.Taken)
-	}
-	return err
+	return s.refresh(ctx, []presence.SessionRef{r})
 }
 
 // unhold drops o as an owner of r. When it was the last, the scheduler

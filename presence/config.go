@@ -53,6 +53,19 @@ func (t Timing) WithDefaults() Timing {
 // departure is off. Its expiry still ends it at the TTL otherwise.
 func (t Timing) Unrefreshed() time.Duration { return t.Heartbeat * 3 / 2 }
 
+// OutageGap is how long a region's Redis may go without a reaper sweep
+// before the region treats the silence as an outage (Redis stalled,
+// unreachable or failing over: no node could refresh its sessions): half
+// of TTL - Heartbeat. Only an outage longer than TTL - Heartbeat can let a
+// live session expire, and every live node sweeps every ReapInterval.
+func (t Timing) OutageGap() time.Duration { return (t.SessionTTL - t.Heartbeat) / 2 }
+
+// OutageHold is how long, after an outage, the region holds expiry
+// announcements of sessions that were alive when it began: a heartbeat
+// and a reap interval, in which every live node refreshes its sessions.
+// It is the most an outage delays a real expiry's announcement.
+func (t Timing) OutageHold() time.Duration { return t.Heartbeat + t.ReapInterval }
+
 // ConfigError names the setting that is wrong and the rule it breaks.
 type ConfigError struct {
 	Field string
@@ -92,6 +105,9 @@ func (t Timing) Validate() error {
 	}
 	if t.ReapInterval > t.OfflineGrace {
 		return &ConfigError{"reap interval", fmt.Sprintf("(%v) must not exceed the offline grace (%v), or departures are announced late by more than the grace itself", t.ReapInterval, t.OfflineGrace)}
+	}
+	if t.ReapInterval*2 > t.OutageGap() {
+		return &ConfigError{"reap interval", fmt.Sprintf("(%v) must be at most a quarter of session TTL - heartbeat (%v): a silence of half that is taken for an outage", t.ReapInterval, t.SessionTTL-t.Heartbeat)}
 	}
 	if t.LastSeenInterval < t.Heartbeat {
 		return &ConfigError{"last-seen interval", fmt.Sprintf("(%v) must be at least the heartbeat (%v): last seen is not written on every heartbeat", t.LastSeenInterval, t.Heartbeat)}

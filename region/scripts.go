@@ -43,6 +43,7 @@ var (
 	scriptTouch    = load("touch", false)
 	scriptRelease  = load("release", false)
 	scriptReap     = load("reap", false)
+	scriptClock    = load("clock", false)
 	scriptAck      = load("ack", false)
 	scriptSeen     = load("seen", false)
 	scriptDue      = load("due", true)
@@ -54,7 +55,7 @@ var (
 	scriptRoster   = load("roster", true)
 )
 
-var allScripts = []*redis.Script{scriptTouch, scriptRelease, scriptReap, scriptAck, scriptSeen, scriptDue, scriptDueAll, scriptSnapshot, scriptState, scriptCount, scriptSessions, scriptRoster}
+var allScripts = []*redis.Script{scriptTouch, scriptRelease, scriptReap, scriptClock, scriptAck, scriptSeen, scriptDue, scriptDueAll, scriptSnapshot, scriptState, scriptCount, scriptSessions, scriptRoster}
 
 type call struct {
 	script *redis.Script

@@ -73,6 +73,16 @@ type Store struct {
 	mu   sync.Mutex
 	seen map[string]time.Time // user -> when this process last wrote their last seen
 
+	clockMu sync.Mutex // clock, out
+	clock   clockState
+	out     outage
+	// incs is the incarnation of each slot's data (by reap index key) as
+	// this store last wrote there; see incarnation in lib.lua. held is the
+	// incarnation each session this store holds was last written in: a
+	// release of a session whose data Redis lost since is its departure.
+	incs map[string]string
+	held map[presence.SessionRef]heldAt
+
 	stats Stats
 }
 
@@ -86,6 +96,9 @@ type Stats struct {
 	ReapedRooms    atomic.Int64 // reap script runs
 	ClaimedSweeps  atomic.Int64 // cluster masters a periodic sweep claimed and read
 	SharedSweeps   atomic.Int64 // cluster masters left to another reaper's claim
+	Sweeps         atomic.Int64 // reaper sweeps that read the region's clock
+	OutageHolds    atomic.Int64 // outages after which expiries were held
+	DataLosses     atomic.Int64 // times the region's Redis was found to have lost its data
 }
 
 // New returns a Store on rdb. rdb may be a *redis.Client, a
@@ -146,7 +159,8 @@ func New(rdb redis.UniversalClient, opt Options) (*Store, error) {
 		lg = slog.Default()
 	}
 	_, cluster := rdb.(*redis.ClusterClient)
-	return &Store{rdb: rdb, cluster: cluster, opt: opt, holder: opt.Holder, t: t, log: lg, now: time.Now, seen: map[string]time.Time{}}, nil
+	return &Store{rdb: rdb, cluster: cluster, opt: opt, holder: opt.Holder, t: t, log: lg, now: time.Now,
+		seen: map[string]time.Time{}, incs: map[string]string{}, held: map[presence.SessionRef]heldAt{}}, nil
 }
 
 // holderBytes is the alphabet of generated holder ids.
@@ -271,10 +285,11 @@ func (s *Store) touch(ctx context.Context, op string, refs []presence.SessionRef
 	if op == "claim" {
 		claim = "1"
 	}
-	head := []any{ms(s.t.SessionTTL), ms(s.opt.PublishLease), s.opt.MaxOutbox, s.holder, claim}
 	var calls []call
 	var callRooms [][]string // rooms of each call, in script order
+	expected := s.expectedIncs(sorted)
 	for _, k := range order {
+		head := append([]any{ms(s.t.SessionTTL), ms(s.opt.PublishLease), s.opt.MaxOutbox, s.holder, claim, expected[k]}, s.writeCut()...)
 		c := call{script: scriptTouch, keys: []string{k}, args: append([]any(nil), head...)}
 		var names []string
 		n := 0
@@ -303,7 +318,7 @@ func (s *Store) touch(ctx context.Context, op string, refs []presence.SessionRef
 		flush()
 	}
 
-	cmds, err := runAll(ctx, s.rdb, calls)
+	cmds, err := s.exec(ctx, calls)
 	if err != nil {
 		return res, &OpError{op, err}
 	}
@@ -312,7 +327,11 @@ func (s *Store) touch(ctx context.Context, op string, refs []presence.SessionRef
 	pending := map[string][]string{}
 	for ci, cmd := range cmds {
 		out, _ := cmd.Slice()
-		for ri, v := range out {
+		if len(out) == 0 {
+			continue
+		}
+		s.sawIncarnation(calls[ci].keys[0], str(out[0]))
+		for ri, v := range out[1:] {
 			parts, ok := v.([]any)
 			if !ok || ri >= len(callRooms[ci]) || len(parts) != 3 {
 				continue
@@ -325,6 +344,7 @@ func (s *Store) touch(ctx context.Context, op string, refs []presence.SessionRef
 			res.Taken = appendRefs(res.Taken, room, parts[2])
 		}
 	}
+	s.noteHeld(refs, res.Lost)
 	res.Transitions = s.deliver(ctx, pending)
 	s.noteActivity(ctx, refs)
 	return res, nil
@@ -352,25 +372,114 @@ func (s *Store) Release(ctx context.Context, ref presence.SessionRef) error {
 	if err := ref.Validate(); err != nil {
 		return &OpError{"release", err}
 	}
-	cmds, err := runAll(ctx, s.rdb, []call{{
+	cmds, err := s.exec(ctx, []call{{
 		script: scriptRelease,
 		keys:   append([]string{s.indexKey(ref.Room)}, s.roomKeys(ref.Room)...),
-		args: []any{ms(s.opt.PublishLease), s.opt.MaxOutbox, ms(s.t.OfflineGrace), ref.Room, ref.User, ref.Session,
-			s.holder, ms(s.t.SessionTTL), ms(s.t.Unrefreshed())},
+		args: append([]any{ms(s.opt.PublishLease), s.opt.MaxOutbox, ms(s.t.OfflineGrace), ref.Room, ref.User, ref.Session,
+			s.holder, ms(s.t.SessionTTL), ms(s.t.Unrefreshed()), s.heldInc(ref)}, s.writeCut()...),
 	}})
 	if err != nil {
 		return &OpError{"release", err}
 	}
 	res, _ := cmds[0].Slice()
-	if len(res) > 0 {
-		if f, _ := res[0].(int64); f == 1 {
-			s.stats.Released.Add(1)
-		}
+	if len(res) < 2 {
+		return &OpError{"release", fmt.Errorf("short reply of %d items", len(res))}
 	}
-	if len(res) > 1 {
-		s.deliver(ctx, map[string][]string{ref.Room: toStrings(res[1:])})
+	if num(res[0]) == 1 {
+		s.stats.Released.Add(1)
+	}
+	s.mu.Lock()
+	delete(s.held, ref)
+	s.mu.Unlock()
+	s.sawIncarnation(s.indexKey(ref.Room), str(res[1]))
+	if len(res) > 2 {
+		s.deliver(ctx, map[string][]string{ref.Room: toStrings(res[2:])})
 	}
 	return nil
+}
+
+// heldAt is the incarnation a session was last written in, and when.
+type heldAt struct {
+	inc string
+	at  time.Time
+}
+
+// noteHeld records the incarnation the sessions of a successful claim or
+// refresh were written in (all but the lost ones, which this store no
+// longer holds).
+func (s *Store) noteHeld(refs, lost []presence.SessionRef) {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range refs {
+		s.held[r] = heldAt{inc: s.incs[s.indexKey(r.Room)], at: now}
+	}
+	for _, r := range lost {
+		delete(s.held, r)
+	}
+}
+
+// expectedIncs is, per reap index key of refs, the incarnation a touch
+// expects to find: the oldest refs were last written in, so that if Redis
+// lost their data since, the touch restores them (see touch.lua).
+func (s *Store) expectedIncs(refs []presence.SessionRef) map[string]string {
+	out := map[string]string{}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range refs {
+		k := s.indexKey(r.Room)
+		inc := s.incs[k]
+		if h, ok := s.held[r]; ok && h.inc != "" {
+			inc = h.inc
+		}
+		if cur, ok := out[k]; !ok || (inc != "" && (cur == "" || olderInc(inc, cur))) {
+			out[k] = inc
+		}
+	}
+	return out
+}
+
+// olderInc compares incarnations, which are creation times in ms.
+func olderInc(a, b string) bool {
+	x, _ := strconv.ParseInt(a, 10, 64)
+	y, _ := strconv.ParseInt(b, 10, 64)
+	return x < y
+}
+
+// heldInc is the incarnation ref was last written in by this store, or
+// the slot's latest if it has not written it.
+func (s *Store) heldInc(ref presence.SessionRef) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h, ok := s.held[ref]; ok {
+		return h.inc
+	}
+	return s.incs[s.indexKey(ref.Room)]
+}
+
+// incarnation is the incarnation of the slot of reap index key idx as
+// this store last saw it ("" if never).
+func (s *Store) incarnation(idx string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.incs[idx]
+}
+
+// sawIncarnation records a slot's incarnation from a script's reply. A
+// change means Redis lost that slot's data since this store last wrote
+// there; the script has already restored what it could.
+func (s *Store) sawIncarnation(idx, inc string) {
+	if inc == "" {
+		return
+	}
+	s.mu.Lock()
+	prev := s.incs[idx]
+	s.incs[idx] = inc
+	s.mu.Unlock()
+	if prev != "" && prev != inc {
+		s.stats.DataLosses.Add(1)
+		s.log.Warn("presence: the region's Redis lost its data; this node restores the sessions it holds", "region", s.opt.Region, "index", idx)
+	}
 }
 
 // Snapshot returns one page of a room's live members, ordered by user id,
@@ -389,7 +498,7 @@ func (s *Store) Snapshot(ctx context.Context, room string, offset, limit int) (p
 		return snap, &OpError{"snapshot", fmt.Errorf("offset must be >= 0 and limit > 0, got %d and %d", offset, limit)}
 	}
 	k := s.roomKeys(room)
-	res, err := scriptSnapshot.Run(ctx, s.rdb, []string{k[0], k[1], k[2], k[4], k[6]}, offset, limit).Slice()
+	res, err := scriptSnapshot.Run(ctx, s.rdb, []string{k[0], k[1], k[2], k[4], k[6]}, offset, limit, s.readCut()).Slice()
 	if err != nil {
 		return snap, &OpError{"snapshot", err}
 	}
@@ -435,7 +544,7 @@ func (s *Store) Rosters(ctx context.Context, rooms []string) ([]presence.Snapsho
 		calls := make([]call, len(batch))
 		for i, room := range batch {
 			k := s.roomKeys(room)
-			calls[i] = call{script: scriptRoster, keys: []string{k[0], k[1], k[2], k[4]}}
+			calls[i] = call{script: scriptRoster, keys: []string{k[0], k[1], k[2], k[4]}, args: []any{s.readCut()}}
 		}
 		cmds, err := runAll(ctx, s.rdb, calls)
 		if err != nil {
@@ -533,7 +642,7 @@ func (s *Store) Count(ctx context.Context, room string) (int, error) {
 	if err := presence.ValidateRoom(room); err != nil {
 		return 0, &OpError{"count", err}
 	}
-	n, err := scriptCount.Run(ctx, s.rdb, []string{s.roomBase(room)}).Int()
+	n, err := scriptCount.Run(ctx, s.rdb, []string{s.roomBase(room)}, s.readCut()).Int()
 	if err != nil {
 		return 0, &OpError{"count", err}
 	}
@@ -550,7 +659,7 @@ func (s *Store) Sessions(ctx context.Context, room, user string) (m presence.Mem
 		return m, false, &OpError{"sessions", err}
 	}
 	k := s.roomKeys(room)
-	res, err := scriptSessions.Run(ctx, s.rdb, []string{k[1], k[4], k[0], k[6]}, user).Slice()
+	res, err := scriptSessions.Run(ctx, s.rdb, []string{k[1], k[4], k[0], k[6]}, user, s.readCut()).Slice()
 	if err != nil {
 		return m, false, &OpError{"sessions", err}
 	}
@@ -586,22 +695,27 @@ func (s *Store) SetState(ctx context.Context, ref presence.SessionRef, state jso
 			return false, &OpError{"set state", err}
 		}
 	}
-	cmds, err := runAll(ctx, s.rdb, []call{{
+	cmds, err := s.exec(ctx, []call{{
 		script: scriptState,
 		keys:   append([]string{s.indexKey(ref.Room)}, s.roomKeys(ref.Room)...),
-		args:   []any{ms(s.opt.PublishLease), s.opt.MaxOutbox, ref.Room, ref.User, ref.Session, buf.String(), s.holder},
+		args: append([]any{ms(s.opt.PublishLease), s.opt.MaxOutbox, ref.Room, ref.User, ref.Session, buf.String(), s.holder,
+			s.heldInc(ref)}, s.writeCut()...),
 	}})
 	if err != nil {
 		return false, &OpError{"set state", err}
 	}
 	res, _ := cmds[0].Slice()
-	if len(res) > 1 {
-		s.deliver(ctx, map[string][]string{ref.Room: toStrings(res[1:])})
+	if len(res) < 2 {
+		return false, &OpError{"set state", fmt.Errorf("short reply of %d items", len(res))}
 	}
-	if len(res) > 0 && num(res[0]) == 2 {
+	s.sawIncarnation(s.indexKey(ref.Room), str(res[1]))
+	if len(res) > 2 {
+		s.deliver(ctx, map[string][]string{ref.Room: toStrings(res[2:])})
+	}
+	if num(res[0]) == 2 {
 		return false, &OpError{"set state", presence.ErrMoved}
 	}
-	return len(res) > 0 && num(res[0]) == 1, nil
+	return num(res[0]) == 1, nil
 }
 
 // deliver hands each room's outbox entries to the sink and acknowledges
@@ -840,6 +954,13 @@ func (s *Store) pruneSeen() {
 	for u, t := range s.seen {
 		if now.Sub(t) > 2*s.t.LastSeenInterval {
 			delete(s.seen, u)
+		}
+	}
+	// Sessions this store stopped refreshing without a release (a drain,
+	// or another store took them over) are forgotten the same way.
+	for r, h := range s.held {
+		if now.Sub(h.at) > 2*s.t.SessionTTL {
+			delete(s.held, r)
 		}
 	}
 }

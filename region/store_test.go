@@ -236,6 +236,10 @@ func TestConcurrentReapersAnnounceEachDepartureOnce(t *testing.T) {
 	}
 }
 
+// A user whose session ran out is gone for reads at once; a write that
+// finds them so (their node comes back) announces the departure before
+// the return, which is a join. (After an outage of the region's Redis it
+// is not so: see TestRedisStallLongerThanTheTTL.)
 func TestOverdueUserIsAnnouncedBeforeRejoin(t *testing.T) {
 	rdb, _ := testredis.Client(t)
 	c := &collector{}

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ const installHint = "redis-server not found in PATH; install it with: apt-get in
 type Server struct {
 	Addr string
 	cmd  *exec.Cmd
+	args []string
 }
 
 // Stop kills the server at once, as a crash would.
@@ -33,6 +35,38 @@ func (s *Server) Stop() {
 		_ = s.cmd.Wait()
 	}
 }
+
+// RestartEmpty kills the server and starts a new one on the same address
+// with no data, as a Redis without persistence (or a failover to a
+// replica that lost writes) comes back.
+func (s *Server) RestartEmpty(tb testing.TB) {
+	tb.Helper()
+	s.Stop()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		cmd := exec.Command(s.cmd.Path, s.args...)
+		if err := cmd.Start(); err != nil {
+			tb.Fatalf("restart redis-server: %v", err)
+		}
+		s.cmd = cmd
+		err := waitReady(s.Addr, cmd.Process.Pid)
+		if err == nil {
+			return
+		}
+		s.Stop()
+		if time.Now().After(deadline) {
+			tb.Fatalf("redis-server did not come back on %s: %v", s.Addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Pause stops the server (SIGSTOP) as a stalled or failing-over Redis
+// would: connections stay open, commands queue, nothing answers.
+func (s *Server) Pause() { _ = s.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT); queued commands run then.
+func (s *Server) Resume() { _ = s.cmd.Process.Signal(syscall.SIGCONT) }
 
 func freePort(tb testing.TB) int {
 	tb.Helper()
@@ -68,9 +102,9 @@ func start(tb testing.TB, extra func() []string) *Server {
 		if err := cmd.Start(); err != nil {
 			tb.Fatalf("start redis-server: %v", err)
 		}
-		s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), cmd: cmd}
+		s := &Server{Addr: fmt.Sprintf("127.0.0.1:%d", port), cmd: cmd, args: args}
 		if lastErr = waitReady(s.Addr, cmd.Process.Pid); lastErr == nil {
-			tb.Cleanup(s.Stop)
+			tb.Cleanup(func() { s.Resume(); s.Stop() })
 			return s
 		}
 		s.Stop() // the port was taken under us; try another

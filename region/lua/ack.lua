@@ -18,6 +18,6 @@ for i = 5, #ARGV do
   n = n + redis.call('LREM', r.o, 1, ARGV[i])
 end
 if n > 0 and redis.call('LLEN', r.o) == 0 then
-  reindex(KEYS[1], r, room, now, lease)
+  reindex(KEYS[1], r, room, now, lease, nil)
 end
 return n

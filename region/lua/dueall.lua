@@ -7,6 +7,8 @@
 -- and room.
 local upto = ARGV[1]
 if upto == 'now' then upto = now_ms() end
+-- Rooms only: the incarnation marker sits at +inf.
+if upto == '+inf' then upto = '(+inf' end
 local lim = tonumber(ARGV[2])
 local out = {}
 for i = 3, #ARGV do

@@ -32,6 +32,9 @@
 --                       the last one was written.
 -- The reap index (KEYS[1] of writing scripts) is a ZSET room -> the first ms
 -- at which the room may hold something overdue; it is never later than that.
+-- It also holds ":inc:<ms>" at +inf, the incarnation of its slot's data:
+-- written when missing, so a new value means Redis lost the slot's data
+-- (see incarnation). Room ids cannot contain ':'.
 --
 -- Holders: a claim (a join) takes a session over from any other holder; a
 -- refresh (the heartbeat) never does, and reports the session lost
@@ -50,6 +53,15 @@
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- read_cut is the liveness cutoff of a read: ARGV's cut while the region
+-- holds expiries after an outage (entries alive when it began still count),
+-- else now.
+local function read_cut(now, arg)
+  local c = tonumber(arg or '0') or 0
+  if c > 0 and c < now then return c end
+  return now
 end
 
 -- live_s: session entries scored below it are dead.
@@ -155,6 +167,22 @@ local function index_drop(r, u)
   if old then redis.call('ZREM', r.u, old) end
 end
 
+-- incarnation returns the marker of the slot's data (creating it when
+-- missing) and whether it differs from expected, the one the caller saw
+-- last: then Redis lost the data since, and the caller's sessions here
+-- are gone with it. expected '' means the caller has not written here yet.
+local function incarnation(idx, now, expected)
+  local m = redis.call('ZRANGEBYSCORE', idx, '+inf', '+inf', 'LIMIT', 0, 1)[1]
+  local inc
+  if m and string.sub(m, 1, 5) == ':inc:' then
+    inc = string.sub(m, 6)
+  else
+    inc = tostring(now)
+    redis.call('ZADD', idx, '+inf', ':inc:' .. inc)
+  end
+  return inc, expected ~= '' and expected ~= inc
+end
+
 local emitted = 0
 
 -- emit appends one event to the outbox: '|'-separated fields, the state JSON
@@ -241,32 +269,52 @@ local function moved(r, u, sid, m)
   return #session_entries(r, u, sid, m) > 0
 end
 
--- settle announces users whose until has passed and drops dead session
+-- settle announces the departures that are due and drops dead session
 -- entries, at most limit of each. It returns true when work is left over.
+--
+-- A user in g leaves (reason left) once their until has passed: the grace
+-- ended. Any other user expires once their until is before cut, and an
+-- entry is dead once its expiry is before cut. cut is now, except while
+-- the region holds expiries after an outage (clock.lua): then it is when
+-- the outage began, so nothing that lived then is judged until every node
+-- has had a heartbeat's chance to refresh it. Held users are read again on
+-- every settle of the hold; it lasts a heartbeat.
+--
 -- A user whose grace ended may still have entries whose holder stopped
 -- refreshing them (not dead yet, but not holding the user either, see
 -- release.lua): they go with the departure, so the user's state does too.
-local function settle(r, now, maxo, limit)
-  local gone = redis.call('ZRANGEBYSCORE', r.z, '-inf', '(' .. now, 'LIMIT', 0, limit)
-  for _, u in ipairs(gone) do
-    redis.call('ZREM', r.z, u)
-    local reason = 'expired'
-    if redis.call('HDEL', r.g, u) == 1 then
-      reason = 'left'
-      for m in pairs(user_entries(r, u)) do
-        local uu, sid = parse(m)
-        redis.call('ZREM', r.s, m)
-        redis.call('HDEL', r.st, uu .. ':' .. sid)
-      end
+local function settle(r, now, cut, maxo, limit)
+  local lim = limit
+  if cut < now then lim = -1 end
+  local over = redis.call('ZRANGEBYSCORE', r.z, '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, lim)
+  local n = 0
+  for i = 1, #over, 2 do
+    if n >= limit then
+      -- Dead entries of unannounced users go with their departure.
+      return true
     end
-    index_drop(r, u)
-    emit(r, now, 'offline', reason, u, 0, nil, nil, maxo)
+    local u = over[i]
+    local left = redis.call('HDEL', r.g, u) == 1
+    if left or tonumber(over[i + 1]) < cut then
+      redis.call('ZREM', r.z, u)
+      if left then
+        for m in pairs(user_entries(r, u)) do
+          local uu, sid = parse(m)
+          redis.call('ZREM', r.s, m)
+          redis.call('HDEL', r.st, uu .. ':' .. sid)
+        end
+      end
+      index_drop(r, u)
+      local reason = 'expired'
+      if left then reason = 'left' end
+      emit(r, now, 'offline', reason, u, 0, nil, nil, maxo)
+      n = n + 1
+    end
   end
-  if #gone == limit then
-    -- Dead entries of unannounced users go with their departure.
+  if n >= limit then
     return true
   end
-  local dead = redis.call('ZRANGEBYSCORE', r.s, '-inf', '(' .. live_s(now), 'LIMIT', 0, limit)
+  local dead = redis.call('ZRANGEBYSCORE', r.s, '-inf', '(' .. live_s(cut), 'LIMIT', 0, limit)
   for _, m in ipairs(dead) do
     redis.call('ZREM', r.s, m)
     local u, sid = parse(m)
@@ -293,13 +341,23 @@ local function due_ms(r)
   return due
 end
 
--- settle_if_due settles a room before a write whose user is overdue, so a
--- write never builds on an unannounced departure. Dead entries of live
--- users are left to the reaper: writes skip them by their score.
-local function settle_if_due(r, now, maxo)
+-- write_cut is the cut of a write script (see settle): ARGV's, unless the
+-- call waited an outage long in a queue (sent before Redis stalled, run
+-- when it came back), when it judges nothing that lived when it was sent.
+local function write_cut(now, cut, sent, gap)
+  cut, sent, gap = tonumber(cut), tonumber(sent), tonumber(gap)
+  if not cut or cut <= 0 or cut > now then cut = now end
+  if sent and sent > 0 and now - sent >= gap and sent < cut then cut = sent end
+  return cut
+end
+
+-- settle_if_due settles a room before a write if a user in it is overdue,
+-- so that a write never builds on a departure the reads already show but
+-- nobody announced: a user who returns after that is a join.
+local function settle_if_due(r, now, cut, maxo)
   local a = first_score(r.z)
   if a and a < now then
-    while settle(r, now, maxo, 1000) do end
+    while settle(r, now, cut, maxo, 1000) do end
   end
 end
 
@@ -308,9 +366,20 @@ local KEEP_MS = 600000
 -- reindex sets the room's reap index entry to when it may next hold
 -- something overdue, or removes it when the room is empty. The seq and
 -- epoch outlive an empty room by KEEP_MS (beyond the event-id dedup window)
--- so event ids stay unique if it is used again.
-local function reindex(idx, r, room, now, lease)
+-- so event ids stay unique if it is used again. While the region holds
+-- expiries (until hold), a room is not due again for a held user or entry
+-- before the hold ends, only for a grace that ends sooner.
+local function reindex(idx, r, room, now, lease, hold)
   local due = due_ms(r)
+  if due and hold and hold > now and due < hold then
+    local g = nil
+    for _, u in ipairs(redis.call('HKEYS', r.g)) do
+      local sc = tonumber(redis.call('ZSCORE', r.z, u) or '0')
+      if sc > 0 and (not g or sc + 1 < g) then g = sc + 1 end
+    end
+    due = hold
+    if g and g < due then due = g end
+  end
   if redis.call('LLEN', r.o) > 0 and (not due or now + lease < due) then
     due = now + lease
   end

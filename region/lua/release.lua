@@ -3,8 +3,11 @@
 -- KEYS[1] reap index; KEYS[2..9] the room's keys (see lib.lua)
 -- ARGV[1] publish lease ms, ARGV[2] outbox cap, ARGV[3] grace ms,
 -- ARGV[4] room, ARGV[5] user, ARGV[6] session, ARGV[7] holder,
--- ARGV[8] session TTL ms, ARGV[9] unrefreshed ms
--- Returns {found (0|1), outbox entries this call added...}. found is 0 when
+-- ARGV[8] session TTL ms, ARGV[9] unrefreshed ms, ARGV[10] the slot's
+-- incarnation the caller saw last ('' if none), ARGV[11] cut, ARGV[12]
+-- sent, ARGV[13] outage gap (see write_cut)
+-- Returns {found (0|1), the slot's incarnation, outbox entries this call
+-- added...}. found is 0 when
 -- the caller does not hold the session (never did, or another holder took
 -- it over): then the session does not change.
 --
@@ -19,7 +22,8 @@ local ttl, unrefreshed = tonumber(ARGV[8]), tonumber(ARGV[9])
 local tok = sid .. ':' .. ARGV[7]
 local m = u .. ':' .. tok
 local r = room_at(2)
-settle_if_due(r, now, maxo)
+local inc, lost_data = incarnation(idx, now, ARGV[10])
+settle_if_due(r, now, write_cut(now, ARGV[11], ARGV[12], ARGV[13]), maxo)
 -- A tombstone of the caller's own entry: a refresh of this holder that was
 -- under way when it decided to release lands after this, and must not
 -- bring the session back (a later claim of the holder lifts it).
@@ -27,7 +31,11 @@ redis.call('ZREMRANGEBYSCORE', r.mv, '-inf', '(' .. now)
 redis.call('ZADD', r.mv, now + ttl, m)
 redis.call('PEXPIRE', r.mv, ttl)
 local found = redis.call('ZREM', r.s, m)
-if found == 1 then
+-- Not found, and the user gone, because Redis lost its data while this
+-- node held the session (the release is a retry after the outage): the
+-- user was online before, and this is their departure.
+local lost = found == 0 and lost_data and not redis.call('ZSCORE', r.z, u)
+if found == 1 or lost then
   redis.call('HDEL', r.st, u .. ':' .. sid)
   index_remove(r, u, tok)
   -- Fresh: refreshed within the unrefreshed span (expiry is rounded up,
@@ -45,7 +53,8 @@ if found == 1 then
     redis.call('ZADD', idx, 'LT', g + 1, room)
   end
 end
-local out = {found}
+if lost then found = 1 end
+local out = {found, inc}
 if emitted > 0 then
   redis.call('ZADD', idx, 'LT', now + lease, room)
   for _, e in ipairs(redis.call('LRANGE', r.o, -emitted, -1)) do

@@ -1,10 +1,11 @@
 -- snapshot: one page of a room's live members, by user id, with their live
 -- sessions and states, and the sequences that tie it to the event stream.
 -- KEYS[1] z, KEYS[2] s, KEYS[3] m, KEYS[4] st, KEYS[5] u of the room
--- ARGV[1] offset, ARGV[2] limit
+-- ARGV[1] offset, ARGV[2] limit, ARGV[3] cut (0: now; see read_cut)
 -- Returns {now, room seq, stream seq, total, epoch, then per member on the page:
 -- user, until, k, then k triples (session, expiry seconds, state)}.
 local now = now_ms()
+local at = read_cut(now, ARGV[3])
 local off, lim = tonumber(ARGV[1]), tonumber(ARGV[2])
 local meta = redis.call('HMGET', KEYS[3], 'seq', 'jsseq', 'epoch')
 
@@ -13,15 +14,15 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
   -- cost follows the page, not the room. Offsets count members that are
   -- overdue but not yet settled (for at most a reap interval); they are
   -- left off the page.
-  local out = {now, meta[1] or '0', meta[2] or '0', redis.call('ZCOUNT', KEYS[1], now, '+inf'), meta[3] or '0'}
+  local out = {now, meta[1] or '0', meta[2] or '0', redis.call('ZCOUNT', KEYS[1], at, '+inf'), meta[3] or '0'}
   for _, member in ipairs(redis.call('ZRANGE', KEYS[5], off, off + lim - 1)) do
     local u = string.match(member, '^(%S+)')
     local upto = redis.call('ZSCORE', KEYS[1], u)
-    if upto and tonumber(upto) >= now then
+    if upto and tonumber(upto) >= at then
       local l = {}
       for tok in string.gmatch(string.sub(member, #u + 2), '%S+') do
         local sc = redis.call('ZSCORE', KEYS[2], u .. ':' .. tok)
-        if sc and tonumber(sc) >= live_s(now) then
+        if sc and tonumber(sc) >= live_s(at) then
           local sid = string.match(tok, '^([^:]*)')
           l[#l + 1] = sid
           l[#l + 1] = sc
@@ -39,7 +40,7 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
   return out
 end
 
-local live = redis.call('ZRANGEBYSCORE', KEYS[1], now, '+inf', 'WITHSCORES')
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], at, '+inf', 'WITHSCORES')
 local users, upto = {}, {}
 for i = 1, #live, 2 do
   users[#users + 1] = live[i]
@@ -52,7 +53,7 @@ for i = off + 1, math.min(off + lim, #users) do
   page[users[i]] = {}
 end
 if #page > 0 then
-  local ss = redis.call('ZRANGEBYSCORE', KEYS[2], live_s(now), '+inf', 'WITHSCORES')
+  local ss = redis.call('ZRANGEBYSCORE', KEYS[2], live_s(at), '+inf', 'WITHSCORES')
   for i = 1, #ss, 2 do
     local u, sid = parse(ss[i])
     if type(page[u]) == 'table' then

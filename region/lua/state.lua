@@ -2,8 +2,11 @@
 -- the result is an update transition, never a leave and a join.
 -- KEYS[1] reap index; KEYS[2..9] the room's keys (see lib.lua)
 -- ARGV[1] publish lease ms, ARGV[2] outbox cap, ARGV[3] room, ARGV[4] user,
--- ARGV[5] session, ARGV[6] state JSON ('' clears), ARGV[7] holder
--- Returns {found, outbox entries this call added...}: found is 1 when the
+-- ARGV[5] session, ARGV[6] state JSON ('' clears), ARGV[7] holder,
+-- ARGV[8] the slot's incarnation the caller saw last ('' if none),
+-- ARGV[9] cut, ARGV[10] sent, ARGV[11] outage gap (see write_cut)
+-- Returns {found, the slot's incarnation, outbox entries this call
+-- added...}: found is 1 when the
 -- caller holds the session, 0 when it is not live, 2 when another holder
 -- has taken it over. Only 1 writes anything: a state write from a node
 -- that lost the session cannot overwrite the newer holder's.
@@ -12,7 +15,8 @@ local lease, maxo, room, u, sid, state = tonumber(ARGV[1]), tonumber(ARGV[2]), A
 local r = room_at(2)
 local m = u .. ':' .. sid .. ':' .. ARGV[7]
 local key = u .. ':' .. sid
-settle_if_due(r, now, maxo)
+local inc = incarnation(KEYS[1], now, ARGV[8])
+settle_if_due(r, now, write_cut(now, ARGV[9], ARGV[10], ARGV[11]), maxo)
 local exp = redis.call('ZSCORE', r.s, m)
 local found = 0
 if exp and tonumber(exp) >= live_s(now) then
@@ -33,7 +37,7 @@ if exp and tonumber(exp) >= live_s(now) then
 elseif moved(r, u, sid, m) then
   found = 2
 end
-local out = {found}
+local out = {found, inc}
 if emitted > 0 then
   redis.call('ZADD', KEYS[1], 'LT', now + lease, room)
   for _, e in ipairs(redis.call('LRANGE', r.o, -emitted, -1)) do

@@ -3,28 +3,35 @@
 -- KEYS[1]   reap index of the rooms' slot
 -- KEYS[2..] eight keys per room, in ARGV order (see lib.lua)
 -- ARGV[1] session TTL ms, ARGV[2] publish lease ms, ARGV[3] outbox cap,
--- ARGV[4] holder, ARGV[5] '1' for a claim, '0' for a refresh
--- ARGV[6..] per room: room id, k, then k pairs (user, session), a user's
+-- ARGV[4] holder, ARGV[5] '1' for a claim, '0' for a refresh,
+-- ARGV[6] the slot's incarnation the caller saw last ('' if none),
+-- ARGV[7] cut, ARGV[8] sent, ARGV[9] outage gap (see write_cut)
+-- ARGV[10..] per room: room id, k, then k pairs (user, session), a user's
 -- pairs adjacent (their until is raised once)
--- Returns one entry per room: 0, or {events, lost, taken}: the outbox
--- entries this call added, the "user:session" refreshes found held by
--- another holder (not written), and those a claim took from another
--- holder.
+-- Returns the slot's incarnation, then one entry per room: 0, or {events,
+-- lost, taken}: the outbox entries this call added, the "user:session"
+-- refreshes found held by another holder (not written), and those a claim
+-- took from another holder.
 local now = now_ms()
 local ttl, lease, maxo = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local holder, claim = ARGV[4], ARGV[5] == '1'
 local idx = KEYS[1]
+-- Redis lost this slot's data since the caller last wrote here: its
+-- refreshes restore the sessions it held, silently, as readers of the
+-- stream saw those users online.
+local inc, restoring = incarnation(idx, now, ARGV[6])
+local cut = write_cut(now, ARGV[7], ARGV[8], ARGV[9])
 local exps = math.ceil((now + ttl) / 1000)
 local exp = exps * 1000
-local out = {}
-local a, ri = 6, 0
+local out = {inc}
+local a, ri = 10, 0
 while a <= #ARGV do
   local room, k = ARGV[a], tonumber(ARGV[a + 1])
   a = a + 2
   local r = room_at(2 + ri * ROOM_KEYS)
   ri = ri + 1
   emitted = 0
-  settle_if_due(r, now, maxo)
+  settle_if_due(r, now, cut, maxo)
   -- Most rooms have no grace running: then no refresh looks at g.
   local ng = redis.call('HLEN', r.g)
   local lost, taken = {}, {}
@@ -59,8 +66,10 @@ while a <= #ARGV do
         -- A session returning inside the grace cancels the departure.
         local returning = ng > 0 and redis.call('HDEL', r.g, u) == 1
         if not returning and not redis.call('ZSCORE', r.z, u) then
-          redis.call('PERSIST', r.m) -- the room may have been empty
-          emit(r, now, 'online', 'joined', u, 1, nil, nil, maxo)
+          if claim or not restoring then
+            redis.call('PERSIST', r.m) -- the room may have been empty
+            emit(r, now, 'online', 'joined', u, 1, nil, nil, maxo)
+          end
         end
         redis.call('ZADD', r.z, 'GT', exp, u)
         index_add(r, u, tok)
@@ -91,9 +100,9 @@ while a <= #ARGV do
       redis.call('ZADD', idx, 'LT', now + lease, room)
       ev = redis.call('LRANGE', r.o, -emitted, -1)
     end
-    out[ri] = {ev, lost, taken}
+    out[ri + 1] = {ev, lost, taken}
   else
-    out[ri] = 0
+    out[ri + 1] = 0
   end
 end
 return out

@@ -1,0 +1,160 @@
+package region
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/presence-dev/presence/internal/testredis"
+	"github.com/presence-dev/presence/presence"
+)
+
+// Redis stalls for longer than the TTL (SIGSTOP: a failover or a hung
+// primary), so every session's expiry passes while no node can refresh
+// it. Users connected throughout are never announced offline; a clean
+// departure and a dead node's session are each announced once, after.
+func TestRedisStallLongerThanTheTTL(t *testing.T) {
+	rdb, srv := testredis.Client(t)
+	c := &collector{}
+	// A hold of over a second, so the node's refresh after the outage
+	// lands inside it however slow the machine.
+	tm := presence.Timing{SessionTTL: 3 * time.Second, Heartbeat: time.Second, OfflineGrace: time.Second,
+		ReapInterval: 100 * time.Millisecond, LastSeenInterval: time.Second}
+	st := func() *Store { return newStore(t, rdb, c, func(o *Options) { o.Timing = tm }) }
+	node, other, dead := st(), st(), st()
+	var stayers []presence.SessionRef
+	for i := range 5 {
+		stayers = append(stayers, ref("r1", fmt.Sprintf("stay%d", i), "tab"))
+	}
+	touch(t, node, stayers...)
+	stop := refresher(t, node, stayers...)
+	leaver := ref("r1", "leaver", "tab")
+	touch(t, node, leaver)
+	touch(t, dead, ref("r1", "ghost", "tab")) // its node dies now
+	startReaper(t, other)
+	startReaper(t, node) // every node runs one
+	reap(t, other)       // the region's clock has seen a sweep
+	release(t, node, leaver)
+
+	stop() // the node's next refresh comes after the reaper's first sweeps
+	srv.Pause()
+	time.Sleep(tm.SessionTTL + time.Second) // the outage itself
+	srv.Resume()
+	// The reaper looks at the room before the node refreshes: inside the
+	// hold, as nodes get a heartbeat after the outage to come back.
+	after := other.Stats().Sweeps.Load() + 2
+	waitFor(t, 10*time.Second, "two sweeps after the outage", func() bool { return other.Stats().Sweeps.Load() >= after })
+	if _, err := node.Refresh(context.Background(), stayers); err != nil {
+		t.Fatal(err)
+	}
+	refresher(t, node, stayers...)
+
+	waitFor(t, tm.OutageHold()+tm.SessionTTL+3*time.Second, "the dead node's user to expire", func() bool {
+		return len(c.Of(presence.Offline, "r1", "ghost")) > 0
+	})
+	// Let anything wrong show: another hold's worth of sweeps.
+	sweeps := other.Stats().Sweeps.Load() + int64(tm.OutageHold()/tm.ReapInterval) + 3
+	waitFor(t, 10*time.Second, "more sweeps", func() bool { return other.Stats().Sweeps.Load() >= sweeps })
+	for _, r := range stayers {
+		if off := c.Of(presence.Offline, "r1", r.User); len(off) != 0 {
+			t.Errorf("%s, connected throughout, was announced offline: %v", r.User, off)
+		}
+	}
+	if off := c.Of(presence.Offline, "r1", "leaver"); len(off) != 1 || off[0].Reason != presence.Left {
+		t.Errorf("leaver: %v, want one offline, reason left", off)
+	}
+	if off := c.Of(presence.Offline, "r1", "ghost"); len(off) != 1 || off[0].Reason != presence.Expired {
+		t.Errorf("ghost: %v, want one offline, reason expired", off)
+	}
+	onlines := 0
+	for _, tr := range c.All() {
+		if tr.Kind == presence.Online {
+			onlines++
+		}
+	}
+	if onlines != 7 {
+		t.Errorf("%d onlines, want the 7 joins only: %v", onlines, c.All())
+	}
+	if other.Stats().OutageHolds.Load() == 0 {
+		t.Error("the reaper did not notice the outage")
+	}
+	if m := members(t, other, "r1"); len(m) != 5 {
+		t.Errorf("members %v, want the 5 stayers", m)
+	}
+}
+
+// Redis restarts empty (no persistence, or a failover to a replica that
+// lost the writes). Nodes restore the sessions they hold with their next
+// refresh, silently; a departure whose release came while Redis was gone
+// is announced once; the room's numbering starts a new epoch, which tells
+// readers to take a new snapshot.
+func TestRedisRestartedEmpty(t *testing.T) {
+	rdb, srv := testredis.Client(t)
+	c := &collector{}
+	node, other := newStore(t, rdb, c), newStore(t, rdb, c)
+	var stayers []presence.SessionRef
+	for i := range 5 {
+		stayers = append(stayers, ref("r1", fmt.Sprintf("stay%d", i), "tab"))
+	}
+	leaver := ref("r1", "leaver", "tab")
+	touch(t, node, append(stayers, leaver)...)
+	refresher(t, node, stayers...)
+	reap(t, other) // the region's clock has seen a sweep
+	startReaper(t, other)
+	before := c.All()
+	epoch := before[len(before)-1].Epoch
+
+	srv.RestartEmpty(t)
+	waitFor(t, 10*time.Second, "the node to see the new dataset", func() bool { return node.Stats().DataLosses.Load() == 1 })
+	// The node's release of the leaver failed while Redis was gone; its
+	// retry reaches the new, empty Redis.
+	release(t, node, leaver)
+	touch(t, node, ref("r1", "newbie", "tab"))
+	refresher(t, node, ref("r1", "newbie", "tab"))
+	waitFor(t, tm(t).OfflineGrace+3*time.Second, "the leaver's departure", func() bool {
+		return len(c.Of(presence.Offline, "r1", "leaver")) > 0
+	})
+	after := c.All()[len(before):]
+	var kinds []string
+	for _, tr := range after {
+		kinds = append(kinds, fmt.Sprintf("%s/%s/%s", tr.Kind, tr.User, tr.Reason))
+		if tr.Epoch <= epoch {
+			t.Errorf("%v after the restart has epoch %d, not above %d", tr, tr.Epoch, epoch)
+		}
+	}
+	if fmt.Sprint(kinds) != "[online/newbie/joined offline/leaver/left]" {
+		t.Fatalf("after the restart: %v, want newbie's online and the leaver's offline only", kinds)
+	}
+	m := members(t, other, "r1")
+	if len(m) != 6 || m["newbie"] != 1 || m["leaver"] != 0 {
+		t.Fatalf("members %v, want the stayers and newbie", m)
+	}
+}
+
+// tm is the timing of the tests' stores.
+func tm(testing.TB) presence.Timing { return testTiming }
+
+// After Redis lost its data, a node's sessions are restored silently by
+// whichever of its refreshes comes first, however its heartbeat splits
+// them into batches: each batch remembers what its own sessions were
+// written in.
+func TestRestoreAcrossHeartbeatBatches(t *testing.T) {
+	rdb, srv := testredis.Client(t)
+	c := &collector{}
+	node := newStore(t, rdb, c)
+	a, b := ref("r1", "ann", "tab"), ref("r1", "bob", "tab")
+	touch(t, node, a, b)
+	srv.RestartEmpty(t)
+	for _, batch := range [][]presence.SessionRef{{a}, {b}} {
+		if _, err := node.Refresh(context.Background(), batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := c.All(); len(got) != 2 {
+		t.Fatalf("transitions %v, want the two first onlines only", got)
+	}
+	if m := members(t, node, "r1"); len(m) != 2 {
+		t.Fatalf("members %v", m)
+	}
+}
