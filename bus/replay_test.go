@@ -450,12 +450,8 @@ func TestSnapshotThenReplayMatchesStore(t *testing.T) {
 		query(t, e.nc, "members", `{"room":"room42","limit":1000}`, &fresh)
 		rm, _, _ := rep.state()
 		lm, _, _ := live.state()
-		ok := slices.Equal(users(fresh), want) && r.Seq() == fresh.RoomSeq &&
+		return slices.Equal(users(fresh), want) && r.Seq() == fresh.RoomSeq &&
 			slices.Equal(rm, want) && slices.Equal(lm, want)
-		if !ok {
-			t.Logf("DEBUG fresh %v seq %d/%d rep %v live %v", users(fresh), r.Seq(), fresh.RoomSeq, rm, lm)
-		}
-		return ok
 	})
 
 	// Replay delivered exactly the transitions after the snapshot, once
