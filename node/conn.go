@@ -290,7 +290,7 @@ func (c *conn) cleanup(err error) {
 		cancel()
 		switch {
 		case rerr != nil:
-			n.log.Warn("node: release failed; the session ends at its TTL", "room", room, "user", c.user, "session", c.session, "err", rerr)
+			n.log.Warn("node: release failed; retried until the store answers", "room", room, "user", c.user, "session", c.session, "err", rerr)
 		case released:
 			n.metrics.leaves.WithLabelValues("close").Inc()
 		case keep:
@@ -478,9 +478,9 @@ func (c *conn) drop(ctx context.Context, i int, why string) {
 	c.rooms = slices.Delete(c.rooms, i, i+1)
 	c.n.hub.remove(room, c)
 	// The node no longer holds the session either way; a failed release
-	// only means it ends at its TTL instead of after the grace.
+	// is retried until the store answers.
 	if released, err := c.n.sched.unhold(ctx, c.ref(room), c, true); err != nil {
-		c.n.log.Warn("node: release failed; the session ends at its TTL", "room", room, "user", c.user, "err", err)
+		c.n.log.Warn("node: release failed; retried until the store answers", "room", room, "user", c.user, "err", err)
 	} else if released {
 		c.n.metrics.leaves.WithLabelValues(why).Inc()
 	}

@@ -43,6 +43,14 @@ type scheduler struct {
 	refs  map[presence.SessionRef]*hbEntry
 	slots [][]presence.SessionRef
 	locks map[presence.SessionRef]*refLock
+	// pending are releases that failed (the store was out of reach):
+	// retried every tick until the store answers, and before any new
+	// claim of the session, so a departure is never dropped and a late
+	// release never ends a later claim.
+	pending map[presence.SessionRef]struct{}
+	// behind are slots whose last refresh failed: refreshed again at once
+	// after the next refresh that succeeds.
+	behind map[int]struct{}
 }
 
 // owner is a connection holding a session; the scheduler tells it when
@@ -65,9 +73,11 @@ func newScheduler(store Store, period time.Duration, nslots, batch int, timeout 
 	return &scheduler{
 		store: store, period: period, batch: batch, timeout: timeout, log: log, observe: observe,
 		moved: func([]owner) {}, taken: func([]presence.SessionRef) {},
-		refs:  map[presence.SessionRef]*hbEntry{},
-		slots: make([][]presence.SessionRef, nslots),
-		locks: map[presence.SessionRef]*refLock{},
+		refs:    map[presence.SessionRef]*hbEntry{},
+		slots:   make([][]presence.SessionRef, nslots),
+		locks:   map[presence.SessionRef]*refLock{},
+		pending: map[presence.SessionRef]struct{}{},
+		behind:  map[int]struct{}{},
 	}
 }
 
@@ -129,6 +139,9 @@ func (s *scheduler) forget(r presence.SessionRef, e *hbEntry) {
 func (s *scheduler) hold(ctx context.Context, r presence.SessionRef, o owner) error {
 	unlock := s.lockRef(r)
 	defer unlock()
+	if err := s.retryRelease(ctx, r); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	e := s.refs[r]
 	if e == nil {
@@ -199,7 +212,58 @@ func (s *scheduler) unhold(ctx context.Context, r presence.SessionRef, o owner, 
 	// A refresh that copied r before it was dropped may still be under
 	// way: the store's release leaves a tombstone that keeps it from
 	// bringing r back, so the release need not wait for it.
-	return true, s.store.Release(ctx, r)
+	err := s.store.Release(ctx, r)
+	if err != nil {
+		s.mu.Lock()
+		s.pending[r] = struct{}{}
+		s.mu.Unlock()
+	}
+	return true, err
+}
+
+// retryRelease sends r's failed release again, if it has one. The
+// session's refLock is held.
+func (s *scheduler) retryRelease(ctx context.Context, r presence.SessionRef) error {
+	s.mu.Lock()
+	_, ok := s.pending[r]
+	s.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	if err := s.store.Release(ctx, r); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	delete(s.pending, r)
+	s.mu.Unlock()
+	return nil
+}
+
+// retryReleases retries every failed release, until one fails again.
+func (s *scheduler) retryReleases(ctx context.Context) {
+	s.mu.Lock()
+	refs := make([]presence.SessionRef, 0, len(s.pending))
+	for r := range s.pending {
+		refs = append(refs, r)
+	}
+	s.mu.Unlock()
+	for _, r := range refs {
+		unlock := s.lockRef(r)
+		tctx, cancel := context.WithTimeout(ctx, s.timeout)
+		err := s.retryRelease(tctx, r)
+		cancel()
+		unlock()
+		if err != nil {
+			return // the store is still out of reach
+		}
+	}
+}
+
+// pendingReleases reports the releases waiting to be retried.
+func (s *scheduler) pendingReleases() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.pending)
 }
 
 // held reports the number of sessions held.
@@ -240,14 +304,38 @@ func (s *scheduler) run(ctx context.Context) {
 		for ; done < due && ctx.Err() == nil; done++ {
 			s.touchSlot(ctx, int(done%n))
 		}
+		s.catchUp(ctx)
+		if s.pendingReleases() > 0 {
+			s.retryReleases(ctx)
+		}
 	}
 }
 
-// touchSlot refreshes every session of slot i, in batches.
-func (s *scheduler) touchSlot(ctx context.Context, i int) {
+// catchUp refreshes at once the slots whose refresh failed, once the
+// store answers again: after an outage every session is refreshed within
+// a tick, not only in its slot's turn.
+func (s *scheduler) catchUp(ctx context.Context) {
+	s.mu.Lock()
+	var slots []int
+	for i := range s.behind {
+		slots = append(slots, i)
+	}
+	s.mu.Unlock()
+	for _, i := range slots {
+		if !s.touchSlot(ctx, i) {
+			return
+		}
+	}
+}
+
+// touchSlot refreshes every session of slot i, in batches, and reports
+// whether they all went through. A slot that failed is behind until one
+// of its refreshes succeeds.
+func (s *scheduler) touchSlot(ctx context.Context, i int) bool {
 	s.mu.Lock()
 	refs := slices.Clone(s.slots[i])
 	s.mu.Unlock()
+	ok := true
 	for len(refs) > 0 {
 		b := refs[:min(len(refs), s.batch)]
 		refs = refs[len(b):]
@@ -255,9 +343,18 @@ func (s *scheduler) touchSlot(ctx context.Context, i int) {
 		err := s.refresh(ctx, b)
 		s.observe(time.Since(start), len(b), err)
 		if err != nil && ctx.Err() == nil {
+			ok = false
 			s.log.Warn("node: heartbeat refresh failed; sessions expire after their TTL if this persists", "slot", i, "sessions", len(b), "err", err)
 		}
 	}
+	s.mu.Lock()
+	if ok {
+		delete(s.behind, i)
+	} else {
+		s.behind[i] = struct{}{}
+	}
+	s.mu.Unlock()
+	return ok
 }
 
 // verify refreshes the given sessions if they are held here, at once: a

@@ -27,6 +27,7 @@ type fakeStore struct {
 	gate        chan struct{}
 	refreshGate chan struct{}
 	fail        error
+	releaseFail error
 	lost        []presence.SessionRef
 }
 
@@ -77,8 +78,24 @@ func (f *fakeStore) touch(claim bool, refs []presence.SessionRef) (presence.Touc
 func (f *fakeStore) Release(_ context.Context, r presence.SessionRef) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.releaseFail != nil {
+		f.log = append(f.log, "release-failed "+r.Session)
+		return f.releaseFail
+	}
 	f.log = append(f.log, "release "+r.Session)
 	return nil
+}
+
+func (f *fakeStore) setReleaseFail(err error) {
+	f.mu.Lock()
+	f.releaseFail = err
+	f.mu.Unlock()
+}
+
+func (f *fakeStore) calledLog() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return fmt.Sprint(f.log)
 }
 
 func (f *fakeStore) SetState(context.Context, presence.SessionRef, json.RawMessage) (bool, error) {
@@ -358,4 +375,86 @@ func TestReleaseAndJoinDoNotWaitForTheHeartbeat(t *testing.T) {
 	}
 	close(gate)
 	<-touched
+}
+
+// A release that fails (the store is out of reach) is not dropped: it is
+// retried until the store answers, so the departure is announced.
+func TestAFailedReleaseIsRetried(t *testing.T) {
+	fs := &fakeStore{}
+	s := newTestScheduler(fs, time.Second, 1, 100)
+	ctx := context.Background()
+	o := holdAll(t, s, refN(1))
+	fs.setReleaseFail(errors.New("redis down"))
+	if _, err := s.unhold(ctx, refN(1), o, true); err == nil {
+		t.Fatal("the release did not fail")
+	}
+	s.retryReleases(ctx)
+	if s.pendingReleases() != 1 {
+		t.Fatal("a release still failing was dropped")
+	}
+	fs.setReleaseFail(nil)
+	s.retryReleases(ctx)
+	if s.pendingReleases() != 0 {
+		t.Fatal("the retried release is still pending")
+	}
+	if got := fs.calledLog(); got != "[claim-start 0 claim-end 0 release-failed s001 release-failed s001 release s001]" {
+		t.Fatalf("store calls: %s", got)
+	}
+}
+
+// A join of a session whose release failed sends that release first: a
+// release that reached the store after the new claim would end it.
+func TestAClaimSendsAFailedReleaseFirst(t *testing.T) {
+	fs := &fakeStore{}
+	s := newTestScheduler(fs, time.Second, 1, 100)
+	ctx := context.Background()
+	o := holdAll(t, s, refN(1))
+	fs.setReleaseFail(errors.New("redis down"))
+	_, _ = s.unhold(ctx, refN(1), o, true)
+	if err := s.hold(ctx, refN(1), o); err == nil {
+		t.Fatal("a join went ahead of a release that still fails")
+	}
+	fs.setReleaseFail(nil)
+	if err := s.hold(ctx, refN(1), o); err != nil {
+		t.Fatal(err)
+	}
+	if got := fs.calledLog(); got != "[claim-start 0 claim-end 0 release-failed s001 release-failed s001 release s001 claim-start 1 claim-end 1]" {
+		t.Fatalf("store calls: %s", got)
+	}
+}
+
+// Slots whose refresh failed are refreshed again at once when the store
+// answers: after an outage every session is refreshed within a tick,
+// not in its slot's next turn.
+func TestFailedSlotsCatchUpWhenTheStoreAnswers(t *testing.T) {
+	fs := &fakeStore{}
+	s := newTestScheduler(fs, time.Second, 4, 100)
+	holdAll(t, s, refsN(8)...)
+	ctx := context.Background()
+	fs.mu.Lock()
+	fs.fail = errors.New("redis down")
+	fs.mu.Unlock()
+	for i := range 4 {
+		s.touchSlot(ctx, i)
+	}
+	fs.mu.Lock()
+	fs.fail = nil
+	fs.mu.Unlock()
+	before := len(fs.calls())
+	s.touchSlot(ctx, 0)
+	s.catchUp(ctx)
+	refreshed := map[presence.SessionRef]bool{}
+	for _, c := range fs.calls()[before:] {
+		for _, r := range c.refs {
+			refreshed[r] = true
+		}
+	}
+	if len(refreshed) != 8 {
+		t.Fatalf("%d of 8 sessions refreshed after the outage, want all", len(refreshed))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.behind) != 0 {
+		t.Fatalf("slots still behind: %v", s.behind)
+	}
 }

@@ -52,6 +52,8 @@ func newMetrics(reg prometheus.Registerer, n *Node) (*metrics, error) {
 	cs := []prometheus.Collector{
 		m.joins, m.leaves, m.touchSeconds, m.touchErrors, m.rejectedFrames, m.rejectedConns, m.closes,
 		m.resyncs, m.snapshotReads, m.forwarded, m.badEvents, m.overloaded,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "pending_releases",
+			Help: "Releases that failed (the store out of reach) and are retried until it answers."}, func() float64 { return float64(n.sched.pendingReleases()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "inflight_requests",
 			Help: "Client requests waiting on the store now."}, func() float64 { return float64(len(n.inflight)) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "connections",

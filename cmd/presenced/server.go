@@ -82,7 +82,9 @@ func natsAuth(creds, ca string) ([]nats.Option, error) {
 }
 
 // newRedis returns a client for a redis:// URL or a list of addresses; a
-// list of several, or cluster, means Redis Cluster.
+// list of several, or cluster, means Redis Cluster. Contexts bound every
+// call (ContextTimeoutEnabled): a stalled Redis must not hold a heartbeat,
+// a join or a health check longer than its deadline.
 func newRedis(spec string, cluster bool) (redis.UniversalClient, error) {
 	if strings.Contains(spec, "://") {
 		if cluster {
@@ -90,19 +92,21 @@ func newRedis(spec string, cluster bool) (redis.UniversalClient, error) {
 			if err != nil {
 				return nil, &usageError{fmt.Sprintf("--redis %q: %v", spec, err)}
 			}
+			o.ContextTimeoutEnabled = true
 			return redis.NewClusterClient(o), nil
 		}
 		o, err := redis.ParseURL(spec)
 		if err != nil {
 			return nil, &usageError{fmt.Sprintf("--redis %q: %v", spec, err)}
 		}
+		o.ContextTimeoutEnabled = true
 		return redis.NewClient(o), nil
 	}
 	addrs := strings.Split(spec, ",")
 	if cluster || len(addrs) > 1 {
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs}), nil
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true}), nil
 	}
-	return redis.NewClient(&redis.Options{Addr: addrs[0]}), nil
+	return redis.NewClient(&redis.Options{Addr: addrs[0], ContextTimeoutEnabled: true}), nil
 }
 
 // serve runs one edge node until ctx is done, then drains it: clients are
