@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -23,11 +24,22 @@ const publishWindow = 256
 
 // Publisher stores a region's transitions in its stream. It is the
 // region.Sink of the regional store, and is safe for concurrent use.
+//
+// It publishes on the ingest subjects (IngestSubject), where only the
+// stream listens: a transition reaches subscribers of presence.> when, and
+// only when, it is stored, so a failed or repeated publish delivers
+// nothing twice, and a subscriber that replies to what it receives cannot
+// be taken for the stream's acknowledgement. If the stream is gone (the
+// JetStream store was lost), the publisher creates it again and retries.
 type Publisher struct {
 	js         jetstream.JetStream
 	region     string
 	stream     string
 	ackTimeout time.Duration
+	config     StreamConfig
+
+	mu      sync.Mutex
+	lastErr error // of the last Publish; nil once one succeeds
 }
 
 // PublisherOption configures a Publisher.
@@ -43,14 +55,38 @@ func WithAckTimeout(d time.Duration) PublisherOption {
 	}
 }
 
+// WithStreamConfig is the configuration the publisher creates the
+// region's stream with if it finds it gone (default: StreamConfig with
+// the region and defaults). Give it the one EnsureStream was given.
+func WithStreamConfig(c StreamConfig) PublisherOption {
+	return func(p *Publisher) { p.config = c }
+}
+
 // NewPublisher returns a Publisher for region's stream (see EnsureStream).
 // An invalid region makes every Publish fail.
 func NewPublisher(js jetstream.JetStream, region string, opts ...PublisherOption) *Publisher {
-	p := &Publisher{js: js, region: region, stream: StreamName(region), ackTimeout: DefaultAckTimeout}
+	p := &Publisher{js: js, region: region, stream: StreamName(region), ackTimeout: DefaultAckTimeout,
+		config: StreamConfig{Region: region}}
 	for _, o := range opts {
 		o(p)
 	}
+	p.config.Region = region
 	return p
+}
+
+// Err reports why the last Publish failed, or nil if it succeeded:
+// while it is not nil, transitions wait in the regional store's outbox.
+func (p *Publisher) Err() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lastErr
+}
+
+// streamGone reports whether a publish error means no stream listens on
+// the ingest subjects (or the one there is not the region's).
+func streamGone(err error) bool {
+	return errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrStreamNotFound)
 }
 
 // Publish stores ts in the stream, in slice order, and returns the stream
@@ -59,6 +95,24 @@ func NewPublisher(js jetstream.JetStream, region string, opts ...PublisherOption
 // is acknowledged with the original sequence. On error some of ts may be
 // stored; publishing the whole batch again is safe.
 func (p *Publisher) Publish(ctx context.Context, ts []presence.Transition) (uint64, error) {
+	seq, err := p.publish(ctx, ts)
+	if err != nil && streamGone(err) {
+		// The stream is gone (its JetStream store was lost): this node
+		// owns it, so it makes it again, then sends the batch once more.
+		// Nothing of the failed attempt reached any subscriber.
+		if _, eerr := EnsureStream(ctx, p.js, p.config); eerr == nil {
+			seq, err = p.publish(ctx, ts)
+		} else {
+			err = errors.Join(err, eerr)
+		}
+	}
+	p.mu.Lock()
+	p.lastErr = err
+	p.mu.Unlock()
+	return seq, err
+}
+
+func (p *Publisher) publish(ctx context.Context, ts []presence.Transition) (uint64, error) {
 	if p.js == nil {
 		return 0, errors.New("bus: publish: publisher has no JetStream context")
 	}
@@ -82,7 +136,7 @@ func (p *Publisher) Publish(ctx context.Context, ts []presence.Transition) (uint
 		if err != nil {
 			return 0, fmt.Errorf("bus: publish: %w", err)
 		}
-		msgs[i] = &nats.Msg{Subject: EventSubject(t), Data: data, Header: nats.Header{}}
+		msgs[i] = &nats.Msg{Subject: IngestSubject(t), Data: data, Header: nats.Header{}}
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, p.ackTimeout)

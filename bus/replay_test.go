@@ -23,7 +23,7 @@ import (
 // the duplicate window would.
 func publishRaw(tb testing.TB, e *env, t presence.Transition) {
 	tb.Helper()
-	if _, err := e.js.Publish(context.Background(), bus.EventSubject(t), []byte(mustEncode(tb, t))); err != nil {
+	if _, err := e.js.Publish(context.Background(), bus.IngestSubject(t), []byte(mustEncode(tb, t))); err != nil {
 		tb.Fatal(err)
 	}
 }
@@ -53,7 +53,7 @@ func TestReplayOrdersAndDedupes(t *testing.T) {
 	publishRaw(t, e, tr("eu", "room42", "u1", presence.Online, 1)) // in the snapshot
 	publish(t, e, tr("eu", "room7", "u1", presence.Online, 3))     // another room
 	publish(t, e, tr("eu", "room42", "u3", presence.Online, 4))    // ahead of 3: held
-	if err := e.nc.Publish("presence.eu.room42.online.u9", []byte("garbage")); err != nil {
+	if err := e.nc.Publish("presence-in.eu.room42.online.u9", []byte("garbage")); err != nil {
 		t.Fatal(err)
 	}
 	publish(t, e, tr("eu", "room42", "u2", presence.Offline, 3))

@@ -75,19 +75,25 @@ func (c StreamConfig) Validate() error {
 	return nil
 }
 
-// JetStream returns the stream configuration EnsureStream applies.
+// JetStream returns the stream configuration EnsureStream applies: it
+// takes what nodes publish on presence-in.<region>.>, stores it as
+// presence.<region>.> and republishes each stored message there (see
+// IngestRoot).
 func (c StreamConfig) JetStream() jetstream.StreamConfig {
+	stored := RegionFilter(c.Region)
 	return jetstream.StreamConfig{
-		Name:        StreamName(c.Region),
-		Description: "presence transitions of region " + c.Region,
-		Subjects:    []string{RegionFilter(c.Region)},
-		Retention:   jetstream.LimitsPolicy,
-		Discard:     jetstream.DiscardOld,
-		MaxAge:      c.MaxAge,
-		Storage:     c.Storage,
-		Replicas:    c.Replicas,
-		Duplicates:  DuplicateWindow,
-		AllowDirect: true,
+		Name:             StreamName(c.Region),
+		Description:      "presence transitions of region " + c.Region,
+		Subjects:         []string{IngestFilter(c.Region)},
+		SubjectTransform: &jetstream.SubjectTransformConfig{Source: IngestFilter(c.Region), Destination: stored},
+		RePublish:        &jetstream.RePublish{Source: stored, Destination: stored},
+		Retention:        jetstream.LimitsPolicy,
+		Discard:          jetstream.DiscardOld,
+		MaxAge:           c.MaxAge,
+		Storage:          c.Storage,
+		Replicas:         c.Replicas,
+		Duplicates:       DuplicateWindow,
+		AllowDirect:      true,
 	}
 }
 

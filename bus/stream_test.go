@@ -21,7 +21,11 @@ func TestStreamConfigDefaults(t *testing.T) {
 		t.Fatalf("defaults invalid: %v", err)
 	}
 	js := c.JetStream()
-	if js.Name != "PRESENCE_eu" || len(js.Subjects) != 1 || js.Subjects[0] != "presence.eu.>" ||
+	// Nodes publish on presence-in.eu.>; the stream stores and then
+	// republishes on presence.eu.>.
+	if js.Name != "PRESENCE_eu" || len(js.Subjects) != 1 || js.Subjects[0] != "presence-in.eu.>" ||
+		js.SubjectTransform == nil || js.SubjectTransform.Destination != "presence.eu.>" ||
+		js.RePublish == nil || js.RePublish.Source != "presence.eu.>" || js.RePublish.Destination != "presence.eu.>" ||
 		js.Duplicates != 2*time.Minute || js.Retention != jetstream.LimitsPolicy || js.MaxAge != 24*time.Hour {
 		t.Fatalf("stream config: %+v", js)
 	}
@@ -72,7 +76,7 @@ func TestEnsureStreamIdempotent(t *testing.T) {
 	}
 	i2 := streamInfo(t, s2)
 	if !i1.Created.Equal(i2.Created) || i2.Config.MaxAge != time.Hour || i2.Config.Duplicates != 2*time.Minute ||
-		i2.Config.Subjects[0] != "presence.eu.>" || i2.Config.Storage != jetstream.FileStorage {
+		i2.Config.Subjects[0] != "presence-in.eu.>" || i2.Config.Storage != jetstream.FileStorage {
 		t.Fatalf("second call changed the stream: %+v -> %+v", i1.Config, i2.Config)
 	}
 	// A changed setting is applied in place.

@@ -16,6 +16,14 @@ const GlobalRegion = "global"
 // APIRoot is the first token of query service subjects.
 const APIRoot = "presence-api"
 
+// IngestRoot is the first token of the subjects nodes publish transitions
+// on: presence-in.<region>.<room>.<kind>.<user>. Only the region's stream
+// listens there. It stores each transition as
+// presence.<region>.<room>.<kind>.<user> and, once stored, republishes it
+// there: subscribers of presence.> see each stored transition once, in
+// stream order, and nothing that was not stored.
+const IngestRoot = "presence-in"
+
 // ValidateRegion checks a region name for use on the bus: a valid id that
 // is not the reserved global token.
 func ValidateRegion(region string) error {
@@ -32,6 +40,14 @@ func ValidateRegion(region string) error {
 func EventSubject(t presence.Transition) string {
 	return Root + "." + t.Region + "." + t.Room + "." + string(t.Kind) + "." + t.User
 }
+
+// IngestSubject is the subject a node publishes a transition on.
+func IngestSubject(t presence.Transition) string {
+	return IngestRoot + "." + t.Region + "." + t.Room + "." + string(t.Kind) + "." + t.User
+}
+
+// IngestFilter matches every transition a region's nodes publish.
+func IngestFilter(region string) string { return IngestRoot + "." + region + ".>" }
 
 // RoomFilter matches every transition of one room in one region (or, with
 // GlobalRegion, of the room's global view).

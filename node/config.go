@@ -71,6 +71,11 @@ type Config struct {
 	// for one heartbeat batch. Default 5s.
 	StoreTimeout time.Duration
 
+	// Checks are more health checks, by name: while one returns an error
+	// the node reports itself degraded (503), e.g. "stream" while
+	// transitions cannot be stored.
+	Checks map[string]func() error
+
 	Logger *slog.Logger // default slog.Default()
 	// Metrics receives the node's collectors. Default: a new registry.
 	// /metrics serves it when it is also a prometheus.Gatherer.

@@ -81,9 +81,10 @@ type room struct {
 
 // flight is one snapshot read shared by the joiners waiting for it.
 type flight struct {
-	done chan struct{}
-	snap presence.Snapshot
-	err  error
+	done    chan struct{}
+	snap    presence.Snapshot
+	err     error
+	waiters int // joiners waiting for it, under hub.mu
 }
 
 // member is one connection in a room. Until its snapshot is sent it is
@@ -266,6 +267,7 @@ func (h *hub) freshSnapshot(ctx context.Context, name string) (presence.Snapshot
 			r.queued = f
 		}
 	}
+	f.waiters++
 	h.mu.Unlock()
 	select {
 	case <-f.done:

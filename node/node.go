@@ -356,6 +356,9 @@ type Health struct {
 	NATS   string `json:"nats"`
 	Store  string `json:"store"` // ok, or why the store did not answer a ping
 
+	// Checks are the configured checks that fail, with why.
+	Checks map[string]string `json:"checks,omitempty"`
+
 	Connections int64 `json:"connections"`
 	Sessions    int   `json:"sessions"`
 	Rooms       int   `json:"rooms"`
@@ -371,18 +374,28 @@ type Pinger interface {
 const healthPingTimeout = time.Second
 
 // serveHealth answers 200 while the node accepts connections, NATS is
-// connected and the store answers a ping, else 503, so a load balancer
+// connected, the store answers a ping and every configured check passes,
+// else 503, so a load balancer
 // stops sending clients to a draining node or to one whose joins would
 // fail.
 func (n *Node) serveHealth(w http.ResponseWriter, r *http.Request) {
 	h := Health{NATS: n.cfg.NATS.Status().String(), Store: "ok", Connections: n.open.Load(), Sessions: n.sched.held(), Rooms: n.hub.count()}
-	storeOK := true
+	healthy := true
 	if p, ok := n.cfg.Store.(Pinger); ok {
 		ctx, cancel := context.WithTimeout(r.Context(), healthPingTimeout)
 		if err := p.Ping(ctx); err != nil {
-			h.Store, storeOK = err.Error(), false
+			h.Store, healthy = err.Error(), false
 		}
 		cancel()
+	}
+	for name, check := range n.cfg.Checks {
+		if err := check(); err != nil {
+			if h.Checks == nil {
+				h.Checks = map[string]string{}
+			}
+			h.Checks[name] = err.Error()
+			healthy = false
+		}
 	}
 	code := http.StatusServiceUnavailable
 	switch n.state.Load() {
@@ -390,7 +403,7 @@ func (n *Node) serveHealth(w http.ResponseWriter, r *http.Request) {
 		h.Status = "starting"
 	case stateRunning:
 		h.Status = "ok"
-		if n.cfg.NATS.IsConnected() && storeOK {
+		if n.cfg.NATS.IsConnected() && healthy {
 			code = http.StatusOK
 		} else {
 			h.Status = "degraded"

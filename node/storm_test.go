@@ -57,20 +57,30 @@ func TestJoinStormSharesSnapshotReads(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	// Every join is in the store, and the first read is held: the
-	// joiners wait for reads now.
-	waitFor(t, 5*time.Second, "40 joins in the store", func() bool {
-		n, err := e.store.Count(context.Background(), "storm")
-		return err == nil && n == joiners
+	// The first read is held: every joiner waits on it or on the next.
+	waitFor(t, 10*time.Second, "40 joiners waiting for snapshot reads", func() bool {
+		n.hub.mu.Lock()
+		defer n.hub.mu.Unlock()
+		r := n.hub.rooms["storm"]
+		if r == nil {
+			return false
+		}
+		waiting := 0
+		for _, f := range []*flight{r.reading, r.queued} {
+			if f != nil {
+				waiting += f.waiters
+			}
+		}
+		return waiting == joiners
 	})
 	close(cs.gate)
 	for i, c := range clients {
 		snaps[i] = c.expect("snapshot")
 	}
-	reads := cs.snapshots.Load()
-	if reads > 4 {
-		t.Fatalf("%d snapshot reads for %d joiners, want them shared (2, or a few more for joiners slow to ask)", reads, joiners)
+	if reads := cs.snapshots.Load(); reads != 2 {
+		t.Fatalf("%d snapshot reads for %d joiners, want 2: the one under way and one for all who asked meanwhile", reads, joiners)
 	}
+	reads := cs.snapshots.Load()
 	// Each snapshot has its own joiner; with the events after it, every
 	// client ends up knowing all 40.
 	for i, f := range snaps {

@@ -158,3 +158,72 @@ func TestRestoreAcrossHeartbeatBatches(t *testing.T) {
 		t.Fatalf("members %v", m)
 	}
 }
+
+// The bus is out of reach while 1,500 users leave one room: nothing is
+// dropped; once it is back every departure is delivered, in order.
+func TestALongBusOutageLosesNoTransition(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	s := newStore(t, rdb, c)
+	var refs []presence.SessionRef
+	for i := range 1500 {
+		refs = append(refs, ref("r1", fmt.Sprintf("u%04d", i), "tab"))
+	}
+	for i := 0; i < len(refs); i += 500 {
+		touch(t, s, refs[i:i+500]...)
+	}
+	c.down.Store(true)
+	for _, r := range refs {
+		release(t, s, r)
+	}
+	waitRedisPast(t, rdb, redisNow(t, rdb).Add(testTiming.OfflineGrace))
+	reap(t, s) // the departures go to the outbox; the sink refuses them
+	c.down.Store(false)
+	startReaper(t, s)
+	waitFor(t, 30*time.Second, "every departure", func() bool {
+		return offlines(c) == 1500
+	})
+	seqs := map[uint64]bool{}
+	for _, tr := range c.All() {
+		if seqs[tr.Seq] {
+			t.Fatalf("seq %d delivered twice", tr.Seq)
+		}
+		seqs[tr.Seq] = true
+	}
+	if len(seqs) != 3000 {
+		t.Fatalf("%d distinct transitions, want 3000", len(seqs))
+	}
+}
+
+func offlines(c *collector) int {
+	n := 0
+	for _, tr := range c.All() {
+		if tr.Kind == presence.Offline {
+			n++
+		}
+	}
+	return n
+}
+
+// With a cap on the outbox, an overflow drops the undelivered events and
+// starts a new epoch with the event that overflowed: readers that missed
+// them learn it from that event and take a new snapshot.
+func TestAnOutboxAtItsCapStartsANewEpoch(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	s := newStore(t, rdb, c, func(o *Options) { o.MaxOutbox = 10 })
+	touch(t, s, ref("r1", "first", "tab"))
+	epoch := c.All()[0].Epoch
+	c.down.Store(true)
+	for i := range 15 {
+		touch(t, s, ref("r1", fmt.Sprintf("u%02d", i), "tab"))
+	}
+	c.down.Store(false)
+	startReaper(t, s)
+	waitFor(t, 10*time.Second, "the outbox delivered", func() bool { return len(c.All()) == 6 })
+	for i, tr := range c.All()[1:] {
+		if tr.Epoch <= epoch || tr.Seq != uint64(i+1) || tr.User != fmt.Sprintf("u%02d", 10+i) {
+			t.Fatalf("after the overflow: %v, want u10..u14 numbered 1..5 under a new epoch", c.All()[1:])
+		}
+	}
+}

@@ -51,9 +51,13 @@ type Options struct {
 	// share one.
 	Holder string
 
-	MaxBatch        int           // sessions per Touch; default 10000
-	ChunkSize       int           // sessions per script call; default 256
-	MaxOutbox       int           // unacknowledged events kept per room; default 1000
+	MaxBatch  int // sessions per Touch; default 10000
+	ChunkSize int // sessions per script call; default 256
+	// MaxOutbox caps the undelivered events kept per room. 0, the
+	// default, is no cap: nothing is dropped however long the bus is out
+	// of reach; Redis memory is the bound. At a cap the oldest go and the
+	// room starts a new epoch, which tells readers to take a new snapshot.
+	MaxOutbox       int
 	PublishLease    time.Duration // redeliver events unacknowledged this long; default 5s
 	LastSeenBuckets int           // hashes holding last-seen times; default 1024
 	Logger          *slog.Logger
@@ -124,7 +128,6 @@ func New(rdb redis.UniversalClient, opt Options) (*Store, error) {
 	}
 	def(&opt.MaxBatch, 10000)
 	def(&opt.ChunkSize, 256)
-	def(&opt.MaxOutbox, 1000)
 	def(&opt.LastSeenBuckets, 1024)
 	if opt.PublishLease == 0 {
 		opt.PublishLease = 5 * time.Second

@@ -164,8 +164,9 @@ func serve(ctx context.Context, cfg serverConfig) (err error) {
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
+	streamCfg := bus.StreamConfig{Region: cfg.Region, MaxAge: cfg.StreamMaxAge}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	_, err = bus.EnsureStream(sctx, js, bus.StreamConfig{Region: cfg.Region, MaxAge: cfg.StreamMaxAge})
+	_, err = bus.EnsureStream(sctx, js, streamCfg)
 	cancel()
 	if err != nil {
 		return err
@@ -183,7 +184,8 @@ func serve(ctx context.Context, cfg serverConfig) (err error) {
 	if err != nil {
 		return fmt.Errorf("redis %s: %w", cfg.Redis, err)
 	}
-	store, err := region.New(rdb, region.Options{Region: cfg.Region, Timing: cfg.Timing, Sink: bus.NewPublisher(js, cfg.Region), Logger: lg})
+	publisher := bus.NewPublisher(js, cfg.Region, bus.WithStreamConfig(streamCfg))
+	store, err := region.New(rdb, region.Options{Region: cfg.Region, Timing: cfg.Timing, Sink: publisher, Logger: lg})
 	if err != nil {
 		return err
 	}
@@ -235,6 +237,7 @@ func serve(ctx context.Context, cfg serverConfig) (err error) {
 	n, err := node.New(node.Config{
 		Region: cfg.Region, Store: store, NATS: nc, Timing: cfg.Timing, Global: globalView,
 		Auth: cfg.Auth, Limits: cfg.Limits, Logger: lg, Metrics: reg,
+		Checks: map[string]func() error{"stream": publisher.Err},
 	})
 	if err != nil {
 		return err

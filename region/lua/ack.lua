@@ -17,7 +17,13 @@ local n = 0
 for i = 5, #ARGV do
   n = n + redis.call('LREM', r.o, 1, ARGV[i])
 end
-if n > 0 and redis.call('LLEN', r.o) == 0 then
-  reindex(KEYS[1], r, room, now, lease, nil)
+if n > 0 then
+  if redis.call('LLEN', r.o) == 0 then
+    reindex(KEYS[1], r, room, now, lease, nil)
+  elseif #stale(r, now, lease) > 0 then
+    -- A backlog from an outage of the bus: the next sweep sends more at
+    -- once, rather than a lease later.
+    redis.call('ZADD', KEYS[1], 'LT', now, room)
+  end
 end
 return n

@@ -188,17 +188,22 @@ local emitted = 0
 -- emit appends one event to the outbox: '|'-separated fields, the state JSON
 -- (which may contain '|') last. Ids cannot contain '|'.
 local function emit(r, now, kind, reason, user, sessions, sid, state, maxo)
-  local seq = redis.call('HINCRBY', r.m, 'seq', 1)
-  local epoch = redis.call('HGET', r.m, 'epoch')
+  local epoch = tonumber(redis.call('HGET', r.m, 'epoch'))
   if not epoch then
     epoch = now
-    redis.call('HSET', r.m, 'epoch', now)
+    redis.call('HSET', r.m, 'epoch', epoch)
+  elseif maxo > 0 and redis.call('LLEN', r.o) >= maxo then
+    -- The outbox is at its cap (the bus has been out of reach that
+    -- long): its events go, and the room starts a new numbering with
+    -- this one, which tells readers that missed them to take a new
+    -- snapshot. Without a cap (the default) nothing is ever dropped.
+    redis.call('DEL', r.o)
+    epoch = math.max(now, epoch + 1)
+    redis.call('HSET', r.m, 'epoch', epoch, 'seq', 0, 'jsroom', 0)
   end
+  local seq = redis.call('HINCRBY', r.m, 'seq', 1)
   redis.call('RPUSH', r.o, seq .. '|' .. epoch .. '|' .. kind .. '|' .. reason .. '|' ..
     user .. '|' .. sessions .. '|' .. now .. '|' .. (sid or '') .. '|' .. (state or ''))
-  if redis.call('LLEN', r.o) > maxo then
-    redis.call('LTRIM', r.o, -maxo, -1)
-  end
   emitted = emitted + 1
 end
 
@@ -391,11 +396,15 @@ local function reindex(idx, r, room, now, lease, hold)
   end
 end
 
--- stale returns the outbox entries older than lease: ones whose publisher
--- should have acknowledged them by now.
+-- STALE_BATCH bounds the outbox entries one reap hands back for
+-- redelivery: after a long outage of the bus a room's outbox can be long.
+local STALE_BATCH = 1000
+
+-- stale returns the oldest outbox entries older than lease: ones whose
+-- publisher should have acknowledged them by now.
 local function stale(r, now, lease)
   local out = {}
-  for _, e in ipairs(redis.call('LRANGE', r.o, 0, -1)) do
+  for _, e in ipairs(redis.call('LRANGE', r.o, 0, STALE_BATCH - 1)) do
     local t = tonumber(string.match(e, '^[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|(%d+)'))
     if t and t <= now - lease then
       out[#out + 1] = e
