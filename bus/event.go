@@ -39,6 +39,19 @@ type Event struct {
 	State    json.RawMessage `json:"state,omitempty"`
 }
 
+// atLayout is the format of at: RFC 3339 in UTC with exactly three
+// fractional digits (milliseconds), zeros kept.
+const atLayout = "2006-01-02T15:04:05.000Z"
+
+// MarshalJSON writes at with atLayout; the rest as tagged.
+func (e Event) MarshalJSON() ([]byte, error) {
+	type wire Event // no methods: no recursion
+	return json.Marshal(struct {
+		wire
+		At string `json:"at"`
+	}{wire(e), e.At.UTC().Format(atLayout)})
+}
+
 // EncodeEvent returns the version 1 JSON of t.
 func EncodeEvent(t presence.Transition) ([]byte, error) {
 	if t.ID == "" || !t.Kind.Valid() {

@@ -71,3 +71,21 @@ func TestSubjects(t *testing.T) {
 		t.Fatal("global accepted as a region")
 	}
 }
+
+// at always has three fractional digits, trailing zeros included.
+func TestEventTimeHasMilliseconds(t *testing.T) {
+	for at, want := range map[time.Time]string{
+		time.Date(2026, 11, 29, 12, 41, 22, 200e6, time.UTC):                      `"at":"2026-11-29T12:41:22.200Z"`,
+		time.Date(2026, 11, 29, 12, 41, 22, 0, time.UTC):                          `"at":"2026-11-29T12:41:22.000Z"`,
+		time.Date(2026, 11, 29, 13, 41, 22, 123456789, time.FixedZone("x", 3600)): `"at":"2026-11-29T12:41:22.123Z"`,
+	} {
+		b, err := EncodeEvent(presence.Transition{ID: "eu/r/1/1", Region: "eu", Room: "r", User: "u", Kind: presence.Online, At: at})
+		if err != nil || !strings.Contains(string(b), want) {
+			t.Fatalf("%v: %s %v, want %s", at, b, err, want)
+		}
+		back, err := DecodeEvent(b)
+		if err != nil || !back.At.Equal(at.Truncate(time.Millisecond)) {
+			t.Fatalf("round trip of %v: %v %v", at, back.At, err)
+		}
+	}
+}

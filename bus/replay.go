@@ -29,6 +29,11 @@ type Replayer struct {
 	fn           func(presence.Transition)
 	notBefore    time.Time // set when the snapshot has no stream position
 	gapTimeout   time.Duration
+	ctx          context.Context
+	// resnapshot, when set, gives a fresh snapshot of the room, and apply
+	// replaces the follower's view with it (see WithResnapshot).
+	resnapshot func(context.Context) (presence.Snapshot, error)
+	apply      func(presence.Snapshot)
 
 	mu      sync.Mutex // held while fn runs
 	stopped bool
@@ -56,6 +61,20 @@ func WithGapTimeout(d time.Duration) ReplayOption {
 	}
 }
 
+// WithResnapshot makes the Replayer follow a new epoch of the room the way
+// BUS.md asks every reader to: when a transition of a later epoch than
+// the one it follows arrives, it takes a fresh snapshot with get, hands it
+// to apply (replace your view of the room with it), and goes on with the
+// transitions above the snapshot's RoomSeq. A new epoch means the room's
+// history before it is not complete for you (Redis lost its data, or an
+// outbox at its cap dropped events); this is the one thing it asks.
+// bus.NewClient(nc, region).Snapshot makes a get: for rooms larger than
+// a page, page through the members in get. get is retried until its
+// snapshot reaches the new epoch or the replay stops.
+func WithResnapshot(get func(context.Context) (presence.Snapshot, error), apply func(presence.Snapshot)) ReplayOption {
+	return func(r *Replayer) { r.resnapshot, r.apply = get, apply }
+}
+
 // Replay applies the snapshot + replay contract of presence.Snapshot: it
 // starts an ordered consumer on region's stream at snap.StreamSeq+1,
 // filtered to the room, skips the room's transitions with Seq <=
@@ -71,8 +90,10 @@ func WithGapTimeout(d time.Duration) ReplayOption {
 // transition that arrives above a missing Seq is held until the missing
 // one arrives, for at most the gap timeout, after which the missing one is
 // given up (and dropped if it comes later). Duplicates are dropped. When
-// the store restarts a quiet room's numbering (a new id epoch), the
-// Replayer follows it. With snap.StreamSeq == 0 (no transition of the room
+// the room's numbering restarts (a new epoch) the Replayer takes a new
+// snapshot if WithResnapshot says how; without it, it only follows the
+// new numbering from 1, which is right for a room that was simply empty
+// for a while but leaves the view wrong after Redis lost its data. With snap.StreamSeq == 0 (no transition of the room
 // acknowledged yet) the whole retained stream is read and transitions
 // older than snap.At are skipped.
 func Replay(ctx context.Context, js jetstream.JetStream, region, room string, snap presence.Snapshot, fn func(presence.Transition), opts ...ReplayOption) (*Replayer, error) {
@@ -86,7 +107,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, region, room string, sn
 		return nil, fmt.Errorf("bus: replay: snapshot is of %s/%s, not %s/%s", snap.Region, snap.Room, region, room)
 	}
 	r := &Replayer{
-		region: region, room: room, fn: fn,
+		region: region, room: room, fn: fn, ctx: ctx,
 		gapTimeout: DefaultGapTimeout,
 		next:       snap.RoomSeq + 1,
 		held:       map[uint64]presence.Transition{},
@@ -139,13 +160,41 @@ func (r *Replayer) handle(m jetstream.Msg) {
 	case t.Epoch < r.epoch:
 		return // a stray of an earlier numbering
 	case t.Epoch > r.epoch:
-		// A later numbering starts at 1.
 		for len(r.held) > 0 {
 			r.skipGap()
 		}
+		if r.resnapshot != nil {
+			snap, ok := r.freshSnapshot(t.Epoch)
+			if !ok {
+				return // stopped
+			}
+			r.apply(snap)
+			r.epoch, r.next = snap.Epoch, snap.RoomSeq+1
+			if t.Epoch < r.epoch {
+				return // the snapshot is of a later numbering still
+			}
+			break
+		}
+		// A later numbering starts at 1.
 		r.epoch, r.next = t.Epoch, 1
 	}
 	r.offer(t)
+}
+
+// freshSnapshot gets snapshots until one of at least epoch comes, or the
+// replay's context ends. r.mu is held: the consumer waits meanwhile.
+func (r *Replayer) freshSnapshot(epoch int64) (presence.Snapshot, bool) {
+	for {
+		snap, err := r.resnapshot(r.ctx)
+		if err == nil && snap.Epoch >= epoch {
+			return snap, true
+		}
+		select {
+		case <-r.ctx.Done():
+			return presence.Snapshot{}, false
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // offer delivers t if it is next, holds it if it is above a gap, and

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/presence"
@@ -148,68 +147,12 @@ func (a *Aggregator) RegionStatuses() []RegionStatus {
 }
 
 // QueryError is an error reply of the global query service.
-type QueryError struct {
-	Code        string // bus.CodeBadRequest or bus.CodeInternal
-	Description string
-}
-
-// Error implements error.
-func (e *QueryError) Error() string {
-	return fmt.Sprintf("global: query: %s %s", e.Code, e.Description)
-}
+type QueryError = bus.QueryError
 
 // Client queries the global view on presence-api.global.*: the members
 // endpoint gives an edge node a room's snapshot, which it joins to
 // bus.WatchRoom(nc, bus.GlobalRegion, room, fn) exactly as to a region's.
-type Client struct {
-	nc *nats.Conn
-}
+type Client struct{ *bus.Client }
 
 // NewClient returns a Client on nc.
-func NewClient(nc *nats.Conn) *Client { return &Client{nc: nc} }
-
-func (c *Client) request(ctx context.Context, endpoint string, req, out any) error {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, bus.DefaultRequestTimeout)
-		defer cancel()
-	}
-	m, err := c.nc.RequestWithContext(ctx, bus.APISubject(bus.GlobalRegion, endpoint), body)
-	if err != nil {
-		return fmt.Errorf("global: query %s: %w", endpoint, err)
-	}
-	if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
-		return &QueryError{Code: code, Description: m.Header.Get(micro.ErrorHeader)}
-	}
-	if err := json.Unmarshal(m.Data, out); err != nil {
-		return fmt.Errorf("global: query %s: reply: %w", endpoint, err)
-	}
-	return nil
-}
-
-// Snapshot returns one page of a room's global members (see
-// Aggregator.Snapshot). It has the signature of the regional store's, so
-// an edge node can use a Client where it uses a store.
-func (c *Client) Snapshot(ctx context.Context, room string, offset, limit int) (presence.Snapshot, error) {
-	var snap presence.Snapshot
-	err := c.request(ctx, bus.EndpointMembers, bus.MembersRequest{Room: room, Offset: offset, Limit: limit}, &snap)
-	return snap, err
-}
-
-// Count returns a room's number of global members.
-func (c *Client) Count(ctx context.Context, room string) (int, error) {
-	var rep bus.CountReply
-	err := c.request(ctx, bus.EndpointCount, bus.CountRequest{Room: room}, &rep)
-	return rep.Count, err
-}
-
-// User returns one user's global presence in a room.
-func (c *Client) User(ctx context.Context, room, user string) (bus.UserReply, error) {
-	var rep bus.UserReply
-	err := c.request(ctx, bus.EndpointUser, bus.UserRequest{Room: room, User: user}, &rep)
-	return rep, err
-}
+func NewClient(nc *nats.Conn) *Client { return &Client{bus.NewClient(nc, bus.GlobalRegion)} }

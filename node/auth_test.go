@@ -86,6 +86,14 @@ func TestAuth(t *testing.T) {
 		}
 		c.join("r2")
 	})
+	t.Run("subprotocols without presence.v1", func(t *testing.T) {
+		tok := sign(t, jwt.SigningMethodHS256, testSecret, claims("u4", []string{"r"}, hour))
+		h := http.Header{"Sec-Websocket-Protocol": {"chat, " + TokenSubprotocolPrefix + tok}}
+		code, body := refused(t, n, "session=s", h)
+		if code != http.StatusBadRequest || !strings.Contains(body, Subprotocol) {
+			t.Fatalf("got %d %q, want 400 naming %s", code, body, Subprotocol)
+		}
+	})
 	t.Run("query parameter", func(t *testing.T) {
 		tok := sign(t, jwt.SigningMethodHS256, testSecret, claims("u3", nil, hour))
 		c := n.dialWith(t, "session=s&"+TokenQueryParam+"="+url.QueryEscape(tok), http.Header{})

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -294,6 +295,10 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	if !websocket.IsWebSocketUpgrade(r) {
 		n.refuse(w, http.StatusBadRequest, "bad_request", "node: expected a WebSocket upgrade (GET with Upgrade: websocket)")
+		return
+	}
+	if ps := websocketSubprotocols(r); len(ps) > 0 && !slices.Contains(ps, Subprotocol) {
+		n.refuse(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("node: Sec-WebSocket-Protocol must offer %q", Subprotocol))
 		return
 	}
 	if !n.auth.originAllowed(r) {
