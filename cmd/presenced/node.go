@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"io"
 	"strings"
 	"time"
@@ -38,11 +39,16 @@ func (c *commonFlags) register(fs *flag.FlagSet, listen string) {
 	fs.IntVar(&c.natsPort, "nats-port", 4222, "embedded nats-server port (-1: any free port)")
 	fs.StringVar(&c.natsStoreDir, "nats-store-dir", "", "embedded nats-server JetStream directory (default: under the temp dir)")
 	fs.StringVar(&c.listen, "listen", listen, "HTTP/WebSocket listen address")
-	durationFlag(fs, &c.timing.SessionTTL, "session-ttl", "a session not refreshed this long is gone (default 45s)")
-	durationFlag(fs, &c.timing.Heartbeat, "heartbeat", "how often the node refreshes its sessions (default 15s)")
-	durationFlag(fs, &c.timing.OfflineGrace, "offline-grace", "wait after a clean close before announcing offline (default 12s)")
-	durationFlag(fs, &c.timing.ReapInterval, "reap-interval", "how often the reaper looks for due rooms (default 1s)")
-	durationFlag(fs, &c.timing.LastSeenInterval, "last-seen-interval", "at most one last-seen write per user this often (default 60s)")
+	fs.DurationVar(&c.timing.SessionTTL, "session-ttl", presence.DefaultSessionTTL, "a session not refreshed this long is gone")
+	fs.DurationVar(&c.timing.Heartbeat, "heartbeat", presence.DefaultHeartbeat, "how often the node refreshes its sessions")
+	fs.DurationVar(&c.timing.OfflineGrace, "offline-grace", presence.DefaultOfflineGrace, "wait after a clean close before announcing offline")
+	fs.DurationVar(&c.timing.ReapInterval, "reap-interval", presence.DefaultReapInterval, "how often the reaper looks for due rooms")
+	fs.DurationVar(&c.timing.LastSeenInterval, "last-seen-interval", presence.DefaultLastSeenInterval, "at most one last-seen write per user this often")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage of %s:\n", fs.Name())
+		fs.PrintDefaults()
+		fmt.Fprint(fs.Output(), timingRules)
+	}
 	fs.IntVar(&c.maxConns, "max-connections", node.DefaultMaxConnections, "connections per node (keep under the open-files limit)")
 	fs.IntVar(&c.maxRooms, "max-rooms", node.DefaultMaxRooms, "rooms per connection")
 	fs.DurationVar(&c.streamMaxAge, "stream-max-age", 24*time.Hour, "how long the transition stream keeps events")
@@ -55,6 +61,17 @@ func (c *commonFlags) register(fs *flag.FlagSet, listen string) {
 	fs.BoolVar(&c.global, "global", false, "this region is one of several: publish it to the aggregators and show clients the global view")
 	fs.DurationVar(&c.globalCadence, "global-cadence", global.DefaultCadence, "how often the region publishes to the aggregators (with --global)")
 }
+
+// timingRules closes the --help of commands that take the timing flags.
+const timingRules = `
+The timing must keep these rules (the error names the one broken):
+  session-ttl >= 2s                                  expiry is stored in whole seconds
+  heartbeat <= session-ttl / 3                       two missed heartbeats do not expire a live session
+  offline-grace < session-ttl                        a crashed node's users do not outlive a clean close
+  reap-interval <= offline-grace                     departures are not late by more than the grace
+  reap-interval <= (session-ttl - heartbeat) / 4     a longer silence is taken for a Redis outage
+  last-seen-interval >= heartbeat                    last seen is not written on every heartbeat
+`
 
 func (c *commonFlags) config(stderr io.Writer) (serverConfig, error) {
 	lg, err := newLogger(stderr, c.logLevel, c.logFormat)
