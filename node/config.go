@@ -130,6 +130,12 @@ type Limits struct {
 	// piling requests up until they time out. Defaults 128 and 1s.
 	MaxInflight int
 	AdmitWait   time.Duration
+	// MaxHTTPConns bounds the plain HTTP connections (not WebSockets) of
+	// a server whose ConnState is the node's: past it, a new connection
+	// closes the one idle the longest, so a flood of idle connections
+	// never locks clients out. Default 1024. Give the server an
+	// IdleTimeout too.
+	MaxHTTPConns int
 	// ReadBufferBytes sizes each connection's read buffer (frames may be
 	// larger; client frames are small). WriteBufferBytes sizes the pooled
 	// write buffers, which idle connections do not hold. Defaults 512 and
@@ -154,6 +160,7 @@ const (
 	DefaultCloseTimeout     = 2 * time.Second
 	DefaultTouchBatch       = 1000
 	DefaultMaxInflight      = 128
+	DefaultMaxHTTPConns     = 1024
 	DefaultAdmitWait        = time.Second
 	DefaultReadBufferBytes  = 512
 	DefaultWriteBufferBytes = 4096
@@ -198,6 +205,7 @@ func (l Limits) WithDefaults() Limits {
 	defD(&l.CloseTimeout, DefaultCloseTimeout)
 	defI(&l.TouchBatch, DefaultTouchBatch)
 	defI(&l.MaxInflight, DefaultMaxInflight)
+	defI(&l.MaxHTTPConns, DefaultMaxHTTPConns)
 	defD(&l.AdmitWait, DefaultAdmitWait)
 	defI(&l.ReadBufferBytes, DefaultReadBufferBytes)
 	defI(&l.WriteBufferBytes, DefaultWriteBufferBytes)
@@ -212,7 +220,7 @@ func (l Limits) Validate() error {
 	}{
 		{"max connections", l.MaxConnections}, {"max frame bytes", l.MaxFrameBytes}, {"max rooms", l.MaxRooms},
 		{"frame burst", l.FrameBurst}, {"rate strikes", l.RateStrikes}, {"send queue", l.SendQueue},
-		{"snapshot members", l.SnapshotMembers}, {"touch batch", l.TouchBatch}, {"max inflight", l.MaxInflight},
+		{"snapshot members", l.SnapshotMembers}, {"touch batch", l.TouchBatch}, {"max inflight", l.MaxInflight}, {"max http conns", l.MaxHTTPConns},
 		{"read buffer bytes", l.ReadBufferBytes}, {"write buffer bytes", l.WriteBufferBytes},
 	} {
 		if c.v <= 0 {

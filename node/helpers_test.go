@@ -119,6 +119,7 @@ func (e *env) newNode(edit ...func(*Config)) *node {
 	}
 	srv := httptest.NewUnstartedServer(n.Handler())
 	srv.Listener = WrapListener(srv.Listener) // as presenced serves it
+	srv.Config.ConnState = n.ConnState
 	srv.Start()
 	e.t.Cleanup(func() { _ = n.Close(); srv.Close() })
 	return &node{Node: n, srv: srv, store: st}

@@ -71,6 +71,7 @@ type Node struct {
 	// inflight holds a token per client request waiting on the store
 	// (Limits.MaxInflight).
 	inflight chan struct{}
+	guard    *connGuard
 }
 
 // New checks cfg and returns a node. Serve its Handler and call Start.
@@ -83,7 +84,8 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, auth: auth, epoch: time.Now(), inflight: make(chan struct{}, cfg.Limits.MaxInflight)}
+	n := &Node{cfg: cfg, log: cfg.Logger, auth: auth, epoch: time.Now(), inflight: make(chan struct{}, cfg.Limits.MaxInflight),
+		guard: newConnGuard(cfg.Limits.MaxHTTPConns)}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.sched = newScheduler(cfg.Store, cfg.Timing.Heartbeat, cfg.HeartbeatSlots, cfg.Limits.TouchBatch, cfg.StoreTimeout, n.log,
 		func(d time.Duration, _ int, err error) {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -109,19 +111,99 @@ func newRedis(spec string, cluster bool) (redis.UniversalClient, error) {
 	return redis.NewClient(&redis.Options{Addr: addrs[0], ContextTimeoutEnabled: true}), nil
 }
 
+// fatalError ends a retry: waiting would not mend it.
+type fatalError struct{ err error }
+
+func (e *fatalError) Error() string { return e.err.Error() }
+
 // serve runs one edge node until ctx is done, then drains it: clients are
 // closed with 1012 and their sessions kept, so a reconnect elsewhere within
 // the grace is a non-event.
-func serve(ctx context.Context, cfg serverConfig) (err error) {
-	lg := cfg.Log
-	var cleanups []func()
-	defer func() {
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			cleanups[i]()
+func serve(ctx context.Context, cfg serverConfig) error {
+	s := &nodeServer{cfg: cfg, lg: cfg.Log}
+	defer s.close()
+	return s.run(ctx)
+}
+
+// nodeServer is one run of an edge node: the steps of run in order, and
+// one cleanup path (close) for whatever they started.
+type nodeServer struct {
+	cfg      serverConfig
+	lg       *slog.Logger
+	cleanups []func()
+
+	tlsConf   *tls.Config
+	ln        net.Listener
+	srv       *http.Server
+	handler   atomic.Pointer[http.Handler] // swapped in once the node runs
+	waiting   atomic.Pointer[string]       // what the start waits for
+	served    chan error
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	streamCfg bus.StreamConfig
+	publisher *bus.Publisher
+	rdb       redis.UniversalClient
+	store     *region.Store
+	reg       *prometheus.Registry
+	global    node.Snapshotter
+	node      *node.Node
+	running   atomic.Pointer[node.Node] // node, for the server's goroutines
+}
+
+func (s *nodeServer) onClose(f func()) { s.cleanups = append(s.cleanups, f) }
+
+// close undoes what run started, last first.
+func (s *nodeServer) close() {
+	for i := len(s.cleanups) - 1; i >= 0; i-- {
+		s.cleanups[i]()
+	}
+}
+
+// run checks the configuration, listens at once (health says "starting"
+// and what it waits for), connects NATS and Redis, retrying until they
+// answer, starts the node, serves until ctx is done, then drains.
+func (s *nodeServer) run(ctx context.Context) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	if err := s.listen(); err != nil {
+		return err
+	}
+	for _, step := range []func(context.Context) error{
+		s.connectNATS, s.ensureStream, s.openRedis, s.openStore, s.startGlobal, s.startNode, s.startPprof,
+	} {
+		if err := step(ctx); err != nil {
+			if ctx.Err() != nil {
+				s.lg.Info("presenced: stopped while starting")
+				return nil
+			}
+			return err
 		}
-	}()
-	// A bad certificate fails the start before anything connects.
-	var tlsConf *tls.Config
+	}
+	s.waiting.Store(nil)
+	mux := http.NewServeMux()
+	mux.Handle("/", s.node.Handler())
+	if s.cfg.routes != nil {
+		s.cfg.routes(mux)
+	}
+	h := http.Handler(mux)
+	s.handler.Store(&h)
+	s.lg.Info("presenced: ready", "region", s.cfg.Region)
+	if s.cfg.ready != nil {
+		s.cfg.ready(s.ln.Addr().String())
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-s.served:
+		return fmt.Errorf("http: %w", err)
+	}
+	return s.drain()
+}
+
+// check rejects a bad configuration before anything connects: a bad
+// certificate, region or timing is a usage error (exit 2).
+func (s *nodeServer) check() error {
+	cfg := s.cfg
 	if cfg.TLSCert != "" || cfg.TLSKey != "" {
 		if cfg.TLSCert == "" || cfg.TLSKey == "" {
 			return &usageError{"--tls-cert-file and --tls-key-file go together"}
@@ -130,178 +212,283 @@ func serve(ctx context.Context, cfg serverConfig) (err error) {
 		if err != nil {
 			return &usageError{fmt.Sprintf("--tls-cert-file/--tls-key-file: %v", err)}
 		}
-		tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+		s.tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
-
 	if err := bus.ValidateRegion(cfg.Region); err != nil {
 		return &usageError{"--region: " + err.Error()}
 	}
 	if err := cfg.Timing.Validate(); err != nil {
 		return &usageError{err.Error()}
 	}
+	return nil
+}
 
-	// NATS: the configured server, or one in this process.
-	natsURL := cfg.NATS
-	if natsURL == "" {
-		ns, err := bus.StartEmbedded(bus.EmbeddedConfig{Port: cfg.NATSPort, StoreDir: cfg.NATSStoreDir})
+// idleTimeout closes keep-alive HTTP connections idle this long.
+const idleTimeout = 30 * time.Second
+
+// listen binds the listener and serves at once: until the node runs,
+// /healthz answers 503 "starting" with what the start waits for, so a
+// load balancer sees the node unhealthy rather than absent.
+func (s *nodeServer) listen() error {
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", s.cfg.Listen, err)
+	}
+	ws := "ws://"
+	if s.tlsConf != nil {
+		ln, ws = tls.NewListener(ln, s.tlsConf), "wss://"
+	}
+	s.ln = node.WrapListener(ln)
+	s.srv = &http.Server{
+		Handler:           http.HandlerFunc(s.serveHTTP),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       idleTimeout,
+		ConnState: func(c net.Conn, st http.ConnState) {
+			if n := s.running.Load(); n != nil {
+				n.ConnState(c, st)
+			}
+		},
+	}
+	s.served = make(chan error, 1)
+	go func() { s.served <- s.srv.Serve(s.ln) }()
+	s.onClose(func() { _ = s.srv.Close() })
+	addr := s.ln.Addr().String()
+	s.lg.Info("presenced: listening", "addr", addr, "region", s.cfg.Region, "websocket", ws+addr+node.PathWebSocket)
+	return nil
+}
+
+// serveHTTP is the node's handler once it runs; before, 503.
+func (s *nodeServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if h := s.handler.Load(); h != nil {
+		(*h).ServeHTTP(w, r)
+		return
+	}
+	waiting := "start"
+	if p := s.waiting.Load(); p != nil {
+		waiting = *p
+	}
+	w.Header().Set("Retry-After", "1")
+	if r.URL.Path == node.PathHealth {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_ = json.NewEncoder(w).Encode(map[string]string{"status": "starting", "waiting_for": waiting})
+		return
+	}
+	http.Error(w, "presenced: starting, waiting for "+waiting+"; connect to another node", http.StatusServiceUnavailable)
+}
+
+// retry runs f until it succeeds or ctx is done, backing off from 100ms
+// to 5s; what names the dependency waited for in health and logs.
+func (s *nodeServer) retry(ctx context.Context, what string, f func(context.Context) error) error {
+	s.waiting.Store(&what)
+	wait := 100 * time.Millisecond
+	for try := 1; ; try++ {
+		err := f(ctx)
+		if err == nil {
+			if try > 1 {
+				s.lg.Info("presenced: "+what+" answers", "tries", try)
+			}
+			return nil
+		}
+		var ue *usageError
+		var fe *fatalError
+		if errors.As(err, &ue) {
+			return err
+		}
+		if errors.As(err, &fe) {
+			return fe.err
+		}
+		if try == 1 || try%10 == 0 {
+			s.lg.Warn("presenced: waiting for "+what, "err", err, "tries", try)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// connectNATS starts the embedded nats-server when no URL is given, then
+// connects, waiting for the server to answer.
+func (s *nodeServer) connectNATS(ctx context.Context) error {
+	url := s.cfg.NATS
+	if url == "" {
+		ns, err := bus.StartEmbedded(bus.EmbeddedConfig{Port: s.cfg.NATSPort, StoreDir: s.cfg.NATSStoreDir})
 		if err != nil {
 			return fmt.Errorf("embedded nats-server: %w", err)
 		}
-		cleanups = append(cleanups, func() { ns.Shutdown(); ns.WaitForShutdown() })
-		natsURL = ns.ClientURL()
-		lg.Info("presenced: embedded nats-server", "url", natsURL)
+		s.onClose(func() { ns.Shutdown(); ns.WaitForShutdown() })
+		url = ns.ClientURL()
+		s.lg.Info("presenced: embedded nats-server", "url", url)
 	}
-	opts, err := natsAuth(cfg.NATSCreds, cfg.NATSCA)
+	opts, err := natsAuth(s.cfg.NATSCreds, s.cfg.NATSCA)
 	if err != nil {
 		return err
 	}
-	nc, err := nats.Connect(natsURL, append(opts, nats.Name("presenced "+cfg.Region), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(false))...)
+	// RetryOnFailedConnect: a NATS that is not up yet is waited for, not
+	// an error; once connected, reconnects are forever.
+	nc, err := nats.Connect(url, append(opts, nats.Name("presenced "+s.cfg.Region), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))...)
 	if err != nil {
-		return fmt.Errorf("nats %s: %w", natsURL, err)
+		return fmt.Errorf("nats %s: %w", url, err)
 	}
-	cleanups = append(cleanups, nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
-	}
-	streamCfg := bus.StreamConfig{Region: cfg.Region, MaxAge: cfg.StreamMaxAge}
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	_, err = bus.EnsureStream(sctx, js, streamCfg)
-	cancel()
-	if err != nil {
+	s.nc = nc
+	s.onClose(nc.Close)
+	if err := s.retry(ctx, "nats", func(context.Context) error {
+		if nc.IsConnected() {
+			return nil
+		}
+		// Refused credentials are a configuration error, not an
+		// outage: waiting would not end it.
+		if err := nc.LastError(); errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) {
+			return &fatalError{fmt.Errorf("nats %s: %w", url, err)}
+		}
+		return fmt.Errorf("not connected to %s: %v", url, nc.LastError())
+	}); err != nil {
 		return err
 	}
+	s.js, err = jetstream.New(nc)
+	return err
+}
 
-	// Redis.
-	rdb, err := newRedis(cfg.Redis, cfg.RedisCluster)
-	if err != nil {
+// ensureStream creates or updates the region's stream.
+func (s *nodeServer) ensureStream(ctx context.Context) error {
+	s.streamCfg = bus.StreamConfig{Region: s.cfg.Region, MaxAge: s.cfg.StreamMaxAge}
+	return s.retry(ctx, "jetstream", func(ctx context.Context) error {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, err := bus.EnsureStream(sctx, s.js, s.streamCfg)
 		return err
-	}
-	cleanups = append(cleanups, func() { _ = rdb.Close() })
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	err = rdb.Ping(pctx).Err()
-	cancel()
-	if err != nil {
-		return fmt.Errorf("redis %s: %w", cfg.Redis, err)
-	}
-	publisher := bus.NewPublisher(js, cfg.Region, bus.WithStreamConfig(streamCfg))
-	store, err := region.New(rdb, region.Options{Region: cfg.Region, Timing: cfg.Timing, Sink: publisher, Logger: lg})
-	if err != nil {
-		return err
-	}
-	if err := store.Preload(ctx); err != nil {
-		return err
-	}
+	})
+}
 
-	svc, err := bus.StartService(nc, cfg.Region, store, bus.WithLogger(lg))
+// openRedis connects the regional Redis, waiting for it to answer.
+func (s *nodeServer) openRedis(ctx context.Context) error {
+	rdb, err := newRedis(s.cfg.Redis, s.cfg.RedisCluster)
+	if err != nil {
+		return err
+	}
+	s.rdb = rdb
+	s.onClose(func() { _ = rdb.Close() })
+	return s.retry(ctx, "redis", func(ctx context.Context) error {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if err := rdb.Ping(pctx).Err(); err != nil {
+			return fmt.Errorf("redis %s: %w", s.cfg.Redis, err)
+		}
+		return nil
+	})
+}
+
+// openStore makes the regional store (its sink the region's stream), its
+// query service and the metrics registry.
+func (s *nodeServer) openStore(ctx context.Context) error {
+	s.publisher = bus.NewPublisher(s.js, s.cfg.Region, bus.WithStreamConfig(s.streamCfg))
+	store, err := region.New(s.rdb, region.Options{Region: s.cfg.Region, Timing: s.cfg.Timing, Sink: s.publisher, Logger: s.lg})
+	if err != nil {
+		return err
+	}
+	s.store = store
+	if err := s.retry(ctx, "redis", store.Preload); err != nil {
+		return err
+	}
+	svc, err := bus.StartService(s.nc, s.cfg.Region, store, bus.WithLogger(s.lg))
 	if err != nil {
 		return fmt.Errorf("query service: %w", err)
 	}
-	cleanups = append(cleanups, func() { _ = svc.Stop() })
-
-	if cfg.logEvents {
-		sub, err := nc.Subscribe(bus.Root+".>", func(m *nats.Msg) {
+	s.onClose(func() { _ = svc.Stop() })
+	if s.cfg.logEvents {
+		sub, err := s.nc.Subscribe(bus.Root+".>", func(m *nats.Msg) {
 			if t, err := bus.DecodeEvent(m.Data); err == nil {
-				lg.Info("event", "subject", m.Subject, "kind", t.Kind, "reason", t.Reason, "sessions", t.Sessions)
+				s.lg.Info("event", "subject", m.Subject, "kind", t.Kind, "reason", t.Reason, "sessions", t.Sessions)
 			}
 		})
 		if err == nil {
-			cleanups = append(cleanups, func() { _ = sub.Unsubscribe() })
+			s.onClose(func() { _ = sub.Unsubscribe() })
 		}
 	}
+	s.reg = prometheus.NewRegistry()
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return registerStoreMetrics(s.reg, store)
+}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if err := registerStoreMetrics(reg, store); err != nil {
-		return err
+// startGlobal runs the region's publisher and the global view's client
+// when this region is one of several (--global).
+func (s *nodeServer) startGlobal(ctx context.Context) error {
+	if !s.cfg.Global {
+		return nil
 	}
-
-	var globalView node.Snapshotter
-	if cfg.Global {
-		pub, err := global.NewRegionPublisher(global.PublisherConfig{
-			Region: cfg.Region, Source: store, NATS: nc, JetStream: js, Cadence: cfg.GlobalCadence, Logger: lg,
-		})
-		if err != nil {
-			return err
-		}
-		if err := pub.Start(ctx); err != nil {
-			return fmt.Errorf("region publisher: %w", err)
-		}
-		cleanups = append(cleanups, pub.Close)
-		if err := registerPublisherMetrics(reg, pub); err != nil {
-			return err
-		}
-		globalView = global.NewClient(nc)
-	}
-
-	n, err := node.New(node.Config{
-		Region: cfg.Region, Store: store, NATS: nc, Timing: cfg.Timing, Global: globalView,
-		Auth: cfg.Auth, Limits: cfg.Limits, Logger: lg, Metrics: reg,
-		Checks: map[string]func() error{"stream": publisher.Err},
+	pub, err := global.NewRegionPublisher(global.PublisherConfig{
+		Region: s.cfg.Region, Source: s.store, NATS: s.nc, JetStream: s.js, Cadence: s.cfg.GlobalCadence, Logger: s.lg,
 	})
 	if err != nil {
 		return err
 	}
-	// The node's loops run on their own context: the heartbeat must keep
-	// refreshing sessions while the node drains.
+	if err := s.retry(ctx, "global publisher", pub.Start); err != nil {
+		return fmt.Errorf("region publisher: %w", err)
+	}
+	s.onClose(pub.Close)
+	if err := registerPublisherMetrics(s.reg, pub); err != nil {
+		return err
+	}
+	s.global = global.NewClient(s.nc)
+	return nil
+}
+
+// startNode makes and starts the edge node. Its loops run on their own
+// context: the heartbeat must keep refreshing sessions while it drains.
+func (s *nodeServer) startNode(context.Context) error {
+	n, err := node.New(node.Config{
+		Region: s.cfg.Region, Store: s.store, NATS: s.nc, Timing: s.cfg.Timing, Global: s.global,
+		Auth: s.cfg.Auth, Limits: s.cfg.Limits, Logger: s.lg, Metrics: s.reg,
+		Checks: map[string]func() error{"stream": s.publisher.Err},
+	})
+	if err != nil {
+		return err
+	}
 	if err := n.Start(context.Background()); err != nil {
 		return err
 	}
-	cleanups = append(cleanups, func() { _ = n.Close() })
+	s.node = n
+	s.running.Store(n)
+	s.onClose(func() { _ = n.Close() })
+	return nil
+}
 
-	if cfg.PprofListen != "" {
-		pl, err := net.Listen("tcp", cfg.PprofListen)
-		if err != nil {
-			return fmt.Errorf("--pprof-listen %s: %w", cfg.PprofListen, err)
-		}
-		pm := http.NewServeMux()
-		pm.HandleFunc("/debug/pprof/", pprof.Index)
-		pm.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		pm.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		pm.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		ps := &http.Server{Handler: pm, ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = ps.Serve(pl) }()
-		cleanups = append(cleanups, func() { _ = ps.Close() })
-		lg.Info("presenced: pprof", "addr", pl.Addr().String())
+// startPprof serves /debug/pprof when --pprof-listen is set.
+func (s *nodeServer) startPprof(context.Context) error {
+	if s.cfg.PprofListen == "" {
+		return nil
 	}
-
-	mux := http.NewServeMux()
-	mux.Handle("/", n.Handler())
-	if cfg.routes != nil {
-		cfg.routes(mux)
-	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	pl, err := net.Listen("tcp", s.cfg.PprofListen)
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+		return fmt.Errorf("--pprof-listen %s: %w", s.cfg.PprofListen, err)
 	}
-	ws := "ws://"
-	if tlsConf != nil {
-		ln, ws = tls.NewListener(ln, tlsConf), "wss://"
-	}
-	ln = node.WrapListener(ln)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	addr := ln.Addr().String()
-	lg.Info("presenced: listening", "addr", addr, "region", cfg.Region, "websocket", ws+addr+node.PathWebSocket)
-	if cfg.ready != nil {
-		cfg.ready(addr)
-	}
+	pm := http.NewServeMux()
+	pm.HandleFunc("/debug/pprof/", pprof.Index)
+	pm.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	pm.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	pm.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	ps := &http.Server{Handler: pm, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = ps.Serve(pl) }()
+	s.onClose(func() { _ = ps.Close() })
+	s.lg.Info("presenced: pprof", "addr", pl.Addr().String())
+	return nil
+}
 
-	select {
-	case <-ctx.Done():
-	case err := <-served:
-		return fmt.Errorf("http: %w", err)
-	}
-	lg.Info("presenced: draining", "timeout", cfg.DrainTimeout)
-	dctx, cancel := context.WithTimeout(context.Background(), cfg.DrainTimeout)
+// drain closes every client with 1012, waits for them (at most the drain
+// timeout) and stops serving.
+func (s *nodeServer) drain() error {
+	s.lg.Info("presenced: draining", "timeout", s.cfg.DrainTimeout)
+	dctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
 	defer cancel()
-	derr := n.Drain(dctx)
-	_ = srv.Shutdown(dctx)
+	derr := s.node.Drain(dctx)
+	_ = s.srv.Shutdown(dctx)
 	if derr != nil && !errors.Is(derr, context.DeadlineExceeded) {
 		return derr
 	}
-	lg.Info("presenced: stopped")
+	s.lg.Info("presenced: stopped")
 	return nil
 }
 

@@ -1,0 +1,56 @@
+package node
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A flood of idle keep-alive HTTP connections (one health check each,
+// then nothing) cannot fill the node: past MaxHTTPConns the longest idle
+// are closed, and a client still connects and joins.
+func TestIdleConnectionsCannotLockClientsOut(t *testing.T) {
+	e := newEnv(t)
+	const max = 20
+	n := e.newNode(func(c *Config) { c.Limits.MaxHTTPConns = max })
+	addr := strings.TrimPrefix(n.srv.URL, "http://")
+	var flood []net.Conn
+	for range 10 * max {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		if _, err := c.Write([]byte("GET " + PathHealth + " HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		flood = append(flood, c) // kept open, idle
+	}
+	waitFor(t, 5*time.Second, "the flood to be bounded", func() bool { return n.guard.open() <= max })
+	c := n.dial(t, token(t, "real", []string{"*"}, time.Hour), "s")
+	c.join("r")
+	// The oldest idle ones were closed by the node.
+	closed := 0
+	for _, f := range flood[:max] {
+		_ = f.SetReadDeadline(time.Now().Add(time.Second))
+		if _, err := f.Read(make([]byte, 1)); err != nil && !isTimeout(err) {
+			closed++
+		}
+	}
+	if closed != max {
+		t.Fatalf("%d of the %d oldest idle connections closed, want all", closed, max)
+	}
+}
+
+func isTimeout(err error) bool {
+	ne, ok := err.(net.Error)
+	return ok && ne.Timeout()
+}
