@@ -1,34 +1,149 @@
 #!/usr/bin/env bash
 # Measures one edge node with the load tool, each part in its own process:
-# redis-server, nats-server (built from the module's dependency), a fresh
-# `presenced node`, and presence-load. Loopback only; everything it starts
-# is stopped on exit.
-#   scripts/load.sh idle      15,000 idle sessions: RSS and CPU per session
-#   scripts/load.sh latency   1,000 joins/s: join -> online on NATS, p50/p99
-#   scripts/load.sh storm     1,000 joins at once into a room of 10,000
+# redis-server, nats-server (built from the module's dependency, with
+# monitoring on), a fresh `presenced node`, and presence-load. Loopback
+# only; everything it starts is stopped on exit. Ports are the first free
+# ones from 6391 (Redis), 4231 (NATS), 8231 (NATS monitoring) and 8091
+# (node), so two runs on one machine do not share a server.
+#
+#   scripts/load.sh idle         15,000 idle sessions: node RSS per session;
+#                                node, Redis and NATS CPU per 10k sessions
+#   scripts/load.sh latency      1,000 joins/s for 10 s: join -> online on
+#                                NATS and on a watcher's WebSocket; fails if
+#                                any online is missing, replaced by a resync
+#                                or refused
+#   scripts/load.sh latency-hog  the same with a 2-goroutine CPU hog beside
+#                                the node (presence-load hog)
+#   scripts/load.sh sweep        latency at 250,500,1000,1500,2000 joins/s
+#   scripts/load.sh storm        1,000 joins at once into a room of 10,000
+#
+# Further arguments go to presence-load and override its flags, e.g.
+#   scripts/load.sh sweep --rates 250,500 --duration 5s
+#   scripts/load.sh latency --rate 500
+# The node's log is checked for panics; on failure it and the other logs
+# are kept and their path printed (KEEP_LOGS=1 keeps them always).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-idle}
-bin=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$bin"' EXIT
+shift || true
+case $mode in
+idle | latency | latency-hog | sweep | storm) ;;
+*)
+	echo "usage: $0 idle|latency|latency-hog|sweep|storm [presence-load flags]" >&2
+	exit 2
+	;;
+esac
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/presence-load.XXXXXX")
+bin=$work/bin
+mkdir -p "$bin"
+pids=()
+ok=0
+# stop PID: SIGTERM, then up to 10 s for it to exit, then SIGKILL.
+stop() {
+	kill "$1" 2>/dev/null || return 0
+	for _ in $(seq 100); do
+		kill -0 "$1" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -9 "$1" 2>/dev/null || true
+	wait "$1" 2>/dev/null || true
+}
+cleanup() {
+	local rc=$?
+	trap - EXIT INT TERM
+	# Stop exactly what this script started, one at a time in reverse
+	# order: the node before the servers it uses.
+	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do stop "${pids[i]}"; done
+	if [[ $ok == 1 && $rc == 0 && -z ${KEEP_LOGS:-} ]]; then
+		rm -rf "$work"
+	else
+		echo "logs kept in $work (node log: $work/node.log)" >&2
+		rm -rf "$bin"
+	fi
+	exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+	local p=$1
+	while (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; do p=$((p + 1)); done
+	echo "$p"
+}
+fail() {
+	echo "load.sh: $*" >&2
+	exit 1
+}
+# wait_for NAME PID CMD...: polls CMD until it succeeds (10 s at most),
+# failing early if the process died.
+wait_for() {
+	local name=$1 pid=$2
+	shift 2
+	for _ in $(seq 100); do
+		"$@" >/dev/null 2>&1 && return 0
+		kill -0 "$pid" 2>/dev/null || fail "$name exited at startup; see $work/$name.log"
+		sleep 0.1
+	done
+	fail "$name did not become ready in 10s; see $work/$name.log"
+}
 
 go build -o "$bin/presenced" ./cmd/presenced
 go build -o "$bin/presence-load" ./cmd/presence-load
 go build -o "$bin/nats-server" github.com/nats-io/nats-server/v2
 
-redis-server --port 6391 --bind 127.0.0.1 --save '' --appendonly no --dir "$bin" --loglevel warning &
-"$bin/nats-server" -a 127.0.0.1 -p 4231 -js -sd "$bin/js" >/dev/null 2>&1 &
-sleep 1
+rport=$(free_port 6391)
+redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" --loglevel warning >"$work/redis.log" 2>&1 &
+redis_pid=$!
+pids+=("$redis_pid")
+wait_for redis "$redis_pid" redis-cli -h 127.0.0.1 -p "$rport" ping
+
+nport=$(free_port 4231)
+mport=$(free_port 8231)
+"$bin/nats-server" -a 127.0.0.1 -p "$nport" -m "$mport" -js -sd "$work/js" >"$work/nats.log" 2>&1 &
+nats_pid=$!
+pids+=("$nats_pid")
+wait_for nats "$nats_pid" curl -sf "http://127.0.0.1:$mport/healthz"
+
 # Clients authenticate with HS256 tokens, as in production (each open
 # connection then holds its token's expiry timer).
 secret=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
-"$bin/presenced" node --jwt-secret "$secret" --region load --redis 127.0.0.1:6391 \
-  --nats nats://127.0.0.1:4231 --listen 127.0.0.1:8091 --log-level warn ${PPROF:+--pprof-listen 127.0.0.1:6061} 2>"$bin/node.log" &
-for _ in $(seq 50); do curl -sf http://127.0.0.1:8091/healthz >/dev/null && break; sleep 0.2; done
+lport=$(free_port 8091)
+"$bin/presenced" node --jwt-secret "$secret" --region load --redis "127.0.0.1:$rport" \
+	--nats "nats://127.0.0.1:$nport" --listen "127.0.0.1:$lport" --log-level warn \
+	${PPROF:+--pprof-listen 127.0.0.1:6061} >"$work/node.log" 2>&1 &
+node_pid=$!
+pids+=("$node_pid")
+wait_for node "$node_pid" curl -sf "http://127.0.0.1:$lport/healthz"
 
+echo "tree: $(git rev-parse --short HEAD 2>/dev/null || echo '?') with $(git status --porcelain 2>/dev/null | wc -l) changed paths; $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "node pid $node_pid on 127.0.0.1:$lport; redis pid $redis_pid on :$rport; nats-server pid $nats_pid on :$nport (monitor :$mport)"
+
+common=(--addr "127.0.0.1:$lport" --jwt-secret "$secret")
+cpu=(--redis "127.0.0.1:$rport" --nats-pid "$nats_pid")
+lat=(--nats "nats://127.0.0.1:$nport" --region load)
+rc=0
 case $mode in
-idle)    "$bin/presence-load" idle --addr 127.0.0.1:8091 --jwt-secret "$secret" --sessions 15000 --hold 60s ;;
-latency) "$bin/presence-load" latency --addr 127.0.0.1:8091 --jwt-secret "$secret" --nats nats://127.0.0.1:4231 --region load --rate 1000 --duration 10s ;;
-storm)   "$bin/presence-load" storm --addr 127.0.0.1:8091 --jwt-secret "$secret" --members 10000 --joiners 1000 ;;
-*) echo "usage: $0 idle|latency|storm" >&2; exit 2 ;;
+idle) "$bin/presence-load" idle "${common[@]}" "${cpu[@]}" --sessions 15000 --hold 60s "$@" || rc=$? ;;
+latency) "$bin/presence-load" latency "${common[@]}" "${cpu[@]}" "${lat[@]}" --rate 1000 --duration 10s "$@" || rc=$? ;;
+latency-hog) "$bin/presence-load" latency "${common[@]}" "${cpu[@]}" "${lat[@]}" --rate 1000 --duration 10s --hog 2 "$@" || rc=$? ;;
+sweep) "$bin/presence-load" sweep "${common[@]}" "${cpu[@]}" "${lat[@]}" --rates 250,500,1000,1500,2000 --duration 10s "$@" || rc=$? ;;
+storm) "$bin/presence-load" storm "${common[@]}" --members 10000 --joiners 1000 "$@" || rc=$? ;;
 esac
+
+# The node must still be up, stop cleanly (SIGTERM: it drains), and leave
+# a log free of panics and races.
+if ! kill -0 "$node_pid" 2>/dev/null; then
+	echo "load.sh: the node exited during the run; log: $work/node.log" >&2
+	rc=1
+fi
+stop "$node_pid"
+if grep -nE '^panic:|fatal error:|WARNING: DATA RACE|^goroutine [0-9]+ \[' "$work/node.log" >&2; then
+	echo "load.sh: the node's log has a panic; log: $work/node.log" >&2
+	rc=1
+fi
+if [[ $rc != 0 ]]; then
+	echo "load.sh: $mode FAILED (exit $rc); node log: $work/node.log" >&2
+	exit "$rc"
+fi
+ok=1

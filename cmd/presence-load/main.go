@@ -1,7 +1,32 @@
 // Command presence-load measures an edge node under load from a separate
-// process: memory and CPU with many idle sessions (idle), and the time
-// from a join to the online event on NATS (latency). Requests are bounded
-// in count and time and go only to the addresses given (loopback).
+// process, talking to it only as clients and operators do: WebSocket,
+// NATS, the node's /metrics, Redis's INFO and nats-server's CPU.
+//
+// Modes:
+//
+//   - idle: many idle sessions; the node's RSS per session, and the CPU of
+//     the node, Redis and nats-server over the same window, per 10k
+//     sessions.
+//   - latency: joins at a fixed rate on an absolute schedule. Every join is
+//     a user's first session in its room, so it produces exactly one
+//     online event, which is awaited on two paths: a NATS subscriber on
+//     presence.<region>.> and a watcher WebSocket joined to the room
+//     beforehand. Every join is accounted for: seen (late ones with their
+//     real latency), missing, replaced by a resync snapshot (WebSocket
+//     path), or refused by the node. A join never seen on a path ranks as
+//     infinitely late in that path's percentiles, and anything missing,
+//     replaced or refused fails the run.
+//   - sweep: the latency run at increasing rates against the same node,
+//     with fresh users, rooms and connections per step, the node left to
+//     go quiet between steps; then the highest rate within the p99 target
+//     and the first rate past the collapse bound.
+//   - storm: joins at once into a large room; join -> snapshot times.
+//   - hog: busy-loops goroutines (a CPU tenant beside the node; latency
+//     --hog N starts one as a child process).
+//
+// Requests are bounded in count and time and go only to the addresses
+// given (loopback). Connections per run stay under --max-conns, itself
+// under this process's open-files limit.
 package main
 
 import (
@@ -26,10 +51,6 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/gorilla/websocket"
-	"github.com/nats-io/nats.go"
-
-	"github.com/presence-dev/presence/bus"
-	"github.com/presence-dev/presence/presence"
 )
 
 func main() {
@@ -49,52 +70,116 @@ type options struct {
 	rate                           float64
 	hold, duration                 time.Duration
 	insecure                       bool
+
+	// latency and sweep
+	sweep          string
+	late, straggle time.Duration
+	quiesce        time.Duration
+	maxConns       int
+	okP99, badP99  time.Duration
+	hog, threads   int
+	baseConns      float64 // the node's connections before this tool opened any
+	redis          string
+	natsPID        int
+	natsMonitor    string
 }
 
+const usage = "usage: presence-load idle|latency|sweep|storm|hog [flags] (-h for the flags of a mode)"
+
 func run(ctx context.Context, args []string, out io.Writer) error {
-	if len(args) == 0 || (args[0] != "idle" && args[0] != "latency" && args[0] != "storm") {
-		return errors.New("usage: presence-load idle|latency|storm [flags]")
+	modes := []string{"idle", "latency", "sweep", "storm", "hog"}
+	if len(args) == 0 || !slices.Contains(modes, args[0]) {
+		return errors.New(usage)
 	}
 	mode := args[0]
 	fs := flag.NewFlagSet("presence-load "+mode, flag.ContinueOnError)
 	var o options
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "node address (host:port)")
 	fs.StringVar(&o.metrics, "metrics", "", "node metrics URL (default http://ADDR/metrics)")
-	fs.StringVar(&o.natsURL, "nats", "nats://127.0.0.1:4222", "NATS URL (latency mode)")
+	fs.StringVar(&o.natsURL, "nats", "nats://127.0.0.1:4222", "NATS URL (latency, sweep)")
 	fs.StringVar(&o.region, "region", "local", "the node's region")
 	fs.StringVar(&o.secret, "jwt-secret", "", "HS256 secret of the node (empty: --insecure-dev node)")
 	fs.StringVar(&o.sources, "sources", "127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4", "loopback source addresses to spread connections over")
 	fs.IntVar(&o.sessions, "sessions", 15000, "idle: connections to open (each one session in one room)")
-	fs.IntVar(&o.perRoom, "per-room", 100, "sessions per room")
+	fs.IntVar(&o.perRoom, "per-room", 0, "sessions per room (default: idle 100; latency and sweep 50 joins per room, plus its watcher)")
 	fs.DurationVar(&o.hold, "hold", 60*time.Second, "idle: how long to hold them and measure CPU")
 	fs.Float64Var(&o.rate, "rate", 1000, "latency: joins per second")
-	fs.DurationVar(&o.duration, "duration", 10*time.Second, "latency: how long to join at that rate")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "latency, sweep: how long to join at each rate (cut by --max-conns); hog: how long to run (0: until stopped)")
+	fs.StringVar(&o.sweep, "rates", "", "sweep: comma-separated join rates, lowest first (default 250,500,1000,1500,2000)")
+	fs.StringVar(&o.sweep, "sweep", "", "latency: run a sweep over these comma-separated rates (same as the sweep mode's --rates)")
+	fs.DurationVar(&o.late, "late", time.Second, "latency, sweep: an event seen later than this after its join counts as late (it still enters the percentiles)")
+	fs.DurationVar(&o.straggle, "straggle", 30*time.Second, "latency, sweep: how long after the last join to wait for events still due")
+	fs.DurationVar(&o.quiesce, "quiesce", 0, "latency, sweep: after a run, wait up to this long for its users' offline events and the node's connections to drop (default: sweep 90s, latency none)")
+	fs.IntVar(&o.maxConns, "max-conns", 12000, "latency, sweep: at most this many WebSockets per run (joiners + watchers); longer runs are cut")
+	fs.DurationVar(&o.okP99, "ok-p99", 25*time.Millisecond, "sweep: the p99 target")
+	fs.DurationVar(&o.badP99, "bad-p99", 100*time.Millisecond, "sweep: the p99 that marks a collapse")
+	fs.IntVar(&o.hog, "hog", 0, "latency, sweep: run a presence-load hog child process with this many busy goroutines during the runs")
+	fs.IntVar(&o.threads, "threads", 2, "hog: busy goroutines")
+	fs.StringVar(&o.redis, "redis", "", "idle, latency, sweep: Redis host:port (or redis:// URL) whose INFO cpu to read")
+	fs.IntVar(&o.natsPID, "nats-pid", 0, "idle, latency, sweep: nats-server's pid: its CPU from /proc/PID/stat (exact; preferred)")
+	fs.StringVar(&o.natsMonitor, "nats-monitor", "", "idle, latency, sweep: nats-server's monitoring URL (http://host:port): its CPU from /varz, sampled each second (when --nats-pid is not given)")
 	fs.IntVar(&o.members, "members", 10000, "storm: members in the room before the storm")
 	fs.IntVar(&o.joiners, "joiners", 1000, "storm: connections that join the room at once")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q; %s", fs.Args(), usage)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if o.metrics == "" {
 		o.metrics = "http://" + o.addr + "/metrics"
 	}
 	o.insecure = o.secret == ""
-	raiseFileLimit()
+	if o.perRoom == 0 {
+		o.perRoom = 50
+		if mode == "idle" {
+			o.perRoom = 100
+		}
+	}
+	if mode == "hog" {
+		if !set["duration"] {
+			o.duration = 0
+		}
+		return hog(ctx, o, out)
+	}
+	limit := raiseFileLimit()
 	switch mode {
 	case "idle":
 		return idle(ctx, o, out)
 	case "storm":
 		return storm(ctx, o, out)
+	case "sweep":
+		if o.sweep == "" {
+			o.sweep = "250,500,1000,1500,2000"
+		}
+	}
+	if o.rate <= 0 || o.perRoom < 1 || o.maxConns < o.perRoom+1 {
+		return errors.New("--rate must be positive, --per-room at least 1 and --max-conns above --per-room")
+	}
+	// Keep headroom under the open-files limit for NATS, HTTP and the
+	// runtime's own descriptors.
+	if uint64(o.maxConns)+256 > limit {
+		fmt.Fprintf(out, "--max-conns %d lowered to %d: this process may open %d files\n", o.maxConns, limit-256, limit)
+		o.maxConns = int(limit - 256)
 	}
 	return latency(ctx, o, out)
 }
 
-// raiseFileLimit lifts the soft open-files limit to the hard one.
-func raiseFileLimit() {
+// raiseFileLimit lifts the soft open-files limit to the hard one and
+// returns the soft limit in force.
+func raiseFileLimit() uint64 {
 	var l syscall.Rlimit
-	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) == nil && l.Cur < l.Max {
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) != nil {
+		return 1024
+	}
+	if l.Cur < l.Max {
 		l.Cur = l.Max
 		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+		_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l)
 	}
+	return l.Cur
 }
 
 type dialer struct {
@@ -184,6 +269,10 @@ func idle(ctx context.Context, o options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
+	meters, err := newMeters(o, true)
+	if err != nil {
+		return err
+	}
 	rss0, err := metric(o.metrics, "process_resident_memory_bytes")
 	if err != nil {
 		return err
@@ -193,7 +282,7 @@ func idle(ctx context.Context, o options, out io.Writer) error {
 	start := time.Now()
 	conns, failed, firstErr := openAll(ctx, d, o.sessions, func(i int) (string, string, string) {
 		return fmt.Sprintf("u%d-%d", run, i), fmt.Sprintf("s%d", i), fmt.Sprintf("load%d-%d", run, i/o.perRoom)
-	}, true)
+	}, drain)
 	defer closeAll(conns)
 	open := o.sessions - failed
 	fmt.Fprintf(out, "opened %d sessions in %v (%d failed", open, time.Since(start).Round(time.Millisecond), failed)
@@ -208,117 +297,63 @@ func idle(ctx context.Context, o options, out io.Writer) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	cpu0, err := metric(o.metrics, "process_cpu_seconds_total")
-	if err != nil {
-		return err
-	}
+	cpu0 := readMeters(meters)
 	t0 := time.Now()
 	select {
 	case <-time.After(o.hold - settle):
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	cpu1, _ := metric(o.metrics, "process_cpu_seconds_total")
-	window := time.Since(t0).Seconds()
-	rss1, _ := metric(o.metrics, "process_resident_memory_bytes")
+	cpu := cpuDelta(cpu0, readMeters(meters))
+	window := time.Since(t0)
+	rss1, err := metric(o.metrics, "process_resident_memory_bytes")
+	if err != nil {
+		return err
+	}
+	if open == 0 {
+		return errors.New("no session opened")
+	}
 	perSession := (rss1 - rss0) / float64(open)
-	cpuPct := (cpu1 - cpu0) / window * 100
 	fmt.Fprintf(out, "node RSS with %d sessions: %.1f MiB; per session: %.1f KiB\n", open, rss1/(1<<20), perSession/1024)
-	fmt.Fprintf(out, "node idle CPU over %.0fs: %.2f%% of one core; per 10k sessions: %.2f%%\n", window, cpuPct, cpuPct*10000/float64(open))
-	return nil
-}
-
-func latency(ctx context.Context, o options, out io.Writer) error {
-	d, err := newDialer(o)
-	if err != nil {
-		return err
-	}
-	nc, err := nats.Connect(o.natsURL)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	run := rand.Uint32()
-	prefix := fmt.Sprintf("l%d-", run)
-	var mu sync.Mutex
-	sent := map[string]time.Time{}
-	var lat []time.Duration
-	sub, err := nc.Subscribe(bus.RegionFilter(o.region), func(m *nats.Msg) {
-		now := time.Now()
-		t, err := bus.DecodeEvent(m.Data)
-		if err != nil || t.Kind != presence.Online || !strings.HasPrefix(t.User, prefix) {
-			return
+	// CPU of each process over the same window, as % of one core, and
+	// the same per 10k sessions; the sum is node + Redis + NATS.
+	var sum float64
+	var per []string
+	for _, r := range cpu {
+		if r.err != nil {
+			return fmt.Errorf("%s CPU (%s): %w", r.name, r.source, r.err)
 		}
-		mu.Lock()
-		if at, ok := sent[t.User]; ok {
-			lat = append(lat, now.Sub(at))
-			delete(sent, t.User)
-		}
-		mu.Unlock()
-	})
-	if err != nil {
-		return err
-	}
-	defer sub.Unsubscribe()
-	if err := nc.Flush(); err != nil {
-		return err
-	}
-	total := int(o.rate * o.duration.Seconds())
-	// Connect first, so the measurement is the join alone.
-	conns, _, _ := openAll(ctx, d, total, func(i int) (string, string, string) {
-		return fmt.Sprintf("%s%d", prefix, i), "s", ""
-	}, true)
-	defer closeAll(conns)
-	// Join i is sent at start + i/rate (an absolute schedule: a late send
-	// does not push the later ones back).
-	interval := time.Duration(float64(time.Second) / o.rate)
-	start := time.Now()
-	for i, ws := range conns {
-		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
-			time.Sleep(wait)
-		}
-		if ws == nil || ctx.Err() != nil {
+		pct := r.secs / window.Seconds() * 100
+		if r.name == "machine" || r.name == "load tool" {
+			// Context, not a cost of the sessions.
 			continue
 		}
-		user := fmt.Sprintf("%s%d", prefix, i)
-		mu.Lock()
-		sent[user] = time.Now()
-		mu.Unlock()
-		// Rooms of 50; each join is a user's first session: one online.
-		_ = ws.WriteMessage(websocket.TextMessage, []byte(fmt.Sprintf(`{"type":"join","room":"%sr%d"}`, prefix, i/50)))
+		sum += pct
+		fmt.Fprintf(out, "%s idle CPU over %.0fs: %.2f%% of one core (%s)\n", r.name, window.Seconds(), pct, r.source)
+		per = append(per, fmt.Sprintf("%s %.2f%%", r.name, pct*10000/float64(open)))
 	}
-	elapsed := time.Since(start)
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		mu.Lock()
-		left := len(sent)
-		mu.Unlock()
-		if left == 0 {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
+	fmt.Fprintf(out, "CPU per 10k sessions, %% of one core: %s; sum %.2f%%\n", strings.Join(per, ", "), sum*10000/float64(open))
+	if len(cpu) < 5 {
+		fmt.Fprintln(out, "(the sum covers only the processes above: give --redis and --nats-pid or --nats-monitor for the rest)")
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	slices.Sort(lat)
-	if len(lat) == 0 {
-		return errors.New("no online events seen")
+	fmt.Fprintf(out, "context, %% of one core: %s\n", fmtCPU(cpu, window))
+	if pct, ok := otherCPU(cpu, window); ok && pct > disturbedCPU {
+		fmt.Fprintf(out, "warning: other processes used %.0f%% of a core during the window; the CPU figures may be disturbed\n", pct)
 	}
-	q := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
-	fmt.Fprintf(out, "%d joins at %.0f/s over %v (achieved %.0f/s); %d online events seen, %d missing\n",
-		total, o.rate, o.duration, float64(total)/elapsed.Seconds(), len(lat), len(sent))
-	fmt.Fprintf(out, "join -> online on NATS: p50 %v  p90 %v  p99 %v  max %v\n",
-		q(0.50).Round(10*time.Microsecond), q(0.90).Round(10*time.Microsecond), q(0.99).Round(10*time.Microsecond), lat[len(lat)-1].Round(10*time.Microsecond))
+	if failed > 0 {
+		return fmt.Errorf("FAIL: %d of %d sessions failed to open", failed, o.sessions)
+	}
 	return nil
 }
 
 // openAll opens n connections, 64 at a time; name gives connection i's
-// user, session and room ("" joins none). With drain, each connection's
-// frames are read (and dropped) from then on, as a client does: one that
-// does not read is closed as a slow consumer, and gorilla answers pings
-// inside ReadMessage. It returns the connections (nil where one failed),
-// the failures and the first error.
-func openAll(ctx context.Context, d *dialer, n int, name func(i int) (user, session, room string), drain bool) ([]*websocket.Conn, int, error) {
+// user, session and room ("" joins none). onOpen, if not nil, is called
+// with each open (and joined) connection; it must start reading it, as a
+// client does: one that does not read is closed as a slow consumer, and
+// gorilla answers pings inside ReadMessage. drain is the onOpen that reads
+// and drops every frame. It returns the connections (nil where one
+// failed), the failures and the first error.
+func openAll(ctx context.Context, d *dialer, n int, name func(i int) (user, session, room string), onOpen func(i int, ws *websocket.Conn)) ([]*websocket.Conn, int, error) {
 	conns := make([]*websocket.Conn, n)
 	var wg sync.WaitGroup
 	var failed atomic.Int64
@@ -346,14 +381,8 @@ func openAll(ctx context.Context, d *dialer, n int, name func(i int) (user, sess
 				return
 			}
 			conns[i] = ws
-			if drain {
-				go func() {
-					for {
-						if _, _, err := ws.ReadMessage(); err != nil {
-							return
-						}
-					}
-				}()
+			if onOpen != nil {
+				onOpen(i, ws)
 			}
 		}()
 	}
@@ -378,13 +407,13 @@ func storm(ctx context.Context, o options, out io.Writer) error {
 	start := time.Now()
 	members, failedMembers, _ := openAll(ctx, d, o.members, func(i int) (string, string, string) {
 		return fmt.Sprintf("m%d-%d", run, i), "s", room
-	}, true)
+	}, drain)
 	defer closeAll(members)
 	ok := o.members - failedMembers
 	fmt.Fprintf(out, "room of %d members filled in %v (%d failed)\n", ok, time.Since(start).Round(time.Millisecond), failedMembers)
 	joiners, _, _ := openAll(ctx, d, o.joiners, func(i int) (string, string, string) {
 		return fmt.Sprintf("j%d-%d", run, i), "s", ""
-	}, false)
+	}, nil)
 	defer closeAll(joiners)
 	for _, c := range joiners {
 		// Drain the hello, so the join's reply is what joinRoom reads.
@@ -436,6 +465,17 @@ func storm(ctx context.Context, o options, out io.Writer) error {
 	fmt.Fprintf(out, "join -> snapshot: p50 %v  p90 %v  p99 %v  max %v\n",
 		q(0.50).Round(10*time.Microsecond), q(0.90).Round(10*time.Microsecond), q(0.99).Round(10*time.Microsecond), lat[len(lat)-1].Round(10*time.Microsecond))
 	return nil
+}
+
+// drain reads and drops every frame of ws until it ends.
+func drain(_ int, ws *websocket.Conn) {
+	go func() {
+		for {
+			if _, _, err := ws.ReadMessage(); err != nil {
+				return
+			}
+		}
+	}()
 }
 
 func closeAll(conns []*websocket.Conn) {
