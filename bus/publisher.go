@@ -112,6 +112,9 @@ func (p *Publisher) Publish(ctx context.Context, ts []presence.Transition) (uint
 	return seq, err
 }
 
+// errDisconnected: publishing now would only wait for the reconnect.
+var errDisconnected = errors.New("bus: publish: not connected to NATS")
+
 func (p *Publisher) publish(ctx context.Context, ts []presence.Transition) (uint64, error) {
 	if p.js == nil {
 		return 0, errors.New("bus: publish: publisher has no JetStream context")
@@ -121,6 +124,11 @@ func (p *Publisher) publish(ctx context.Context, ts []presence.Transition) (uint
 	}
 	if len(ts) == 0 {
 		return 0, nil
+	}
+	// While NATS is away, fail at once: the transitions wait in the
+	// store's outbox instead of in this call, for a whole ack timeout.
+	if nc := p.js.Conn(); nc != nil && !nc.IsConnected() {
+		return 0, errDisconnected
 	}
 	msgs := make([]*nats.Msg, len(ts))
 	for i, t := range ts {

@@ -43,7 +43,11 @@ type Replayer struct {
 	gap     *time.Timer
 	epoch   int64 // the room's current Seq numbering; 0 until known
 
+	js       jetstream.JetStream
+	ccMu     sync.Mutex // cc, created, checking
 	cc       jetstream.ConsumeContext
+	created  time.Time // of the stream followed: a new one was made again
+	checking bool
 	stopOnce sync.Once
 	done     chan struct{}
 }
@@ -116,24 +120,32 @@ func Replay(ctx context.Context, js jetstream.JetStream, region, room string, sn
 	for _, o := range opts {
 		o(r)
 	}
+	r.js = js
+	stream, err := js.Stream(ctx, StreamName(region))
+	if err != nil {
+		return nil, fmt.Errorf("bus: replay %s/%s: %w", region, room, err)
+	}
+	info := stream.CachedInfo()
+	r.created = info.Created
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{RoomFilter(region, room)}}
-	if snap.StreamSeq > 0 {
+	switch {
+	case snap.StreamSeq > info.State.LastSeq:
+		// The stream is younger than the snapshot's position: it was
+		// made again (its JetStream store lost). Read the room's part of
+		// it whole; room seq and epoch skip what the snapshot has.
+		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
+		r.epoch = snap.Epoch
+	case snap.StreamSeq > 0:
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cfg.OptStartSeq = snap.StreamSeq + 1
 		r.epoch = snap.Epoch
-	} else {
+	default:
 		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
 		r.notBefore = snap.At
 	}
-	cons, err := js.OrderedConsumer(ctx, StreamName(region), cfg)
-	if err != nil {
-		return nil, fmt.Errorf("bus: replay %s/%s: %w", region, room, err)
+	if err := r.consume(ctx, cfg); err != nil {
+		return nil, err
 	}
-	cc, err := cons.Consume(r.handle)
-	if err != nil {
-		return nil, fmt.Errorf("bus: replay %s/%s: %w", region, room, err)
-	}
-	r.cc = cc
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -142,6 +154,85 @@ func Replay(ctx context.Context, js jetstream.JetStream, region, room string, sn
 		}
 	}()
 	return r, nil
+}
+
+// consume starts an ordered consumer with cfg. Its errors make the
+// Replayer check whether the stream was made again.
+func (r *Replayer) consume(ctx context.Context, cfg jetstream.OrderedConsumerConfig) error {
+	cons, err := r.js.OrderedConsumer(ctx, StreamName(r.region), cfg)
+	if err != nil {
+		return fmt.Errorf("bus: replay %s/%s: %w", r.region, r.room, err)
+	}
+	cc, err := cons.Consume(r.handle, jetstream.ConsumeErrHandler(func(jetstream.ConsumeContext, error) { r.checkStream() }))
+	if err != nil {
+		return fmt.Errorf("bus: replay %s/%s: %w", r.region, r.room, err)
+	}
+	r.ccMu.Lock()
+	r.cc = cc
+	r.ccMu.Unlock()
+	select {
+	case <-r.done: // stopped meanwhile
+		cc.Stop()
+	default:
+	}
+	return nil
+}
+
+// checkStream runs after a consumer error: if the stream was made again
+// (its store lost; the nodes make it again), the ordered consumer would
+// wait for sequences the new stream reaches much later, so the Replayer
+// starts over on the new stream from its first message; room seq and
+// epoch skip what was delivered, and a new epoch takes a new snapshot.
+func (r *Replayer) checkStream() {
+	r.ccMu.Lock()
+	if r.checking {
+		r.ccMu.Unlock()
+		return
+	}
+	r.checking = true
+	r.ccMu.Unlock()
+	go func() {
+		defer func() {
+			r.ccMu.Lock()
+			r.checking = false
+			r.ccMu.Unlock()
+		}()
+		for r.ctx.Err() == nil {
+			select {
+			case <-r.done:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
+			st, err := r.js.Stream(ctx, StreamName(r.region))
+			cancel()
+			if err == nil {
+				r.ccMu.Lock()
+				same := st.CachedInfo().Created.Equal(r.created)
+				if !same {
+					r.created = st.CachedInfo().Created
+				}
+				old := r.cc
+				r.ccMu.Unlock()
+				if same {
+					return // a passing error; the consumer recovers
+				}
+				old.Stop()
+				cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{RoomFilter(r.region, r.room)},
+					DeliverPolicy: jetstream.DeliverAllPolicy}
+				if r.consume(r.ctx, cfg) == nil {
+					return
+				}
+			}
+			select {
+			case <-r.ctx.Done():
+				return
+			case <-r.done:
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
 }
 
 func (r *Replayer) handle(m jetstream.Msg) {
@@ -289,8 +380,13 @@ func (r *Replayer) Stop() {
 			r.gap.Stop()
 		}
 		r.mu.Unlock()
-		r.cc.Stop()
+		// done first: a consumer started again after this (checkStream)
+		// sees it and stops itself.
 		close(r.done)
+		r.ccMu.Lock()
+		cc := r.cc
+		r.ccMu.Unlock()
+		cc.Stop()
 	})
 }
 

@@ -27,6 +27,9 @@ const (
 	maxSnapTries = 4
 )
 
+// errNATSDown refuses a join while NATS is away.
+var errNATSDown = errors.New("node: NATS is not connected")
+
 // hub keeps one NATS subscription per room with local members and fans
 // each transition out to them, in Seq order and once each.
 //
@@ -125,6 +128,11 @@ func (h *hub) count() int {
 // subscribes and flushes, so that the server has the interest before any
 // snapshot is taken; later members wait for that.
 func (h *hub) add(ctx context.Context, name string, c *conn) error {
+	// Without NATS no event of the room can reach the member: refuse the
+	// join at once rather than after the store timeout.
+	if !h.nc.IsConnected() {
+		return errNATSDown
+	}
 	h.mu.Lock()
 	r := h.rooms[name]
 	create := r == nil

@@ -227,3 +227,61 @@ func TestAnOutboxAtItsCapStartsANewEpoch(t *testing.T) {
 		}
 	}
 }
+
+// gatedSink holds every publish until its gate opens.
+type gatedSink struct {
+	collector
+	gate chan struct{}
+}
+
+func (g *gatedSink) Publish(ctx context.Context, ts []presence.Transition) (uint64, error) {
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	return g.collector.Publish(ctx, ts)
+}
+
+// With AsyncDelivery, joins and the heartbeat never wait on the bus: a
+// bus that hangs (NATS away) holds no claim or refresh, and what they
+// produced goes out, in order, once it answers.
+func TestAsyncDeliveryNeverHoldsTheHeartbeat(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	g := &gatedSink{gate: make(chan struct{})}
+	s := newStore(t, rdb, g, func(o *Options) { o.AsyncDelivery = true })
+	startReaper(t, s)
+	var refs []presence.SessionRef
+	for i := range 20 {
+		refs = append(refs, ref("r1", fmt.Sprintf("u%02d", i), "tab"))
+	}
+	done := make(chan error, 1)
+	go func() {
+		for _, r := range refs {
+			if _, err := s.Claim(context.Background(), []presence.SessionRef{r}); err != nil {
+				done <- err
+				return
+			}
+		}
+		_, err := s.Refresh(context.Background(), refs)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("claims and a refresh waited on a bus that does not answer")
+	}
+	if n := len(g.All()); n != 0 {
+		t.Fatalf("%d delivered through a closed gate", n)
+	}
+	close(g.gate)
+	waitFor(t, 10*time.Second, "the 20 onlines", func() bool { return len(g.All()) == 20 })
+	for i, tr := range g.All() {
+		if tr.Seq != uint64(i+1) {
+			t.Fatalf("delivered out of order: %v", g.All())
+		}
+	}
+}

@@ -40,6 +40,11 @@ func (s *Store) reap(ctx context.Context, claim time.Duration) (int, error) {
 	if err != nil {
 		return 0, &OpError{"reap", err}
 	}
+	// This store's own view of an outage counts too: the clock cannot
+	// see one that began before any sweep wrote it.
+	if lc, until := s.localHold(); lc > 0 && lc < clk.cut {
+		clk.cut, clk.hold = lc, max(clk.hold, until)
+	}
 	lists, err := s.scanIndexes(ctx, "now", reapBatch, claim)
 	total := 0
 	for round := 0; err == nil && round < maxRounds; round++ {
@@ -209,8 +214,9 @@ func (s *Store) readIndexes(ctx context.Context, idx []string, upto string, limi
 	return out, nil
 }
 
-// RunReaper sweeps every reap interval until ctx is done. Errors are
-// logged and the next sweep tries again. On a cluster the nodes' reapers
+// RunReaper sweeps every reap interval until ctx is done (and, with
+// AsyncDelivery, runs the deliverer). Errors are logged and the next
+// sweep tries again. On a cluster the nodes' reapers
 // share the sweep: each master's slot indexes are read by whichever
 // reaper claims it first, about once per reap interval in all, however
 // many nodes run.
@@ -220,6 +226,9 @@ func (s *Store) readIndexes(ctx context.Context, idx []string, upto string, limi
 // each interval: a due room waits at most about one interval, and a
 // claimer that dies after claiming costs one more.
 func (s *Store) RunReaper(ctx context.Context) {
+	if s.outq != nil {
+		s.deliverer.Do(func() { go s.runDeliverer(ctx) })
+	}
 	tick := time.NewTicker(s.t.ReapInterval)
 	defer tick.Stop()
 	prune := time.NewTicker(s.t.LastSeenInterval)
@@ -262,6 +271,7 @@ func (s *Store) readClock(ctx context.Context) (clockState, error) {
 	}
 	c := clockState{now: num(res[0]), cut: num(res[1]), hold: num(res[2]), at: time.Now()}
 	s.stats.Sweeps.Add(1)
+
 	s.clockMu.Lock()
 	prev := s.clock
 	s.clock = c
@@ -336,10 +346,9 @@ func (s *Store) redisMS(t time.Time) int64 {
 	return c.now + t.Sub(c.at).Milliseconds()
 }
 
-// readCut is the liveness cutoff of reads and writes (see read_cut and
-// settle in lib.lua): while the region holds expiries after an outage,
-// or this store has just seen one itself, the moment it began; else 0
-// (now).
+// readCut is the cut of reads (see read_cut in lib.lua): while the
+// region holds expiries after an outage, or this store has just seen one
+// itself, the moment it began; else 0.
 func (s *Store) readCut() int64 {
 	s.clockMu.Lock()
 	defer s.clockMu.Unlock()
@@ -356,15 +365,21 @@ func (s *Store) readCut() int64 {
 	return cut
 }
 
-// writeCut is readCut, Redis's clock now as this store estimates it, and
-// the outage gap: the arguments of write_cut in lib.lua.
-func (s *Store) writeCut() []any {
-	cut := s.readCut()
+// localHold is this store's own view of an outage (see outage) in Redis
+// time: what lived at cut is held until hold; 0 when none.
+func (s *Store) localHold() (cut, hold int64) {
 	s.clockMu.Lock()
-	sent := s.redisMS(time.Now())
-	s.clockMu.Unlock()
-	return []any{cut, sent, ms(s.t.OutageGap())}
+	defer s.clockMu.Unlock()
+	if o := s.out; time.Now().Before(o.until) {
+		return s.redisMS(o.from), s.redisMS(o.until)
+	}
+	return 0, 0
 }
+
+// readSlack is how long past its expiry a user stays a member for reads
+// until a reaper announces the departure (see read_cut in lib.lua): two
+// reap intervals and half a second, the reaper's usual lag.
+func (s *Store) readSlack() time.Duration { return 2*s.t.ReapInterval + 500*time.Millisecond }
 
 // sweepClaim is how long a periodic sweep claims a master.
 func sweepClaim(interval time.Duration) time.Duration { return interval * 4 / 5 }

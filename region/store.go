@@ -53,6 +53,14 @@ type Options struct {
 
 	MaxBatch  int // sessions per Touch; default 10000
 	ChunkSize int // sessions per script call; default 256
+	// AsyncDelivery hands transitions to the sink from the store's own
+	// goroutine, which RunReaper runs: claims, releases, state writes,
+	// the heartbeat and the reaper never wait on the bus (an outage of
+	// NATS must not stall the heartbeat), and transitions go out in the
+	// order their scripts ran. What cannot be queued or delivered stays
+	// in the outbox for a reaper's redelivery. Nodes want it; without
+	// it each call delivers before it returns.
+	AsyncDelivery bool
 	// MaxOutbox caps the undelivered events kept per room. 0, the
 	// default, is no cap: nothing is dropped however long the bus is out
 	// of reach; Redis memory is the bound. At a cap the oldest go and the
@@ -86,6 +94,9 @@ type Store struct {
 	// release of a session whose data Redis lost since is its departure.
 	incs map[string]string
 	held map[presence.SessionRef]heldAt
+
+	outq      chan map[string][]string // with AsyncDelivery
+	deliverer sync.Once
 
 	stats Stats
 }
@@ -162,8 +173,12 @@ func New(rdb redis.UniversalClient, opt Options) (*Store, error) {
 		lg = slog.Default()
 	}
 	_, cluster := rdb.(*redis.ClusterClient)
-	return &Store{rdb: rdb, cluster: cluster, opt: opt, holder: opt.Holder, t: t, log: lg, now: time.Now,
-		seen: map[string]time.Time{}, incs: map[string]string{}, held: map[presence.SessionRef]heldAt{}}, nil
+	st := &Store{rdb: rdb, cluster: cluster, opt: opt, holder: opt.Holder, t: t, log: lg, now: time.Now,
+		seen: map[string]time.Time{}, incs: map[string]string{}, held: map[presence.SessionRef]heldAt{}}
+	if opt.AsyncDelivery {
+		st.outq = make(chan map[string][]string, outQueue)
+	}
+	return st, nil
 }
 
 // holderBytes is the alphabet of generated holder ids.
@@ -292,7 +307,7 @@ func (s *Store) touch(ctx context.Context, op string, refs []presence.SessionRef
 	var callRooms [][]string // rooms of each call, in script order
 	expected := s.expectedIncs(sorted)
 	for _, k := range order {
-		head := append([]any{ms(s.t.SessionTTL), ms(s.opt.PublishLease), s.opt.MaxOutbox, s.holder, claim, expected[k]}, s.writeCut()...)
+		head := []any{ms(s.t.SessionTTL), ms(s.opt.PublishLease), s.opt.MaxOutbox, s.holder, claim, expected[k]}
 		c := call{script: scriptTouch, keys: []string{k}, args: append([]any(nil), head...)}
 		var names []string
 		n := 0
@@ -378,8 +393,8 @@ func (s *Store) Release(ctx context.Context, ref presence.SessionRef) error {
 	cmds, err := s.exec(ctx, []call{{
 		script: scriptRelease,
 		keys:   append([]string{s.indexKey(ref.Room)}, s.roomKeys(ref.Room)...),
-		args: append([]any{ms(s.opt.PublishLease), s.opt.MaxOutbox, ms(s.t.OfflineGrace), ref.Room, ref.User, ref.Session,
-			s.holder, ms(s.t.SessionTTL), ms(s.t.Unrefreshed()), s.heldInc(ref)}, s.writeCut()...),
+		args: []any{ms(s.opt.PublishLease), s.opt.MaxOutbox, ms(s.t.OfflineGrace), ref.Room, ref.User, ref.Session,
+			s.holder, ms(s.t.SessionTTL), ms(s.t.Unrefreshed()), s.heldInc(ref)},
 	}})
 	if err != nil {
 		return &OpError{"release", err}
@@ -501,7 +516,7 @@ func (s *Store) Snapshot(ctx context.Context, room string, offset, limit int) (p
 		return snap, &OpError{"snapshot", fmt.Errorf("offset must be >= 0 and limit > 0, got %d and %d", offset, limit)}
 	}
 	k := s.roomKeys(room)
-	res, err := scriptSnapshot.Run(ctx, s.rdb, []string{k[0], k[1], k[2], k[4], k[6]}, offset, limit, s.readCut()).Slice()
+	res, err := scriptSnapshot.Run(ctx, s.rdb, []string{k[0], k[1], k[2], k[4], k[6]}, offset, limit, s.readCut(), ms(s.readSlack())).Slice()
 	if err != nil {
 		return snap, &OpError{"snapshot", err}
 	}
@@ -547,7 +562,7 @@ func (s *Store) Rosters(ctx context.Context, rooms []string) ([]presence.Snapsho
 		calls := make([]call, len(batch))
 		for i, room := range batch {
 			k := s.roomKeys(room)
-			calls[i] = call{script: scriptRoster, keys: []string{k[0], k[1], k[2], k[4]}, args: []any{s.readCut()}}
+			calls[i] = call{script: scriptRoster, keys: []string{k[0], k[1], k[2], k[4]}, args: []any{s.readCut(), ms(s.readSlack())}}
 		}
 		cmds, err := runAll(ctx, s.rdb, calls)
 		if err != nil {
@@ -645,7 +660,7 @@ func (s *Store) Count(ctx context.Context, room string) (int, error) {
 	if err := presence.ValidateRoom(room); err != nil {
 		return 0, &OpError{"count", err}
 	}
-	n, err := scriptCount.Run(ctx, s.rdb, []string{s.roomBase(room)}, s.readCut()).Int()
+	n, err := scriptCount.Run(ctx, s.rdb, []string{s.roomBase(room)}, s.readCut(), ms(s.readSlack())).Int()
 	if err != nil {
 		return 0, &OpError{"count", err}
 	}
@@ -662,7 +677,7 @@ func (s *Store) Sessions(ctx context.Context, room, user string) (m presence.Mem
 		return m, false, &OpError{"sessions", err}
 	}
 	k := s.roomKeys(room)
-	res, err := scriptSessions.Run(ctx, s.rdb, []string{k[1], k[4], k[0], k[6]}, user, s.readCut()).Slice()
+	res, err := scriptSessions.Run(ctx, s.rdb, []string{k[1], k[4], k[0], k[6]}, user, s.readCut(), ms(s.readSlack())).Slice()
 	if err != nil {
 		return m, false, &OpError{"sessions", err}
 	}
@@ -701,8 +716,8 @@ func (s *Store) SetState(ctx context.Context, ref presence.SessionRef, state jso
 	cmds, err := s.exec(ctx, []call{{
 		script: scriptState,
 		keys:   append([]string{s.indexKey(ref.Room)}, s.roomKeys(ref.Room)...),
-		args: append([]any{ms(s.opt.PublishLease), s.opt.MaxOutbox, ref.Room, ref.User, ref.Session, buf.String(), s.holder,
-			s.heldInc(ref)}, s.writeCut()...),
+		args: []any{ms(s.opt.PublishLease), s.opt.MaxOutbox, ref.Room, ref.User, ref.Session, buf.String(), s.holder,
+			s.heldInc(ref)},
 	}})
 	if err != nil {
 		return false, &OpError{"set state", err}
@@ -721,13 +736,71 @@ func (s *Store) SetState(ctx context.Context, ref presence.SessionRef, state jso
 	return num(res[0]) == 1, nil
 }
 
-// deliver hands each room's outbox entries to the sink and acknowledges
-// the delivered ones. Entries it cannot deliver stay in the outbox, and a
-// reaper delivers them after the publish lease.
+// outQueue bounds the deliveries waiting for the deliverer (with
+// AsyncDelivery); past it they are left to the reaper's redelivery.
+const outQueue = 4096
+
+// deliver hands each room's outbox entries to the sink, at once or, with
+// AsyncDelivery, through the deliverer; it returns their transitions.
 func (s *Store) deliver(ctx context.Context, pending map[string][]string) []presence.Transition {
 	if len(pending) == 0 {
 		return nil
 	}
+	if s.outq == nil {
+		return s.deliverNow(ctx, pending)
+	}
+	var ts []presence.Transition
+	for room, entries := range pending {
+		for _, e := range entries {
+			if t, err := s.parseEvent(room, e); err == nil {
+				ts = append(ts, t)
+			}
+		}
+	}
+	select {
+	case s.outq <- pending:
+	default:
+		s.stats.PublishErrors.Add(1)
+		s.log.Warn("presence: delivery queue full; a reaper will deliver", "rooms", len(pending))
+	}
+	return ts
+}
+
+// runDeliverer delivers what deliver queued, until ctx is done. It takes
+// what is waiting in one go, a room's entries in the order queued.
+func (s *Store) runDeliverer(ctx context.Context) {
+	for {
+		var first map[string][]string
+		select {
+		case <-ctx.Done():
+			return
+		case first = <-s.outq:
+		}
+		merged := map[string][]string{}
+		for room, es := range first {
+			merged[room] = append(merged[room], es...)
+		}
+	more:
+		for range 255 {
+			select {
+			case p := <-s.outq:
+				for room, es := range p {
+					merged[room] = append(merged[room], es...)
+				}
+			default:
+				break more
+			}
+		}
+		dctx, cancel := context.WithTimeout(ctx, s.opt.PublishLease)
+		s.deliverNow(dctx, merged)
+		cancel()
+	}
+}
+
+// deliverNow hands each room's outbox entries to the sink and acknowledges
+// the delivered ones. Entries it cannot deliver stay in the outbox, and a
+// reaper delivers them after the publish lease.
+func (s *Store) deliverNow(ctx context.Context, pending map[string][]string) []presence.Transition {
 	var all []presence.Transition
 	var acks []call
 	var seen []presence.Transition

@@ -385,7 +385,8 @@ func (s *nodeServer) openRedis(ctx context.Context) error {
 // query service and the metrics registry.
 func (s *nodeServer) openStore(ctx context.Context) error {
 	s.publisher = bus.NewPublisher(s.js, s.cfg.Region, bus.WithStreamConfig(s.streamCfg))
-	store, err := region.New(s.rdb, region.Options{Region: s.cfg.Region, Timing: s.cfg.Timing, Sink: s.publisher, Logger: s.lg})
+	store, err := region.New(s.rdb, region.Options{Region: s.cfg.Region, Timing: s.cfg.Timing, Sink: s.publisher,
+		AsyncDelivery: true, Logger: s.lg})
 	if err != nil {
 		return err
 	}

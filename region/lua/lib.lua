@@ -55,13 +55,18 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- read_cut is the liveness cutoff of a read: ARGV's cut while the region
--- holds expiries after an outage (entries alive when it began still count),
--- else now.
-local function read_cut(now, arg)
-  local c = tonumber(arg or '0') or 0
-  if c > 0 and c < now then return c end
-  return now
+-- read_cut is the liveness cutoff of a read. Only a reaper announces an
+-- expiry, so a user overdue by less than slack (a reap interval or two:
+-- the reaper has not come round yet) is still a member for reads, as for
+-- writes: a session of theirs that is refreshed meanwhile returns without
+-- an event, and reads never showed them gone. While the region holds
+-- expiries after an outage, cut (when it began) is earlier still. Past
+-- that, a dead node's users are gone for reads even if no reaper runs.
+local function read_cut(now, cut, slack)
+  local c = now - (tonumber(slack or '0') or 0)
+  cut = tonumber(cut or '0') or 0
+  if cut > 0 and cut < c then c = cut end
+  return c
 end
 
 -- live_s: session entries scored below it are dead.
@@ -346,24 +351,14 @@ local function due_ms(r)
   return due
 end
 
--- write_cut is the cut of a write script (see settle): ARGV's, unless the
+-- sweep_cut is the cut of a reap (see settle): the clock's, unless the
 -- call waited an outage long in a queue (sent before Redis stalled, run
 -- when it came back), when it judges nothing that lived when it was sent.
-local function write_cut(now, cut, sent, gap)
+local function sweep_cut(now, cut, sent, gap)
   cut, sent, gap = tonumber(cut), tonumber(sent), tonumber(gap)
   if not cut or cut <= 0 or cut > now then cut = now end
   if sent and sent > 0 and now - sent >= gap and sent < cut then cut = sent end
   return cut
-end
-
--- settle_if_due settles a room before a write if a user in it is overdue,
--- so that a write never builds on a departure the reads already show but
--- nobody announced: a user who returns after that is a join.
-local function settle_if_due(r, now, cut, maxo)
-  local a = first_score(r.z)
-  if a and a < now then
-    while settle(r, now, cut, maxo, 1000) do end
-  end
 end
 
 local KEEP_MS = 600000

@@ -9,7 +9,7 @@
 local now = now_ms()
 local lease, maxo, room, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
 local cut, hold, sent, gap = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
-cut = write_cut(now, cut, sent, gap)
+cut = sweep_cut(now, cut, sent, gap)
 local idx = KEYS[1]
 local due = redis.call('ZSCORE', idx, room)
 if due and tonumber(due) > now then

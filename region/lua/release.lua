@@ -4,8 +4,7 @@
 -- ARGV[1] publish lease ms, ARGV[2] outbox cap, ARGV[3] grace ms,
 -- ARGV[4] room, ARGV[5] user, ARGV[6] session, ARGV[7] holder,
 -- ARGV[8] session TTL ms, ARGV[9] unrefreshed ms, ARGV[10] the slot's
--- incarnation the caller saw last ('' if none), ARGV[11] cut, ARGV[12]
--- sent, ARGV[13] outage gap (see write_cut)
+-- incarnation the caller saw last ('' if none)
 -- Returns {found (0|1), the slot's incarnation, outbox entries this call
 -- added...}. found is 0 when
 -- the caller does not hold the session (never did, or another holder took
@@ -23,7 +22,6 @@ local tok = sid .. ':' .. ARGV[7]
 local m = u .. ':' .. tok
 local r = room_at(2)
 local inc, lost_data = incarnation(idx, now, ARGV[10])
-settle_if_due(r, now, write_cut(now, ARGV[11], ARGV[12], ARGV[13]), maxo)
 -- A tombstone of the caller's own entry: a refresh of this holder that was
 -- under way when it decided to release lands after this, and must not
 -- bring the session back (a later claim of the holder lifts it).

@@ -1,9 +1,9 @@
 -- sessions: one user's live sessions in a room, with expiry and state.
 -- KEYS[1] s, KEYS[2] st, KEYS[3] z, KEYS[4] u of the room; ARGV[1] user,
--- ARGV[2] cut (0: now; see read_cut)
+-- ARGV[2] cut, ARGV[3] slack (see read_cut)
 -- Returns {cut, until or '', session1, expiry1 (seconds), state1, ...}: the
 -- user is a member if until >= cut.
-local now = read_cut(now_ms(), ARGV[2])
+local now = read_cut(now_ms(), ARGV[2], ARGV[3])
 local u = ARGV[1]
 local out = {now, redis.call('ZSCORE', KEYS[3], u) or ''}
 local set = user_entries({s = KEYS[1], u = KEYS[4]}, u)

@@ -1,11 +1,11 @@
 -- snapshot: one page of a room's live members, by user id, with their live
 -- sessions and states, and the sequences that tie it to the event stream.
 -- KEYS[1] z, KEYS[2] s, KEYS[3] m, KEYS[4] st, KEYS[5] u of the room
--- ARGV[1] offset, ARGV[2] limit, ARGV[3] cut (0: now; see read_cut)
+-- ARGV[1] offset, ARGV[2] limit, ARGV[3] cut, ARGV[4] slack (see read_cut)
 -- Returns {now, room seq, stream seq, total, epoch, then per member on the page:
 -- user, until, k, then k triples (session, expiry seconds, state)}.
 local now = now_ms()
-local at = read_cut(now, ARGV[3])
+local at = read_cut(now, ARGV[3], ARGV[4])
 local off, lim = tonumber(ARGV[1]), tonumber(ARGV[2])
 local meta = redis.call('HMGET', KEYS[3], 'seq', 'jsseq', 'epoch')
 

@@ -3,8 +3,7 @@
 -- KEYS[1] reap index; KEYS[2..9] the room's keys (see lib.lua)
 -- ARGV[1] publish lease ms, ARGV[2] outbox cap, ARGV[3] room, ARGV[4] user,
 -- ARGV[5] session, ARGV[6] state JSON ('' clears), ARGV[7] holder,
--- ARGV[8] the slot's incarnation the caller saw last ('' if none),
--- ARGV[9] cut, ARGV[10] sent, ARGV[11] outage gap (see write_cut)
+-- ARGV[8] the slot's incarnation the caller saw last ('' if none)
 -- Returns {found, the slot's incarnation, outbox entries this call
 -- added...}: found is 1 when the
 -- caller holds the session, 0 when it is not live, 2 when another holder
@@ -16,7 +15,6 @@ local r = room_at(2)
 local m = u .. ':' .. sid .. ':' .. ARGV[7]
 local key = u .. ':' .. sid
 local inc = incarnation(KEYS[1], now, ARGV[8])
-settle_if_due(r, now, write_cut(now, ARGV[9], ARGV[10], ARGV[11]), maxo)
 local exp = redis.call('ZSCORE', r.s, m)
 local found = 0
 if exp and tonumber(exp) >= live_s(now) then

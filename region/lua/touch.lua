@@ -4,9 +4,8 @@
 -- KEYS[2..] eight keys per room, in ARGV order (see lib.lua)
 -- ARGV[1] session TTL ms, ARGV[2] publish lease ms, ARGV[3] outbox cap,
 -- ARGV[4] holder, ARGV[5] '1' for a claim, '0' for a refresh,
--- ARGV[6] the slot's incarnation the caller saw last ('' if none),
--- ARGV[7] cut, ARGV[8] sent, ARGV[9] outage gap (see write_cut)
--- ARGV[10..] per room: room id, k, then k pairs (user, session), a user's
+-- ARGV[6] the slot's incarnation the caller saw last ('' if none)
+-- ARGV[7..] per room: room id, k, then k pairs (user, session), a user's
 -- pairs adjacent (their until is raised once)
 -- Returns the slot's incarnation, then one entry per room: 0, or {events,
 -- lost, taken}: the outbox entries this call added, the "user:session"
@@ -20,18 +19,16 @@ local idx = KEYS[1]
 -- refreshes restore the sessions it held, silently, as readers of the
 -- stream saw those users online.
 local inc, restoring = incarnation(idx, now, ARGV[6])
-local cut = write_cut(now, ARGV[7], ARGV[8], ARGV[9])
 local exps = math.ceil((now + ttl) / 1000)
 local exp = exps * 1000
 local out = {inc}
-local a, ri = 10, 0
+local a, ri = 7, 0
 while a <= #ARGV do
   local room, k = ARGV[a], tonumber(ARGV[a + 1])
   a = a + 2
   local r = room_at(2 + ri * ROOM_KEYS)
   ri = ri + 1
   emitted = 0
-  settle_if_due(r, now, cut, maxo)
   -- Most rooms have no grace running: then no refresh looks at g.
   local ng = redis.call('HLEN', r.g)
   local lost, taken = {}, {}
