@@ -295,14 +295,17 @@ func TestE2ESecondSignalExitsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ws.Close()
+	// The hello comes once the node has registered the connection: only
+	// then has the drain something to wait for.
+	if _, _, err := ws.ReadMessage(); err != nil {
+		t.Fatal(err)
+	}
 	n.signal(syscall.SIGTERM)
 	waitFor(t, 5*time.Second, "the drain to start", func() bool { return strings.Contains(n.out.String(), "presenced: draining") })
-	second := time.Now()
 	n.signal(syscall.SIGTERM)
+	// A graceful end would be 0, after the close timeout; the second
+	// signal's is 1, at once.
 	if code := n.exit(t, 5*time.Second); code != 1 {
 		t.Fatalf("exit code %d after a second signal, want 1", code)
-	}
-	if d := time.Since(second); d > time.Second {
-		t.Fatalf("exited %v after the second signal", d)
 	}
 }
