@@ -31,6 +31,9 @@ const (
 	DefaultDropAfter        = 60 * time.Second
 	DefaultOfflineRetention = 24 * time.Hour
 	DefaultAckTimeout       = 5 * time.Second
+	// DefaultMaxFullBytes bounds one full snapshot as an aggregator
+	// receives it: about 1.3 million sessions at 25 bytes each.
+	DefaultMaxFullBytes = 32 << 20
 
 	// MinLeaseTTL is the shortest per-message TTL JetStream accepts.
 	MinLeaseTTL = time.Second
@@ -44,6 +47,10 @@ const (
 	DefaultDownAfterCadences = 5 // one lost publication is not an outage
 	DefaultLeaseTTLCadences  = 3
 )
+
+// minFullBytes is the smallest MaxFullBytes: an empty region's full is a
+// few hundred bytes, a small one's a few kilobytes.
+const minFullBytes = 64 << 10
 
 // GlobalLeaseBucket is the default KV bucket of the aggregators' lease.
 const GlobalLeaseBucket = "PRESENCE_global_lease"
@@ -193,9 +200,16 @@ type AggregatorConfig struct {
 	// DropAfter: a region not heard for this long is dropped; users only
 	// there go offline with reason region_lost.
 	DropAfter time.Duration // default 60s
-	// Regions lists the regions expected to publish (optional). A listed
-	// region never heard since start counts as down from the start.
+	// Regions lists the regions expected to publish (optional, and
+	// advised). A listed region never heard since start counts as down
+	// from the start. When it is set, publications of any other region
+	// are dropped (counted in UnknownRegions).
 	Regions []string
+	// MaxFullBytes bounds the encoded size of one full snapshot: a full
+	// whose parts add up to more is dropped (counted in OversizeFulls),
+	// and so is one whose parts stop coming for DownAfter. A region whose
+	// real fulls are larger never syncs: raise it.
+	MaxFullBytes int // default DefaultMaxFullBytes (32 MiB)
 
 	// OfflineRetention is how long the global stream keeps an offline
 	// transition (its per-message TTL).
@@ -221,6 +235,9 @@ func (c AggregatorConfig) WithDefaults() AggregatorConfig {
 	defDur(&c.OfflineRetention, DefaultOfflineRetention)
 	defDur(&c.AckTimeout, DefaultAckTimeout)
 	defDur(&c.LeaseTTL, leaseDefault(c.Cadence))
+	if c.MaxFullBytes == 0 {
+		c.MaxFullBytes = DefaultMaxFullBytes
+	}
 	if c.LeaseBucket == "" {
 		c.LeaseBucket = GlobalLeaseBucket
 	}
@@ -259,6 +276,8 @@ func (c AggregatorConfig) Validate() error {
 		return &ConfigError{"lease TTL", fmt.Sprintf("must be at least %v (JetStream's smallest message TTL), got %v", MinLeaseTTL, c.LeaseTTL)}
 	case c.Replicas < 1 || c.Replicas > 5:
 		return &ConfigError{"replicas", fmt.Sprintf("must be between 1 and 5, got %d", c.Replicas)}
+	case c.MaxFullBytes < minFullBytes:
+		return &ConfigError{"max full bytes", fmt.Sprintf("must be at least %d (64 KiB), got %d", minFullBytes, c.MaxFullBytes)}
 	case c.Instance == "":
 		return &ConfigError{"instance", "must not be empty"}
 	}

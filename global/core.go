@@ -11,16 +11,27 @@ import (
 type regionState struct {
 	name     string
 	expected bool // configured: down from the aggregator's start until heard
-	gen      uint64
-	inst     string
-	seq      uint64
-	synced   bool      // rooms are a full plus every delta since, in order
-	heard    time.Time // last publication applied; zero: never
-	dropped  bool
-	rooms    RegionView
-	states   StateView
-	asm      *assembly // full snapshot being received
-	asked    time.Time // last resync request
+	// gen and inst name the region's current publisher: the one whose
+	// full was applied last. Zero until one was.
+	gen     uint64
+	inst    string
+	seq     uint64
+	synced  bool      // rooms are a full plus every delta since, in order
+	heard   time.Time // last publication applied; zero: never
+	spoke   time.Time // last publication of the current publisher, applied or not
+	dropped bool
+	rooms   RegionView
+	states  StateView
+	asm     *assembly // full snapshot being received
+	refused fullID    // a full dropped as too large: its other parts are ignored
+	asked   time.Time // last resync request
+}
+
+// fullID names one full snapshot: its publisher and sequence.
+type fullID struct {
+	gen  uint64
+	inst string
+	seq  uint64
 }
 
 // assembly collects the parts of one full snapshot.
@@ -31,6 +42,8 @@ type assembly struct {
 	next, last int
 	view       RegionView
 	states     StateView
+	started    time.Time // part 1 arrived
+	bytes      int       // encoded size of the parts so far
 }
 
 // live reports whether the region's contribution may bring users online:
@@ -104,19 +117,29 @@ func (t touchSet) addOps(ops []RoomOps) {
 // safe for concurrent use.
 type core struct {
 	cadence, grace, downAfter, dropAfter time.Duration
-	start                                time.Time
-	regions                              map[string]*regionState
-	ann                                  *announced
-	dec                                  map[string]map[string]*decision // room -> user
-	absent                               touchSet                        // users whose absence timer runs
-	stats                                *AggregatorStats
+	// takeover is how long a region's current publisher must have been
+	// silent before another one may replace it.
+	takeover     time.Duration
+	maxFullBytes int
+	listed       bool // Regions was given: publications of other regions are dropped
+	start        time.Time
+	lastTick     time.Time
+	regions      map[string]*regionState
+	ann          *announced
+	dec          map[string]map[string]*decision // room -> user
+	absent       touchSet                        // users whose absence timer runs
+	stats        *AggregatorStats
 }
 
 func newCore(cfg AggregatorConfig, start time.Time, stats *AggregatorStats) *core {
 	c := &core{
 		cadence: cfg.Cadence, grace: cfg.Grace, downAfter: cfg.DownAfter, dropAfter: cfg.DropAfter,
-		start: start, regions: map[string]*regionState{}, ann: newAnnounced(),
+		takeover: min(takeoverCadences*cfg.Cadence, cfg.DownAfter), maxFullBytes: cfg.MaxFullBytes,
+		listed: len(cfg.Regions) > 0, start: start, regions: map[string]*regionState{}, ann: newAnnounced(),
 		dec: map[string]map[string]*decision{}, absent: touchSet{}, stats: stats,
+	}
+	if c.maxFullBytes <= 0 {
+		c.maxFullBytes = DefaultMaxFullBytes
 	}
 	for _, r := range cfg.Regions {
 		c.regions[r] = &regionState{name: r, expected: true, rooms: RegionView{}, states: StateView{}}
@@ -124,9 +147,16 @@ func newCore(cfg AggregatorConfig, start time.Time, stats *AggregatorStats) *cor
 	return c
 }
 
+// takeoverCadences: a publisher publishes every cadence, so one silent
+// for two has stopped (or lost its lease: it then stops within 3/4 of its
+// lease TTL, before another can take the lease).
+const takeoverCadences = 2
+
+// region returns the state of the named region, or nil when Regions was
+// given and does not list it.
 func (c *core) region(name string) *regionState {
 	r := c.regions[name]
-	if r == nil {
+	if r == nil && !c.listed {
 		r = &regionState{name: name, rooms: RegionView{}, states: StateView{}}
 		c.regions[name] = r
 	}
@@ -135,13 +165,27 @@ func (c *core) region(name string) *regionState {
 
 // publication applies one region publication. It returns the users to
 // evaluate and whether the region should be asked for a full snapshot.
+//
+// Who publishes for a region is decided by continuity, not by the
+// generation number: the current publisher keeps the region while it
+// publishes, and another (any other generation or instance) may replace
+// it only once it has been silent for the takeover period. A real
+// successor only starts after its predecessor's lease ran out, so it
+// never waits long; a publication with a forged or far-ahead generation
+// cannot lock the real publisher out, and cannot displace it while it
+// publishes.
 func (c *core) publication(p *Publication, now time.Time) (touchSet, bool) {
 	r := c.region(p.Region)
-	current := p.Gen == r.gen && p.Inst == r.inst
-	// A lower generation is a publisher that lost its lease and has not
-	// noticed yet; it is ignored while the current one is heard from.
-	stale := p.Gen < r.gen && !r.heard.IsZero() && now.Sub(r.heard) < c.downAfter
-	if stale {
+	if r == nil {
+		c.stats.UnknownRegions.Add(1)
+		return nil, false
+	}
+	current := r.gen != 0 && p.Gen == r.gen && p.Inst == r.inst
+	switch {
+	case current:
+		r.spoke = now
+	case r.gen != 0 && !r.dropped && now.Sub(r.spoke) < c.takeover:
+		c.stats.Contenders.Add(1)
 		return nil, false
 	}
 	switch p.Kind {
@@ -160,6 +204,7 @@ func (c *core) publication(p *Publication, now time.Time) (touchSet, bool) {
 		case r.asm != nil && p.Gen == r.asm.gen && p.Inst == r.asm.inst && p.Seq == r.asm.seq+1:
 			// Follows a full whose parts did not all arrive.
 			r.asm = nil
+			c.stats.DroppedFulls.Add(1)
 		}
 		if r.synced {
 			c.stats.Gaps.Add(1)
@@ -170,17 +215,35 @@ func (c *core) publication(p *Publication, now time.Time) (touchSet, bool) {
 		if current && r.synced && p.Seq <= r.seq {
 			return nil, false // a duplicate
 		}
+		if (fullID{p.Gen, p.Inst, p.Seq}) == r.refused {
+			return nil, false // the rest of a full too large to hold
+		}
 		if p.Part == 1 {
-			r.asm = &assembly{gen: p.Gen, inst: p.Inst, seq: p.Seq, next: 1, last: p.Parts, view: RegionView{}, states: StateView{}}
+			if r.asm != nil {
+				c.stats.DroppedFulls.Add(1) // replaced before it completed
+			}
+			r.asm = &assembly{gen: p.Gen, inst: p.Inst, seq: p.Seq, next: 1, last: p.Parts, view: RegionView{}, states: StateView{}, started: now}
 		}
 		a := r.asm
 		if a == nil || a.gen != p.Gen || a.inst != p.Inst || a.seq != p.Seq || a.next != p.Part || a.last != p.Parts {
+			if a != nil {
+				c.stats.DroppedFulls.Add(1)
+			}
 			r.asm = nil // a lost part; the next full starts over
 			if r.synced {
 				c.stats.Gaps.Add(1)
 			}
 			r.synced = false
 			return nil, c.ask(r, now)
+		}
+		// An assembly holds at most maxFullBytes of publications: past
+		// that it is dropped, not asked for again (a region that big
+		// needs a larger MaxFullBytes, which asking cannot fix).
+		if a.bytes += p.size; a.bytes > c.maxFullBytes {
+			r.asm, r.refused = nil, fullID{a.gen, a.inst, a.seq}
+			c.stats.DroppedFulls.Add(1)
+			c.stats.OversizeFulls.Add(1)
+			return nil, false
 		}
 		a.view.Apply(p.Rooms)
 		a.states.Apply(p.Rooms)
@@ -193,7 +256,7 @@ func (c *core) publication(p *Publication, now time.Time) (touchSet, bool) {
 		touched.addView(a.view)
 		r.rooms, r.states, r.asm = a.view, a.states, nil
 		r.gen, r.inst, r.seq = p.Gen, p.Inst, p.Seq
-		r.synced, r.dropped, r.heard = true, false, now
+		r.synced, r.dropped, r.heard, r.spoke = true, false, now, now
 		c.stats.Publications.Add(1)
 		return touched, false
 	}
@@ -211,9 +274,11 @@ func (c *core) ask(r *regionState, now time.Time) bool {
 	return true
 }
 
-// tick drops regions not heard for dropAfter and returns the users whose
-// status may have changed with time.
+// tick drops regions not heard for dropAfter, and fulls that did not
+// complete within downAfter, and returns the users whose status may have
+// changed with time. It is called at least once a cadence.
 func (c *core) tick(now time.Time) touchSet {
+	c.credit(now)
 	touched := touchSet{}
 	for room, users := range c.absent {
 		for u := range users {
@@ -221,6 +286,12 @@ func (c *core) tick(now time.Time) touchSet {
 		}
 	}
 	for _, r := range c.regions {
+		if r.asm != nil && now.Sub(r.asm.started) >= c.downAfter {
+			// Its parts stopped coming: free it. A lost part already
+			// put the region out of sync and asked for another full.
+			r.asm = nil
+			c.stats.DroppedFulls.Add(1)
+		}
 		ref := r.heard
 		if ref.IsZero() {
 			ref = c.start
@@ -242,6 +313,49 @@ func (c *core) tick(now time.Time) touchSet {
 		}
 	}
 	return touched
+}
+
+// credit makes a stall of the aggregator itself no evidence against
+// anyone: when ticks were more than a cadence apart (the process was
+// paused, or starved), the regions could not be heard meanwhile, and
+// their publications may still wait in the queue. Every timer that
+// measures silence or absence is moved on by the gap, so time that
+// nobody watched counts for no one.
+func (c *core) credit(now time.Time) {
+	last := c.lastTick
+	c.lastTick = now
+	gap := now.Sub(last)
+	if last.IsZero() || gap <= c.cadence {
+		return
+	}
+	c.stats.Stalls.Add(1)
+	shift := func(t *time.Time) {
+		if !t.IsZero() {
+			*t = minTime(t.Add(gap), now)
+		}
+	}
+	shift(&c.start)
+	for _, r := range c.regions {
+		shift(&r.heard)
+		shift(&r.spoke)
+		if r.asm != nil {
+			shift(&r.asm.started)
+		}
+	}
+	for room, users := range c.absent {
+		for u := range users {
+			if d := c.dec[room][u]; d != nil {
+				shift(&d.since)
+			}
+		}
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 func (c *core) presentAnywhere(room, user string) bool {

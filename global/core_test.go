@@ -196,22 +196,163 @@ func TestCoreHeldRegionBringsNobodyOnline(t *testing.T) {
 	want(t, "u1 left while we were out of sync", r.advance(400*time.Millisecond, "eu"), "offline r/u1 left 0")
 }
 
+// pub sends one publication as any publisher would, forged or not.
+func (r *coreRig) pub(region string, gen uint64, inst, kind string, seq uint64, ops ...RoomOps) (touchSet, bool) {
+	p := &Publication{V: 1, Kind: kind, Region: region, Gen: gen, Inst: inst, Seq: seq, Rooms: ops}
+	if kind == KindFull {
+		p.Part, p.Parts = 1, 1
+	}
+	return r.c.publication(p, r.now)
+}
+
+// A region's current publisher keeps it while it publishes: another one,
+// whatever its generation, is ignored until the current one has been
+// silent for two cadences (a real successor only starts once its
+// predecessor's lease ran out, so it never waits longer than that).
 func TestCoreGenerations(t *testing.T) {
 	r := newRig(t, "eu")
 	r.full("eu", RegionView{"r": {"u1": {"s1"}}}, false)
 	old := r.gen["eu"]
-	r.full("eu", RegionView{"r": {"u1": {"s1"}, "u2": {"s2"}}}, true) // a new publisher
-	// The old one's late delta is ignored while the new one is heard.
-	touched, ask := r.c.publication(&Publication{V: 1, Kind: KindDelta, Region: "eu", Gen: old, Inst: "i", Seq: 99, Rooms: []RoomOps{del("r", "u2")}}, r.now)
+	// A newer generation while the current publisher speaks: ignored,
+	// and nobody is asked for anything.
+	touched, ask := r.pub("eu", old+1, "new", KindFull, 1, set("r", map[string][]string{"u2": {"s2"}}))
 	if touched != nil || ask {
-		t.Fatalf("stale generation applied: %v %v", touched, ask)
+		t.Fatalf("a second publisher displaced a live one: %v %v", touched, ask)
 	}
-	// A full from an older generation is ignored too.
-	touched, _ = r.c.publication(&Publication{V: 1, Kind: KindFull, Region: "eu", Gen: old, Inst: "i", Seq: 100, Part: 1, Parts: 1}, r.now)
-	if touched != nil {
-		t.Fatal("stale full applied")
+	// The current one stops (its node died): two cadences later its
+	// successor's delta shows a gap, and its full takes the region over.
+	want(t, "silent for less than two cadences", r.advance(175*time.Millisecond))
+	if touched, _ := r.pub("eu", old+1, "new", KindDelta, 2); touched != nil {
+		t.Fatal("a delta of the successor applied before its full")
 	}
-	want(t, "history", r.all, "online r/u1 joined 1", "online r/u2 joined 1")
+	r.advance(50 * time.Millisecond)
+	if _, ask := r.pub("eu", old+1, "new", KindDelta, 3); !ask {
+		t.Fatal("the successor was not asked for a full once its predecessor fell silent")
+	}
+	touched, _ = r.pub("eu", old+1, "new", KindFull, 4, set("r", map[string][]string{"u1": {"s1"}, "u2": {"s2"}}))
+	want(t, "the successor's full", r.settle(touched), "online r/u2 joined 1")
+	// The old publisher's late delta is ignored now: the successor speaks.
+	if touched, ask := r.pub("eu", old, "i", KindDelta, 99, del("r", "u2")); touched != nil || ask {
+		t.Fatalf("the predecessor's late delta applied: %v %v", touched, ask)
+	}
+	if r.c.stats.Contenders.Load() != 3 {
+		t.Fatalf("contenders %d, want 3", r.c.stats.Contenders.Load())
+	}
+}
+
+// A full from a generation far ahead, forged or from a publisher gone
+// astray, never locks the real publisher out: while the real one
+// publishes it is ignored, and if it got in while the real one was
+// silent, the real one takes the region back once it stops.
+func TestCoreFarAheadGenerationLocksNobodyOut(t *testing.T) {
+	const far = 1 << 62
+	r := newRig(t, "eu")
+	r.full("eu", RegionView{"r": {"u1": {"s1"}}}, false)
+	touched, _ := r.pub("eu", far, "forger", KindFull, 1, set("r", map[string][]string{"ghost": {"g"}}))
+	want(t, "forged full while eu publishes", r.settle(touched))
+	want(t, "eu goes on", r.advance(time.Second, "eu"))
+
+	// The real publisher falls silent; the forger gets in...
+	r.advance(200 * time.Millisecond)
+	touched, _ = r.pub("eu", far, "forger", KindFull, 2, set("r", map[string][]string{"ghost": {"g"}}))
+	want(t, "forger in", r.settle(touched), "online r/ghost joined 1")
+	// ...and says nothing more. The real publisher, many generations
+	// behind, is ignored for two cadences, then asked, then back.
+	var asked bool
+	for seq := r.seq["eu"] + 1; !asked; seq++ {
+		r.advance(100 * time.Millisecond)
+		if r.now.Sub(t0) > time.Minute {
+			t.Fatal("the real publisher was never asked for a full")
+		}
+		_, asked = r.pub("eu", r.gen["eu"], "i", KindDelta, seq)
+		r.seq["eu"] = seq
+	}
+	want(t, "the real full", r.full("eu", RegionView{"r": {"u1": {"s1"}}}, false))
+	want(t, "the ghost leaves after the grace", r.advance(400*time.Millisecond, "eu"), "offline r/ghost left 0")
+	if got := r.c.regions["eu"]; got.gen != r.gen["eu"] || got.inst != "i" {
+		t.Fatalf("eu's publisher is %d/%s", got.gen, got.inst)
+	}
+}
+
+// With Regions set, a publication of any other region is dropped: no
+// state, no transition, no resync request.
+func TestCoreDropsUnlistedRegions(t *testing.T) {
+	r := newRig(t, "eu")
+	touched, ask := r.pub("xx", 1, "i", KindFull, 1, set("r", map[string][]string{"u1": {"s1"}}))
+	if touched != nil || ask || r.c.regions["xx"] != nil || r.c.stats.UnknownRegions.Load() != 1 {
+		t.Fatalf("unlisted region taken: %v %v %v", touched, ask, r.c.regions["xx"])
+	}
+	if _, ask := r.pub("xx", 1, "i", KindDelta, 5); ask {
+		t.Fatal("an unlisted region's gap asked for a full")
+	}
+	// Without a list, any region is taken.
+	open := newRig(t)
+	want(t, "no list", open.full("xx", RegionView{"r": {"u1": {"s1"}}}, false), "online r/u1 joined 1")
+}
+
+// A full is held while its parts arrive, within MaxFullBytes and for at
+// most DownAfter; past either it is dropped and its memory freed.
+func TestCoreBoundsFulls(t *testing.T) {
+	r := newRig(t, "eu")
+	r.full("eu", RegionView{"r": {"u1": {"s1"}}}, false)
+	r.c.maxFullBytes = 1000
+	part := func(part, parts int, seq uint64, size int, user string) (touchSet, bool) {
+		p := &Publication{V: 1, Kind: KindFull, Region: "eu", Gen: r.gen["eu"], Inst: "i", Seq: seq, Part: part, Parts: parts,
+			Rooms: []RoomOps{set("r", map[string][]string{user: {"s"}})}, size: size}
+		return r.c.publication(p, r.now)
+	}
+	eu := r.c.regions["eu"]
+	// Too large: dropped at the part that crosses the bound; the rest of
+	// it is ignored, and nobody is asked for another.
+	part(1, 3, 100, 600, "a")
+	if tt, ask := part(2, 3, 100, 600, "b"); tt != nil || ask || eu.asm != nil {
+		t.Fatalf("an oversize full kept: %v %v %v", tt, ask, eu.asm)
+	}
+	if tt, ask := part(3, 3, 100, 10, "c"); tt != nil || ask {
+		t.Fatalf("the rest of an oversize full: %v %v", tt, ask)
+	}
+	if r.c.stats.OversizeFulls.Load() != 1 || !eu.synced {
+		t.Fatalf("oversize %d, synced %v", r.c.stats.OversizeFulls.Load(), eu.synced)
+	}
+	// Incomplete: dropped DownAfter (500ms) after its first part.
+	part(1, 2, 101, 10, "d")
+	r.advance(475 * time.Millisecond)
+	if eu.asm == nil {
+		t.Fatal("an assembly dropped before DownAfter")
+	}
+	r.advance(50 * time.Millisecond)
+	if eu.asm != nil {
+		t.Fatal("an incomplete full still held after DownAfter")
+	}
+	if r.c.stats.DroppedFulls.Load() != 2 {
+		t.Fatalf("dropped fulls %d, want 2", r.c.stats.DroppedFulls.Load())
+	}
+	want(t, "nothing announced", r.all, "online r/u1 joined 1")
+}
+
+// The aggregator's own stall is no evidence against the regions: a tick
+// that comes long after the last one (the process was paused, or its
+// engine blocked) drops nobody, and the regions' publications that
+// waited in the queue are applied after it.
+func TestCoreAStalledClockJudgesNobody(t *testing.T) {
+	r := newRig(t, "eu", "ap")
+	r.full("eu", RegionView{"r": {"only-eu": {"s1"}}}, false)
+	r.full("ap", RegionView{"r": {"only-ap": {"s2"}}}, false)
+	r.advance(time.Second, "eu", "ap")
+	r.now = r.now.Add(5 * time.Second) // more than DropAfter without a tick
+	want(t, "the first tick after the stall", r.settle(r.c.tick(r.now)))
+	for _, name := range []string{"eu", "ap"} {
+		if s := r.c.state(r.c.regions[name], r.now); s != RegionLive {
+			t.Fatalf("%s is %s after the stall", name, s)
+		}
+	}
+	want(t, "the queued publications, and on", r.advance(time.Second, "eu", "ap"))
+	// A region that stays silent after the stall is judged as usual.
+	want(t, "ap silent", r.advance(1900*time.Millisecond, "eu"))
+	want(t, "ap dropped", r.advance(200*time.Millisecond, "eu"), "offline r/only-ap region_lost 0")
+	if r.c.stats.Stalls.Load() != 1 {
+		t.Fatalf("stalls %d", r.c.stats.Stalls.Load())
+	}
 }
 
 func TestCoreFullInParts(t *testing.T) {

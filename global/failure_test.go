@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/presence-dev/presence/global"
 )
 
@@ -202,4 +204,131 @@ func TestConvergenceAfterRestart(t *testing.T) {
 		t.Errorf("stays: %q", got)
 	}
 	rec.checkOrder(t)
+}
+
+// Two regions, an aggregator in each, the global stream in us and the
+// leader in eu, away from it. Both gateway links are cut for longer than
+// the drop period. The side that holds the stream (and the lease, which
+// lives beside it) takes over and announces what it sees: eu's users
+// lost once the drop period is over, us's departures as they happen,
+// nobody of us lost, and an aggregator started there during the cut
+// starts at once. The side without it writes nothing, answers no query
+// it cannot vouch for, and an aggregator started there waits for the
+// heal. After the heal both sides end with the truth: eu's users
+// back, and no aggregator answers with a user who left during the cut.
+func TestPartitionWithTheLeaderAwayFromTheStream(t *testing.T) {
+	w := newWorld(t, "us", "eu", "us")
+	opt := func(c *global.AggregatorConfig) { c.Regions = []string{"eu", "us"} }
+	aggEU, _ := w.aggregator("eu", opt)
+	waitLeader(t, aggEU)
+	aggUS, _ := w.aggregator("us", opt)
+	t.Cleanup(func() { dump(t, "eu", aggEU); dump(t, "us", aggUS) })
+	rec := w.record("us")
+	eu, us := w.regions["eu"], w.regions["us"]
+	eu.join(t, ref("room", "eu-only", "s1"), ref("room", "both", "s2"))
+	us.join(t, ref("room", "both", "s3"), ref("room", "us-only", "s4"), ref("room", "us-leaves", "s5"))
+	waitFor(t, 5*time.Second, "four online", func() bool { return len(rec.members("room")) == 4 })
+	if !aggEU.Leader() || aggUS.Leader() {
+		t.Fatal("the leader moved before the cut")
+	}
+	ctx := context.Background()
+
+	w.sc.Isolate("eu")
+	// An aggregator started on the side without the stream waits.
+	late := make(chan error, 1)
+	lateNC := w.sc.Connect(t, "eu")
+	lateJS, _ := jetstream.New(lateNC)
+	lateAgg, err := global.NewAggregator(global.AggregatorConfig{
+		NATS: lateNC, JetStream: lateJS, Cadence: cadence, Grace: grace, DownAfter: downAfter, DropAfter: dropAfter,
+		Regions: []string{"eu", "us"}, Placement: &jetstream.Placement{Cluster: "us"}, Storage: jetstream.MemoryStorage, Logger: quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lateAgg.Close)
+	go func() { late <- lateAgg.Start(ctx) }()
+
+	waitFor(t, 10*time.Second, "us to lead", aggUS.Leader)
+	// On the stream's side an aggregator starts during the cut: it only
+	// looks the stream and the lease bucket up, which needs no meta leader.
+	nearNC := w.sc.Connect(t, "us")
+	nearJS, _ := jetstream.New(nearNC)
+	near, err := global.NewAggregator(global.AggregatorConfig{
+		NATS: nearNC, JetStream: nearJS, Cadence: cadence, Grace: grace, DownAfter: downAfter, DropAfter: dropAfter,
+		Regions: []string{"eu", "us"}, Placement: &jetstream.Placement{Cluster: "us"}, Storage: jetstream.MemoryStorage, Logger: quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(near.Close)
+	if err := near.Start(ctx); err != nil || near.Stats().StartRetries.Load() != 0 {
+		t.Fatalf("an aggregator started during the cut beside the stream: %v, %d retries", err, near.Stats().StartRetries.Load())
+	}
+	us.leave(t, ref("room", "us-leaves", "s5"))
+	waitFor(t, dropAfter+10*time.Second, "eu's users lost, us-leaves gone", func() bool {
+		return len(rec.events()) == 6
+	})
+	if got := rec.of("room", "eu-only"); !slices.Equal(got, []string{"online joined", "offline region_lost"}) {
+		t.Errorf("eu-only during the cut: %q", got)
+	}
+	if got := rec.of("room", "us-leaves"); !slices.Equal(got, []string{"online joined", "offline left"}) {
+		t.Errorf("us-leaves during the cut: %q", got)
+	}
+	if s := regionState(aggUS, "eu"); s != global.RegionDropped {
+		t.Errorf("the leader holds eu as %s after the drop period", s)
+	}
+	// The side without the stream cannot vouch for its view.
+	if _, err := aggEU.Count(ctx, "room"); err == nil {
+		t.Error("the aggregator cut off from the stream answered a query")
+	}
+	if aggEU.Leader() {
+		t.Error("the aggregator cut off from the lease still leads")
+	}
+	waitFor(t, 15*time.Second, "the late aggregator to retry", func() bool { return lateAgg.Stats().StartRetries.Load() > 0 })
+	select {
+	case err := <-late:
+		t.Fatalf("an aggregator started during the cut returned %v", err)
+	default:
+	}
+
+	w.sc.Heal("eu")
+	w.sc.WaitConnected(t, 20*time.Second)
+	if err := <-late; err != nil {
+		t.Fatalf("the late aggregator: %v", err)
+	}
+	// The first answer eu's aggregator gives after the heal is already
+	// without the user who left during the cut.
+	waitFor(t, 10*time.Second, "eu's aggregator to answer", func() bool {
+		snap, err := aggEU.Snapshot(ctx, "room", 0, 100)
+		if err != nil {
+			return false
+		}
+		for _, m := range snap.Members {
+			if m.User == "us-leaves" {
+				t.Fatalf("a ghost in eu's aggregator's first answer after the heal: %+v", snap)
+			}
+		}
+		return true
+	})
+	waitFor(t, 10*time.Second, "eu-only back", func() bool { return len(rec.events()) == 7 })
+	time.Sleep(grace + 2*cadence) // anything else due would be out by now
+	if got := rec.of("room", "eu-only"); !slices.Equal(got, []string{"online joined", "offline region_lost", "online joined"}) {
+		t.Errorf("eu-only: %q", got)
+	}
+	for _, u := range []string{"both", "us-only"} {
+		if got := rec.of("room", u); !slices.Equal(got, []string{"online joined"}) {
+			t.Errorf("%s: %q", u, got)
+		}
+	}
+	rec.checkOrder(t)
+	want := fmtMembers(w.union("room"))
+	for name, a := range map[string]*global.Aggregator{"eu": aggEU, "us": aggUS, "late": lateAgg, "near": near} {
+		waitFor(t, 10*time.Second, name+" to hold the truth", func() bool {
+			snap, err := a.Snapshot(ctx, "room", 0, 100)
+			if err != nil || len(snap.Members) != 3 {
+				return false
+			}
+			return fmtMembers(a.Union("room")) == want && regionState(a, "eu") == global.RegionLive && regionState(a, "us") == global.RegionLive
+		})
+	}
 }

@@ -19,10 +19,12 @@ func newInstance() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-// ensureLeaseBucket creates (or updates) a KV bucket whose keys may carry
-// a per-key TTL.
+// ensureLeaseBucket returns the lease bucket, creating it (or updating
+// its marker TTL) only when needed: a lookup is answered by the bucket's
+// own servers, while a create or update needs the JetStream meta leader,
+// which a partition of a two-cluster supercluster leaves on neither side.
 func ensureLeaseBucket(ctx context.Context, js jetstream.JetStream, bucket string, ttl time.Duration, placement *jetstream.Placement, replicas int, storage jetstream.StorageType) (jetstream.KeyValue, error) {
-	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	cfg := jetstream.KeyValueConfig{
 		Bucket:      bucket,
 		Description: "presence: leader lease",
 		History:     1,
@@ -32,7 +34,28 @@ func ensureLeaseBucket(ctx context.Context, js jetstream.JetStream, bucket strin
 		// Expired keys leave a marker for this long, so a new holder can
 		// Create the key again.
 		LimitMarkerTTL: max(ttl, MinLeaseTTL),
-	})
+	}
+	st, err := js.Stream(ctx, "KV_"+bucket)
+	switch {
+	case err == nil && st.CachedInfo().Config.SubjectDeleteMarkerTTL == cfg.LimitMarkerTTL:
+		kv, err := js.KeyValue(ctx, bucket)
+		if err != nil {
+			return nil, fmt.Errorf("global: lease bucket %s: %w", bucket, err)
+		}
+		return kv, nil
+	case err == nil:
+		kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("global: lease bucket %s: %w", bucket, err)
+		}
+		return kv, nil
+	case !errors.Is(err, jetstream.ErrStreamNotFound):
+		return nil, fmt.Errorf("global: lease bucket %s: %w", bucket, err)
+	}
+	kv, err := js.CreateKeyValue(ctx, cfg)
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		kv, err = js.KeyValue(ctx, bucket) // created meanwhile by another
+	}
 	if err != nil {
 		return nil, fmt.Errorf("global: lease bucket %s: %w", bucket, err)
 	}

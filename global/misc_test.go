@@ -72,10 +72,10 @@ func TestMalformedInputIsDroppedAndCounted(t *testing.T) {
 		defer mu.Unlock()
 		return len(got) == 1 && got[0].User == "u1"
 	})
+	// The garbage moved the stream's last sequence: u1's online, written
+	// after it, shows the writer took it into account (by reading it, or
+	// by a rejected write and a re-read).
 	waitFor(t, 5*time.Second, "the stream's garbage counted", func() bool { return agg.Stats().Malformed.Load() >= 9 })
-	if agg.Stats().Conflicts.Load() < 1 {
-		t.Error("garbage in the stream did not make the writer re-read it")
-	}
 	if slices.Contains(agg.Regions("room", "ghost"), "eu") {
 		t.Error("the impostor's delta was applied")
 	}
@@ -274,6 +274,7 @@ func TestConfigValidation(t *testing.T) {
 		{func(c *global.AggregatorConfig) { c.OfflineRetention = time.Millisecond }, "offline retention"},
 		{func(c *global.AggregatorConfig) { c.LeaseTTL = time.Millisecond }, "lease TTL"},
 		{func(c *global.AggregatorConfig) { c.Replicas = 7 }, "replicas"},
+		{func(c *global.AggregatorConfig) { c.MaxFullBytes = 1000 }, "max full bytes"},
 		{func(c *global.AggregatorConfig) { c.Regions = []string{"eu", "eu"} }, "regions"},
 		{func(c *global.AggregatorConfig) { c.Regions = []string{"global"} }, "regions"},
 		{func(c *global.AggregatorConfig) { c.LeaseBucket = "a.b" }, "lease bucket"},
@@ -287,7 +288,7 @@ func TestConfigValidation(t *testing.T) {
 		t.Fatalf("valid aggregator config: %v", err)
 	}
 	ad := aggBase.WithDefaults()
-	if ad.Grace != 9*time.Second || ad.DownAfter != 15*time.Second || ad.DropAfter != time.Minute || ad.OfflineRetention != 24*time.Hour || ad.LeaseTTL != 9*time.Second || ad.Replicas != 1 {
+	if ad.Grace != 9*time.Second || ad.DownAfter != 15*time.Second || ad.DropAfter != time.Minute || ad.OfflineRetention != 24*time.Hour || ad.LeaseTTL != 9*time.Second || ad.Replicas != 1 || ad.MaxFullBytes != 32<<20 {
 		t.Fatalf("aggregator defaults %+v", ad)
 	}
 }

@@ -20,6 +20,9 @@ import (
 // payloadSlack is kept free of each publication for its envelope.
 const payloadSlack = 1024
 
+// publisherStartTimeout bounds finding (or creating) the lease bucket.
+const publisherStartTimeout = 30 * time.Second
+
 // RegionPublisher publishes one region's presence to the aggregators:
 // once per cadence it reads the regional truth, and sends the difference
 // from what it sent last (an empty delta when nothing changed: the
@@ -79,7 +82,7 @@ func (p *RegionPublisher) Active() bool {
 // Start creates the lease bucket, listens for resync requests and runs
 // the lease and cadence loops until ctx is done or Close is called.
 func (p *RegionPublisher) Start(ctx context.Context) error {
-	sctx, cancel := context.WithTimeout(ctx, startTimeout)
+	sctx, cancel := context.WithTimeout(ctx, publisherStartTimeout)
 	defer cancel()
 	kv, err := ensureLeaseBucket(sctx, p.cfg.JetStream, p.cfg.LeaseBucket, p.cfg.LeaseTTL, p.cfg.Placement, 1, p.cfg.Storage)
 	if err != nil {

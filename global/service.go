@@ -20,13 +20,21 @@ import (
 // inside the global grace. Until is the earliest moment the member could
 // be announced offline. RoomSeq and Epoch are the room's last global
 // transition, StreamSeq its position in the global stream.
-func (a *Aggregator) Snapshot(_ context.Context, room string, offset, limit int) (presence.Snapshot, error) {
+//
+// Like every query, it first makes sure the view holds everything the
+// global stream held when it was called (see current): it fails, rather
+// than answer from a view it cannot vouch for, while this aggregator
+// cannot read the stream.
+func (a *Aggregator) Snapshot(ctx context.Context, room string, offset, limit int) (presence.Snapshot, error) {
 	snap := presence.Snapshot{Region: bus.GlobalRegion, Room: room, Offset: offset, Members: []presence.Member{}}
 	if err := presence.ValidateRoom(room); err != nil {
 		return snap, err
 	}
 	if offset < 0 || limit <= 0 {
 		return snap, fmt.Errorf("global: snapshot: offset must be >= 0 and limit > 0, got %d and %d", offset, limit)
+	}
+	if err := a.current(ctx); err != nil {
+		return snap, err
 	}
 	a.mu.RLock()
 	defer a.mu.RUnlock()
@@ -64,8 +72,11 @@ func (a *Aggregator) memberLocked(room, user string, now time.Time) presence.Mem
 }
 
 // Count returns the number of global members of a room.
-func (a *Aggregator) Count(_ context.Context, room string) (int, error) {
+func (a *Aggregator) Count(ctx context.Context, room string) (int, error) {
 	if err := presence.ValidateRoom(room); err != nil {
+		return 0, err
+	}
+	if err := a.current(ctx); err != nil {
 		return 0, err
 	}
 	a.mu.RLock()
@@ -78,8 +89,11 @@ func (a *Aggregator) Count(_ context.Context, room string) (int, error) {
 
 // Sessions returns one user's global presence in a room; ok is false
 // when the user is not a global member.
-func (a *Aggregator) Sessions(_ context.Context, room, user string) (presence.Member, bool, error) {
+func (a *Aggregator) Sessions(ctx context.Context, room, user string) (presence.Member, bool, error) {
 	if err := errors.Join(presence.ValidateRoom(room), presence.ValidateUser(user)); err != nil {
+		return presence.Member{}, false, err
+	}
+	if err := a.current(ctx); err != nil {
 		return presence.Member{}, false, err
 	}
 	a.mu.RLock()

@@ -55,9 +55,10 @@ func ingestSubject(t presence.Transition) string {
 
 // Publication is one message of a region's publication stream (version
 // 1). A delta applies to the state after Seq-1; a full (Parts messages
-// sharing one Seq) replaces the state. Gen orders publishers: it is the
-// revision of the lease that made this publisher active, so a later
-// leader always has a higher Gen.
+// sharing one Seq) replaces the state. Gen is the revision of the lease
+// that made this publisher active; with Inst it names the publisher's
+// term. It does not decide who publishes: an aggregator keeps a region's
+// current publisher while it publishes (see core.publication).
 //
 //	{"v":1,"kind":"delta","region":"eu","gen":7,"inst":"Xq3…","seq":42,
 //	 "at":1764444000000,"rooms":[{"room":"r1","set":{"u1":["tab1","tab2"]},"del":["u2"]}]}
@@ -77,6 +78,8 @@ type Publication struct {
 	Parts  int       `json:"parts,omitempty"` // full only
 	At     int64     `json:"at"`              // publisher clock, unix ms; informational
 	Rooms  []RoomOps `json:"rooms"`
+
+	size int // encoded bytes, as received; bounds a full's assembly
 }
 
 // RoomOps is the part of a publication about one room. A user in Set is
@@ -89,9 +92,11 @@ type RoomOps struct {
 	Del  []string                              `json:"del,omitempty"`
 }
 
-// maxParts bounds a full snapshot's parts, so a bad message cannot make
-// an aggregator hold an unbounded assembly.
-const maxParts = 100000
+// maxParts bounds a full snapshot's parts. Each part is one NATS message
+// of up to the connection's max payload, and an assembly's bytes are
+// bounded too (AggregatorConfig.MaxFullBytes), so a full that announces
+// more parts than it could ever fill is refused at once.
+const maxParts = 10000
 
 // DecodePublication parses and checks a publication received on subject.
 // A publication whose body disagrees with its subject is malformed.
@@ -161,6 +166,7 @@ func DecodePublication(subject string, data []byte) (*Publication, error) {
 			}
 		}
 	}
+	p.size = len(data)
 	return &p, nil
 }
 

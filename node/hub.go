@@ -47,6 +47,7 @@ type hub struct {
 	nc       *nats.Conn
 	region   string      // region token of the watched subjects: the node's, or bus.GlobalRegion
 	store    Snapshotter // where room snapshots come from
+	views    *views      // with Config.Global: which view rooms follow (view.go)
 	limit    int         // snapshot members
 	log      *slog.Logger
 	metrics  *metrics
@@ -63,6 +64,7 @@ type hub struct {
 
 type room struct {
 	name    string
+	view    string // region token of sub's subjects
 	sub     *nats.Subscription
 	ready   chan struct{} // closed once subscribed, or failed (err set)
 	err     error
@@ -108,13 +110,26 @@ type event struct {
 }
 
 func newHub(n *Node) *hub {
-	return &hub{
+	h := &hub{
 		nc: n.cfg.NATS, region: n.cfg.viewRegion(), store: n.cfg.snapshots(), limit: n.cfg.Limits.SnapshotMembers,
 		log: n.log, metrics: n.metrics, ctx: n.ctx, timeout: n.cfg.StoreTimeout, wg: &n.wg,
 		msgs:     make(chan *nats.Msg, msgQueue),
 		gapAfter: cmp.Or(n.cfg.gapTimeout, gapTimeout),
 		rooms:    map[string]*room{}, gappy: map[*room]struct{}{},
 	}
+	if n.cfg.Global != nil {
+		h.views = newViews(n)
+		h.store = h.views
+	}
+	return h
+}
+
+// viewNow is the region token a new room's subscription follows.
+func (h *hub) viewNow() string {
+	if h.views != nil {
+		return h.views.view()
+	}
+	return h.region
 }
 
 // count returns the number of rooms with local members.
@@ -136,15 +151,16 @@ func (h *hub) add(ctx context.Context, name string, c *conn) error {
 	h.mu.Lock()
 	r := h.rooms[name]
 	create := r == nil
+	view := h.viewNow()
 	if create {
-		r = &room{name: name, ready: make(chan struct{}), members: map[*conn]*member{}}
+		r = &room{name: name, view: view, ready: make(chan struct{}), members: map[*conn]*member{}}
 		h.rooms[name] = r
 	}
 	r.members[c] = &member{}
 	h.mu.Unlock()
 
 	if create {
-		sub, err := h.nc.ChanSubscribe(bus.RoomFilter(h.region, name), h.msgs)
+		sub, err := h.nc.ChanSubscribe(bus.RoomFilter(view, name), h.msgs)
 		if err == nil {
 			err = h.nc.FlushWithContext(ctx)
 		}
@@ -234,6 +250,14 @@ func (h *hub) snapshot(ctx context.Context, name string, c *conn, ref string) er
 			}
 			h.mu.Unlock()
 			return err
+		}
+		if moved, err := h.moveRoom(name, snap.Region); err != nil {
+			return err
+		} else if moved {
+			if try == maxSnapTries {
+				return errors.New("node: the room's view kept changing")
+			}
+			continue // read it again, on the view's subscription
 		}
 		h.mu.Lock()
 		r := h.rooms[name]
@@ -399,6 +423,13 @@ func (h *hub) runResync(r *room) {
 		ctx, cancel := context.WithTimeout(h.ctx, h.timeout)
 		snap, err := h.store.Snapshot(ctx, r.name, 0, h.limit)
 		cancel()
+		var moved bool
+		if err == nil {
+			moved, err = h.moveRoom(r.name, snap.Region)
+		}
+		if moved {
+			continue // read it again, on the view's subscription
+		}
 		if err == nil {
 			h.mu.Lock()
 			// Readying may start the room over, putting members back on a
@@ -534,7 +565,7 @@ func (h *hub) deliverLocked(r *room, e event) {
 // onMsg handles one message from a room subscription.
 func (h *hub) onMsg(msg *nats.Msg) {
 	t, err := bus.DecodeEvent(msg.Data)
-	if err == nil && t.Region != h.region {
+	if err == nil && t.Region != h.region && (h.views == nil || !h.views.known(t.Region)) {
 		err = errors.New("event of another region")
 	}
 	var frame []byte
@@ -547,7 +578,9 @@ func (h *hub) onMsg(msg *nats.Msg) {
 		return
 	}
 	h.mu.Lock()
-	if r := h.rooms[t.Room]; r != nil {
+	// A room takes the events of the view it follows; the other view's,
+	// queued before it moved, are dropped.
+	if r := h.rooms[t.Room]; r != nil && t.Region == r.view {
 		h.eventLocked(r, event{epoch: t.Epoch, seq: t.Seq, frame: frame})
 	}
 	h.mu.Unlock()
@@ -585,10 +618,21 @@ func (h *hub) dispatch(ctx context.Context) {
 func (h *hub) watch(ctx context.Context) {
 	ch := h.nc.StatusChanged(nats.CONNECTED)
 	defer h.nc.RemoveStatusListener(ch)
+	var viewChanged chan struct{}
+	if h.views != nil {
+		viewChanged = h.views.changed
+		h.wg.Add(1)
+		go func() {
+			defer h.wg.Done()
+			h.views.run(ctx)
+		}()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-viewChanged:
+			h.followView()
 		case _, ok := <-ch:
 			if !ok {
 				return

@@ -45,6 +45,9 @@ func TestE2EGlobalViewAcrossRegions(t *testing.T) {
 	_ = watch.Flush()
 
 	agg := regions["a"].start([]string{"aggregator", "--nats", sc.Server("a").ClientURL(), "--cadence", "300ms", "--regions", "a,b", "--listen", "127.0.0.1:0"}, false)
+	// Nodes that start before the global view answers serve the regional
+	// view until it does; this test follows the global view from the start.
+	waitAggregatorOK(t, agg)
 	na := regions["a"].startNodeIn("a", "--global", "--global-cadence", "300ms")
 	nb := regions["b"].startNodeIn("b", "--global", "--global-cadence", "300ms")
 
@@ -134,6 +137,16 @@ func getJSON(t *testing.T, url string, v any) {
 	}
 }
 
+// tryJSON decodes the JSON body at url into v.
+func tryJSON(url string, v any) error {
+	r, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer r.Body.Close()
+	return json.NewDecoder(r.Body).Decode(v)
+}
+
 // expectMetrics waits until the exposition at url has every line.
 func expectMetrics(t *testing.T, url string, lines ...string) {
 	t.Helper()
@@ -155,4 +168,139 @@ func expectMetrics(t *testing.T, url string, lines ...string) {
 		}
 		return true
 	})
+}
+
+// seenRoom is one room as a client sees it: the members and the view
+// (the region) of its latest snapshot, with the events after it applied.
+type seenRoom struct {
+	room    string
+	region  string
+	members map[string]bool
+}
+
+// seen starts following a room from the reply to its join.
+func seen(join map[string]any) *seenRoom {
+	v := &seenRoom{room: join["room"].(string)}
+	v.snapshot(join)
+	return v
+}
+
+func (v *seenRoom) snapshot(f map[string]any) {
+	snap := f["snapshot"].(map[string]any)
+	v.region, v.members = snap["region"].(string), map[string]bool{}
+	members, _ := snap["members"].([]any)
+	for _, m := range members {
+		v.members[m.(map[string]any)["user"].(string)] = true
+	}
+}
+
+// follow applies c's frames of the room until cond holds.
+func (v *seenRoom) follow(t *testing.T, c *client, within time.Duration, what string, cond func(*seenRoom) bool) {
+	t.Helper()
+	deadline := time.After(within)
+	for !cond(v) {
+		select {
+		case f, ok := <-c.frames:
+			if !ok {
+				t.Fatalf("%s: connection closed waiting for %s", c.user, what)
+			}
+			switch f["type"] {
+			case "snapshot":
+				if f["room"] == v.room {
+					v.snapshot(f)
+				}
+			case "event":
+				ev := f["event"].(map[string]any)
+				if ev["room"] != v.room || ev["region"] != v.region {
+					continue
+				}
+				switch ev["kind"] {
+				case "online":
+					v.members[ev["user"].(string)] = true
+				case "offline":
+					delete(v.members, ev["user"].(string))
+				}
+			}
+		case <-deadline:
+			t.Fatalf("%s: no %s within %v; last view %s %v", c.user, what, within, v.region, v.members)
+		}
+	}
+}
+
+func (v *seenRoom) is(region string, users ...string) bool {
+	if v.region != region || len(v.members) != len(users) {
+		return false
+	}
+	for _, u := range users {
+		if !v.members[u] {
+			return false
+		}
+	}
+	return true
+}
+
+// A --global node whose region is cut off from the aggregators, or whose
+// aggregators are all stopped, keeps serving its region: joins work, and
+// its clients are moved to the region's view (a resync snapshot whose
+// region is the node's) with its events; when the global view is back
+// they are moved back to it, and what happened meanwhile is in it. An
+// aggregator started in the cut-off region waits for the heal (health
+// "starting") instead of exiting.
+func TestE2EGlobalNodeServesItsRegionWithoutTheGlobalView(t *testing.T) {
+	sc := testnats.StartSuperCluster(t, "a", "b")
+	regions := map[string]*env{}
+	for _, name := range []string{"a", "b"} {
+		rs := testredis.Start(t)
+		regions[name] = &env{t: t, redis: rs.Addr, nats: sc.Server(name).ClientURL(), nc: sc.Connect(t, name)}
+	}
+	aggArgs := func(cluster string) []string {
+		return []string{"aggregator", "--nats", sc.Server(cluster).ClientURL(), "--cadence", "300ms", "--regions", "a,b",
+			"--stream-cluster", "b", "--listen", "127.0.0.1:0"}
+	}
+	agg := regions["b"].start(aggArgs("b"), false)
+	waitAggregatorOK(t, agg)
+	na := regions["a"].startNodeIn("a", "--global", "--global-cadence", "300ms")
+	nb := regions["b"].startNodeIn("b", "--global", "--global-cadence", "300ms")
+
+	alice := dial(t, na.addr, "alice", "tab")
+	lobby := seen(alice.join("lobby"))
+	if lobby.region != bus.GlobalRegion {
+		t.Fatalf("alice's join: %s, want the global view", lobby.region)
+	}
+	bob := dial(t, nb.addr, "bob", "tab")
+	bob.join("lobby")
+	lobby.follow(t, alice, 15*time.Second, "alice and bob in the global view", func(v *seenRoom) bool { return v.is(bus.GlobalRegion, "alice", "bob") })
+
+	sc.Isolate("a")
+	late := regions["a"].start(aggArgs("a"), false)
+	lobby.follow(t, alice, 15*time.Second, "the regional view", func(v *seenRoom) bool { return v.is("a", "alice") })
+	carol := dial(t, na.addr, "carol", "tab")
+	if v := seen(carol.join("lobby")); !v.is("a", "alice", "carol") {
+		t.Fatalf("carol's join during the cut: %s %v, want the regional view", v.region, v.members)
+	}
+	lobby.follow(t, alice, 10*time.Second, "carol in the regional view", func(v *seenRoom) bool { return v.is("a", "alice", "carol") })
+	var lateAddr string
+	waitFor(t, 10*time.Second, "the late aggregator's health", func() bool {
+		m := aggregatorHTTP.FindStringSubmatch(late.out.String())
+		if m == nil {
+			return false
+		}
+		lateAddr = m[1]
+		var h struct{ Status string }
+		return tryJSON("http://"+lateAddr+"/healthz", &h) == nil && h.Status == "starting"
+	})
+
+	sc.Heal("a")
+	sc.WaitConnected(t, 20*time.Second)
+	lobby.follow(t, alice, 30*time.Second, "the global view with carol", func(v *seenRoom) bool { return v.is(bus.GlobalRegion, "alice", "bob", "carol") })
+	waitAggregatorOK(t, late)
+
+	// Every aggregator stops: the node serves its region again.
+	_ = agg.cmd.Process.Kill()
+	_ = late.cmd.Process.Kill()
+	lobby.follow(t, alice, 15*time.Second, "the regional view again", func(v *seenRoom) bool { return v.is("a", "alice", "carol") })
+	dave := dial(t, na.addr, "dave", "tab")
+	if v := seen(dave.join("lobby")); !v.is("a", "alice", "carol", "dave") {
+		t.Fatalf("dave's join without aggregators: %s %v, want the regional view", v.region, v.members)
+	}
 }

@@ -1,8 +1,9 @@
 // Package testnats runs real nats-server instances in-process for tests:
 // random port, JetStream on, storage in a temporary directory, shut down
 // by t.Cleanup. Besides a single server: a supercluster whose gateway
-// links a test can cut (StartSuperCluster), and a server that takes only
-// JWT credentials (StartSecured).
+// links a test can cut (StartSuperCluster), a server that takes only
+// JWT credentials (StartSecured), and a supercluster started from
+// nats-server configuration files (StartConfigured).
 package testnats
 
 import (
