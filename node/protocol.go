@@ -161,10 +161,6 @@ func encodeError(code ErrorCode, msg, ref string) []byte {
 	return mustJSON(errorFrame{Type: typeError, Code: code, Message: msg, Ref: ref})
 }
 
-func encodeSnapshot(ref, reason string, s presence.Snapshot) []byte {
-	return mustJSON(snapshotFrame{Type: typeSnapshot, Ref: ref, Room: s.Room, Reason: reason, Truncated: s.Total > len(s.Members), Snapshot: s})
-}
-
 // encodeEvent wraps a version 1 bus event: {"type":"event","event":{...}}.
 func encodeEvent(t presence.Transition) ([]byte, error) {
 	ev, err := bus.EncodeEvent(t)

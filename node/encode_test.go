@@ -1,0 +1,119 @@
+package node
+
+import (
+	"bytes"
+	"encoding/json"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/presence-dev/presence/presence"
+)
+
+// marshalSnapshot is the reference: what encoding/json writes for the frame.
+func marshalSnapshot(ref, reason string, s presence.Snapshot) []byte {
+	return mustJSON(snapshotFrame{Type: typeSnapshot, Ref: ref, Room: s.Room, Reason: reason, Truncated: s.Total > len(s.Members), Snapshot: s})
+}
+
+var hostile = []string{
+	"", "a", "room-1_=@+~", `q"uote`, `back\slash`, "<script>&amp;", "tab\there", "nl\n",
+	"\x00\x1f", "é", "\u2028\u2029", "\xff\xfe", "日本", strings100(),
+}
+
+func strings100() string { return string(bytes.Repeat([]byte("x"), 100)) }
+
+var states = []json.RawMessage{
+	nil, json.RawMessage(`{}`), json.RawMessage(`"away"`), json.RawMessage(`{"a":1,"b":[true,null]}`),
+	json.RawMessage(` { "a" : 1 } `), json.RawMessage(`"<b>&</b>"`), json.RawMessage("\"\u2028\""),
+	json.RawMessage(`"é"`), json.RawMessage("[1,\n2]"),
+}
+
+func randomSnapshot(r *rand.Rand) (string, string, presence.Snapshot) {
+	pick := func() string { return hostile[r.IntN(len(hostile))] }
+	when := func() time.Time {
+		switch r.IntN(4) {
+		case 0:
+			return time.Time{}
+		case 1:
+			return time.UnixMilli(r.Int64N(4e12)).UTC()
+		case 2:
+			return time.Unix(r.Int64N(4e9), r.Int64N(1e9)).In(time.FixedZone("x", 3600*(r.IntN(25)-12)))
+		default:
+			return time.Unix(r.Int64N(4e9), 0).UTC()
+		}
+	}
+	s := presence.Snapshot{
+		Region: pick(), Room: pick(), At: when(), Total: r.IntN(5), Offset: r.IntN(3),
+		RoomSeq: r.Uint64(), Epoch: r.Int64() - r.Int64(), StreamSeq: r.Uint64(),
+	}
+	if r.IntN(5) > 0 {
+		s.Members = []presence.Member{}
+		for range r.IntN(4) {
+			m := presence.Member{User: pick(), Until: when()}
+			if r.IntN(4) > 0 {
+				m.Sessions = []presence.SessionInfo{}
+				for range r.IntN(3) {
+					m.Sessions = append(m.Sessions, presence.SessionInfo{ID: pick(), Expires: when(), State: states[r.IntN(len(states))]})
+				}
+			}
+			s.Members = append(s.Members, m)
+		}
+	}
+	return pick(), pick(), s
+}
+
+func TestSnapshotFrameIsWhatEncodingJSONWrites(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range 20000 {
+		ref, reason, s := randomSnapshot(r)
+		want := marshalSnapshot(ref, reason, s)
+		if got := encodeSnapshot(ref, reason, s); !bytes.Equal(got, want) {
+			t.Fatalf("case %d:\n got %s\nwant %s", i, got, want)
+		}
+	}
+}
+
+func TestSnapshotFrameWithAnUnencodableTimeStillEncodes(t *testing.T) {
+	s := presence.Snapshot{Room: "r", At: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}
+	b := encodeSnapshot("j1", "", s)
+	var f map[string]any
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatalf("frame %s: %v", b, err)
+	}
+	if snap := f["snapshot"].(map[string]any); snap["at"] != nil {
+		t.Fatalf("at = %v, want null", snap["at"])
+	}
+}
+
+func FuzzSnapshotFrame(f *testing.F) {
+	f.Add("r", "u", "s", []byte(`{"a":1}`), int64(1))
+	f.Add("<", "\xff", "\u2028", []byte(" [ 1 ] "), int64(-1))
+	f.Fuzz(func(t *testing.T, room, user, sid string, state []byte, ms int64) {
+		if !json.Valid(state) {
+			state = nil
+		}
+		at := time.UnixMilli(ms % 2e14).UTC()
+		s := presence.Snapshot{Room: room, At: at, Total: 1, Members: []presence.Member{{User: user, Until: at, Sessions: []presence.SessionInfo{{ID: sid, Expires: at, State: state}}}}}
+		if got, want := encodeSnapshot(sid, user, s), marshalSnapshot(sid, user, s); !bytes.Equal(got, want) {
+			t.Fatalf("\n got %s\nwant %s", got, want)
+		}
+	})
+}
+
+func BenchmarkSnapshotFrame(b *testing.B) {
+	s := presence.Snapshot{Region: "eu", Room: "room-1", At: time.Now().UTC(), Total: 50}
+	for i := range 50 {
+		at := time.Now().Add(time.Duration(i) * time.Second).UTC()
+		s.Members = append(s.Members, presence.Member{User: "user-" + string(rune('a'+i%26)), Until: at, Sessions: []presence.SessionInfo{{ID: "tab-1", Expires: at}}})
+	}
+	b.Run("hand", func(b *testing.B) {
+		for b.Loop() {
+			encodeSnapshot("j1", "", s)
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		for b.Loop() {
+			marshalSnapshot("j1", "", s)
+		}
+	})
+}
