@@ -18,10 +18,9 @@ import (
 // node has passed their events on, then returns the snapshot.
 type outrunStore struct {
 	Store
-	other *presence.SessionRef // a template: the room of the joins
-	hub   func() *hub
-	on    atomic.Bool
-	n     atomic.Int64
+	hub func() *hub
+	on  atomic.Bool
+	n   atomic.Int64
 }
 
 func (s *outrunStore) Snapshot(ctx context.Context, room string, offset, limit int) (presence.Snapshot, error) {

@@ -475,14 +475,6 @@ func (s *Store) heldInc(ref presence.SessionRef) string {
 	return s.incs[s.indexKey(ref.Room)]
 }
 
-// incarnation is the incarnation of the slot of reap index key idx as
-// this store last saw it ("" if never).
-func (s *Store) incarnation(idx string) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.incs[idx]
-}
-
 // sawIncarnation records a slot's incarnation from a script's reply. A
 // change means Redis lost that slot's data since this store last wrote
 // there; the script has already restored what it could.

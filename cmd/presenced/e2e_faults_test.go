@@ -62,7 +62,6 @@ type world struct {
 	ns     *server.Server
 	e      *env
 	nodes  []*proc
-	obs    *observer
 }
 
 func newWorld(t *testing.T, ft faultTiming, nodes int) *world {
