@@ -784,9 +784,37 @@ func (s *Store) runDeliverer(ctx context.Context) {
 			}
 		}
 		dctx, cancel := context.WithTimeout(ctx, s.opt.PublishLease)
-		s.deliverNow(dctx, merged)
+		s.deliverRooms(dctx, merged)
 		cancel()
 	}
+}
+
+// ackTimeout bounds the acknowledgement of delivered entries.
+const ackTimeout = 2 * time.Second
+
+// deliverParallel bounds the rooms one delivery round publishes at once.
+const deliverParallel = 64
+
+// deliverRooms delivers each room's entries from its own goroutine and
+// waits for all: a round costs about one publish round trip, not one per
+// room. A room's entries stay in one goroutine and rounds do not overlap,
+// so each room's transitions still reach the sink in seq order.
+func (s *Store) deliverRooms(ctx context.Context, pending map[string][]string) {
+	if len(pending) == 1 {
+		s.deliverNow(ctx, pending)
+		return
+	}
+	sem := make(chan struct{}, deliverParallel)
+	var wg sync.WaitGroup
+	for room, entries := range pending {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			s.deliverNow(ctx, map[string][]string{room: entries})
+		}()
+	}
+	wg.Wait()
 }
 
 // deliverNow hands each room's outbox entries to the sink and acknowledges
@@ -835,7 +863,11 @@ func (s *Store) deliverNow(ctx context.Context, pending map[string][]string) []p
 	// round trip.
 	calls := append(acks, s.seenCalls(s.departuresSeen(seen))...)
 	if len(calls) > 0 {
-		cmds, _ := runAll(ctx, s.rdb, calls)
+		// Stored events are acked even when the publish used up ctx: an
+		// unacked entry is delivered again after the lease.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
+		defer cancel()
+		cmds, _ := runAll(actx, s.rdb, calls)
 		for i, c := range cmds {
 			if err := c.Err(); err != nil && i < len(acks) {
 				s.log.Warn("presence: ack failed; events will be delivered again", "err", err)
