@@ -372,7 +372,7 @@ func (h *harness) decodeEvent(data []byte) (oracle.Event, error) {
 func runOracle(t *testing.T, sc oracle.Scenario, opts oracleOpts) (*oracle.Run, *oracle.Report) {
 	plan := oracle.Generate(sc)
 	tm := sc.Timing
-	h := &harness{t: t, e: newEnv(t), plan: plan, opts: opts, ops: map[string]int{}, live: map[int]*wsClient{}, slotNode: make([]int, sc.Nodes), crashed: make(chan int, 16)}
+	h := &harness{t: t, e: newProcessEnv(t), plan: plan, opts: opts, ops: map[string]int{}, live: map[int]*wsClient{}, slotNode: make([]int, sc.Nodes), crashed: make(chan int, 16)}
 	h.args = append([]string{
 		"--session-ttl", tm.TTL.String(), "--heartbeat", tm.Heartbeat.String(),
 		"--offline-grace", tm.Grace.String(), "--reap-interval", tm.Reap.String(),
