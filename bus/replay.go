@@ -37,11 +37,9 @@ type Replayer struct {
 
 	mu      sync.Mutex // held while fn runs
 	stopped bool
-	next    uint64                         // lowest room Seq not yet delivered
-	held    map[uint64]presence.Transition // arrived above a gap
-	gapGen  int                            // invalidates a pending gap timer
-	gap     *time.Timer
-	epoch   int64 // the room's current Seq numbering; 0 until known
+	seq     *Sequencer[presence.Transition] // the room's order; epoch 0 until known
+	gapGen  int                             // invalidates a pending gap timer
+	gap     *time.Timer                     // armed while seq has a gap open
 
 	js       jetstream.JetStream
 	ccMu     sync.Mutex // cc, created, checking
@@ -113,13 +111,12 @@ func Replay(ctx context.Context, js jetstream.JetStream, region, room string, sn
 	r := &Replayer{
 		region: region, room: room, fn: fn, ctx: ctx,
 		gapTimeout: DefaultGapTimeout,
-		next:       snap.RoomSeq + 1,
-		held:       map[uint64]presence.Transition{},
 		done:       make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(r)
 	}
+	r.seq = NewSequencer[presence.Transition](SeqLimits{GapTimeout: r.gapTimeout, MaxHeld: maxHeld})
 	r.js = js
 	stream, err := js.Stream(ctx, StreamName(region))
 	if err != nil {
@@ -134,14 +131,15 @@ func Replay(ctx context.Context, js jetstream.JetStream, region, room string, sn
 		// made again (its JetStream store lost). Read the room's part of
 		// it whole; room seq and epoch skip what the snapshot has.
 		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
-		r.epoch = snap.Epoch
+		r.seq.Reset(snap.Epoch, snap.RoomSeq)
 	case snap.StreamSeq > 0:
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cfg.OptStartSeq = snap.StreamSeq + 1
-		r.epoch = snap.Epoch
+		r.seq.Reset(snap.Epoch, snap.RoomSeq)
 	default:
 		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
 		r.notBefore = snap.At
+		r.seq.Reset(0, snap.RoomSeq) // the first transition's epoch is the room's
 	}
 	if err := r.consume(ctx, cfg); err != nil {
 		return nil, err
@@ -245,30 +243,51 @@ func (r *Replayer) handle(m jetstream.Msg) {
 	if r.stopped || t.At.Before(r.notBefore) {
 		return
 	}
-	switch {
-	case r.epoch == 0:
-		r.epoch = t.Epoch
-	case t.Epoch < r.epoch:
-		return // a stray of an earlier numbering
-	case t.Epoch > r.epoch:
-		for len(r.held) > 0 {
-			r.skipGap()
-		}
-		if r.resnapshot != nil {
-			snap, ok := r.freshSnapshot(t.Epoch)
-			if !ok {
-				return // stopped
-			}
-			r.apply(snap)
-			r.epoch, r.next = snap.Epoch, snap.RoomSeq+1
-			if t.Epoch < r.epoch {
-				return // the snapshot is of a later numbering still
-			}
-			break
-		}
-		// A later numbering starts at 1.
-		r.epoch, r.next = t.Epoch, 1
+	// The Sequencer orders a transition without an epoch within the
+	// current numbering; the Replayer drops it as a stray of an earlier
+	// one once the numbering is known.
+	if epoch, _, _ := r.seq.Position(); t.Epoch == 0 && epoch != 0 {
+		return
 	}
+	r.offer(t)
+	r.syncGap()
+}
+
+// offer passes t to the sequencer and acts on its verdict. r.mu is held.
+func (r *Replayer) offer(t presence.Transition) {
+	switch r.seq.Offer(t.Epoch, t.Seq, t, time.Now()) {
+	case Deliver:
+		r.fn(t)
+		r.drain()
+	case GaveUp:
+		r.drain()
+	case NewEpoch:
+		r.newEpoch(t)
+	}
+}
+
+// newEpoch follows the room's later numbering that t opens: what is held
+// is delivered with its gaps given up, then the Replayer starts from a
+// fresh snapshot (WithResnapshot) or from seq 1, and offers t again.
+// r.mu is held.
+func (r *Replayer) newEpoch(t presence.Transition) {
+	for r.seq.Held() > 0 {
+		r.seq.SkipGap(time.Now())
+		r.drain()
+	}
+	if r.resnapshot == nil {
+		r.seq.Reset(t.Epoch, 0) // a later numbering starts at 1
+		r.offer(t)
+		return
+	}
+	snap, ok := r.freshSnapshot(t.Epoch)
+	if !ok {
+		return // stopped
+	}
+	r.apply(snap)
+	// snap.Epoch >= t.Epoch: t is offered in the snapshot's numbering, or
+	// dropped as Stale when the snapshot is of a later one still.
+	r.seq.Reset(snap.Epoch, snap.RoomSeq)
 	r.offer(t)
 }
 
@@ -288,77 +307,39 @@ func (r *Replayer) freshSnapshot(epoch int64) (presence.Snapshot, bool) {
 	}
 }
 
-// offer delivers t if it is next, holds it if it is above a gap, and
-// drops it if it was delivered or given up already. r.mu is held.
-func (r *Replayer) offer(t presence.Transition) {
-	switch {
-	case t.Seq < r.next:
-	case t.Seq == r.next:
-		r.deliver(t)
-		r.drain()
-	default:
-		if _, dup := r.held[t.Seq]; dup {
-			return
-		}
-		r.held[t.Seq] = t
-		if len(r.held) > maxHeld {
-			r.skipGap()
-		}
-		if len(r.held) > 0 && r.gap == nil {
-			r.armGap()
-		}
-	}
-}
-
-func (r *Replayer) deliver(t presence.Transition) {
-	r.next = t.Seq + 1
-	r.fn(t)
-}
-
-// drain delivers held transitions that are now next.
+// drain delivers the held transitions that are now next. r.mu is held.
 func (r *Replayer) drain() {
-	for {
-		t, ok := r.held[r.next]
-		if !ok {
-			break
-		}
-		delete(r.held, r.next)
-		r.deliver(t)
+	for t, ok := r.seq.Next(); ok; t, ok = r.seq.Next() {
+		r.fn(t)
 	}
-	if len(r.held) == 0 && r.gap != nil {
+	r.syncGap()
+}
+
+// syncGap keeps the gap timer armed exactly while the sequencer has a gap
+// open, for its deadline. r.mu is held.
+func (r *Replayer) syncGap() {
+	deadline := r.seq.Deadline()
+	switch {
+	case deadline.IsZero() && r.gap != nil:
 		r.gap.Stop()
 		r.gap = nil
 		r.gapGen++
+	case !deadline.IsZero() && r.gap == nil:
+		r.gapGen++
+		gen := r.gapGen
+		r.gap = time.AfterFunc(time.Until(deadline), func() {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			if r.stopped || gen != r.gapGen {
+				return
+			}
+			r.gap = nil
+			if now := time.Now(); r.seq.Overdue(now) {
+				r.seq.SkipGap(now) // what remains waits a full timeout
+			}
+			r.drain()
+		})
 	}
-}
-
-// skipGap gives up the missing Seqs below the lowest held one.
-func (r *Replayer) skipGap() {
-	lowest := uint64(0)
-	for s := range r.held {
-		if lowest == 0 || s < lowest {
-			lowest = s
-		}
-	}
-	r.next = lowest
-	r.drain()
-}
-
-func (r *Replayer) armGap() {
-	r.gapGen++
-	gen := r.gapGen
-	r.gap = time.AfterFunc(r.gapTimeout, func() {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if r.stopped || gen != r.gapGen {
-			return
-		}
-		r.gap = nil
-		r.skipGap()
-		if len(r.held) > 0 {
-			r.armGap()
-		}
-	})
 }
 
 // Seq returns the room Seq through which every transition has been
@@ -367,7 +348,8 @@ func (r *Replayer) armGap() {
 func (r *Replayer) Seq() uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.next - 1
+	_, seq, _ := r.seq.Position()
+	return seq
 }
 
 // Stop ends the replay: once it returns, fn is not running and will not be
