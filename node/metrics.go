@@ -65,7 +65,7 @@ func newMetrics(reg prometheus.Registerer, n *Node) (*metrics, error) {
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
-			return nil, &ConfigError{"metrics", "registering: " + err.Error()}
+			return nil, configError("metrics", "registering: "+err.Error())
 		}
 	}
 	// Codes and reasons exist from the start, so rates work before the
