@@ -127,7 +127,7 @@ type testOwner struct{ moves atomic.Int32 }
 func (o *testOwner) sessionMoved() { o.moves.Add(1) }
 
 // holdAll holds refs for one owner, failing the test on error.
-func holdAll(tb testing.TB, s *scheduler, refs ...presence.SessionRef) *testOwner {
+func holdAll(tb testing.TB, s *sessionKeeper, refs ...presence.SessionRef) *testOwner {
 	tb.Helper()
 	o := &testOwner{}
 	for _, r := range refs {
@@ -150,8 +150,8 @@ func refN(i int) presence.SessionRef {
 	return presence.SessionRef{Room: "r", User: "u", Session: fmt.Sprintf("s%03d", i)}
 }
 
-func newTestScheduler(st Store, period time.Duration, slots, batch int) *scheduler {
-	return newScheduler(st, period, slots, batch, 5*time.Second, quiet, func(time.Duration, int, error) {})
+func newTestScheduler(st Store, period time.Duration, slots, batch int) *sessionKeeper {
+	return newSessionKeeper(st, period, slots, batch, 5*time.Second, quiet, func(time.Duration, int, error) {})
 }
 
 // Every session is refreshed once per period, by one batch per slot, the

@@ -195,7 +195,7 @@ func TestCleanCloseAnnouncesOfflineAfterGrace(t *testing.T) {
 	if off := e.rec.Of(presence.Offline, "room", "fay")[0]; off.Reason != presence.Left {
 		t.Fatalf("offline reason %q, want left (released, not expired)", off.Reason)
 	}
-	waitFor(t, 5*time.Second, "connection gauge to drop", func() bool { return n.open.Load() == 0 && n.sched.held() == 0 })
+	waitFor(t, 5*time.Second, "connection gauge to drop", func() bool { return n.counts.open.Load() == 0 && n.keeper.held() == 0 })
 }
 
 func TestAbruptTCPCloseIsReleased(t *testing.T) {
@@ -248,7 +248,7 @@ func TestReconnectInsideGraceIsSilent(t *testing.T) {
 	c = n1.dial(t, tok, "tab")
 	c.join("room")
 	_ = c.ws.NetConn().Close()
-	waitFor(t, 5*time.Second, "the abrupt close to be released", func() bool { return n1.sched.held() == 0 })
+	waitFor(t, 5*time.Second, "the abrupt close to be released", func() bool { return n1.keeper.held() == 0 })
 	// Another node on the same Redis.
 	c = n2.dial(t, tok, "tab")
 	if s := c.join("room").Snapshot; len(findSession(s, "ida", "tab").ID) == 0 {
@@ -349,7 +349,7 @@ func TestLimits(t *testing.T) {
 		c.expectClose(ClosePolicy)
 	})
 	t.Run("connections", func(t *testing.T) {
-		waitFor(t, 5*time.Second, "earlier connections to end", func() bool { return n.active.Load() == 0 })
+		waitFor(t, 5*time.Second, "earlier connections to end", func() bool { return n.counts.active.Load() == 0 })
 		for i := range 3 {
 			n.dial(t, token(t, "conn", all, time.Hour), "s"+string(rune('a'+i)))
 		}
@@ -557,7 +557,7 @@ func TestTakeoverClosesTheStaleConnectionSilently(t *testing.T) {
 	fresh := n2.dial(t, tok, "tab")
 	fresh.join("room")
 	old.expectClose(CloseSessionMoved)
-	waitFor(t, 5*time.Second, "n1 to drop the session", func() bool { return n1.sched.held() == 0 })
+	waitFor(t, 5*time.Second, "n1 to drop the session", func() bool { return n1.keeper.held() == 0 })
 	e.waitRedisPast(e.redisNow().Add(testTiming.OfflineGrace + 200*time.Millisecond))
 	e.quiesce("room")
 	if got := e.rec.Of("", "room", "lee"); len(got) != 1 || got[0].Kind != presence.Online {
