@@ -59,7 +59,7 @@ type Config struct {
 
 	// Timing must equal the store's. The zero value means the store's
 	// timing when the store reports one (*region.Store does), otherwise
-	// the presence defaults. Heartbeat paces the scheduler.
+	// the presence defaults. Heartbeat paces the session keeper.
 	Timing presence.Timing
 	Auth   AuthConfig
 	Limits Limits

@@ -150,16 +150,16 @@ func refN(i int) presence.SessionRef {
 	return presence.SessionRef{Room: "r", User: "u", Session: fmt.Sprintf("s%03d", i)}
 }
 
-func newTestScheduler(st Store, period time.Duration, slots, batch int) *sessionKeeper {
+func newTestKeeper(st Store, period time.Duration, slots, batch int) *sessionKeeper {
 	return newSessionKeeper(st, period, slots, batch, 5*time.Second, quiet, func(time.Duration, int, error) {})
 }
 
 // Every session is refreshed once per period, by one batch per slot, the
 // slots a period/N apart: no burst.
-func TestSchedulerSpreadsTouchesOverThePeriod(t *testing.T) {
+func TestKeeperSpreadsTouchesOverThePeriod(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fs := &fakeStore{}
-		s := newTestScheduler(fs, time.Second, 10, 1000)
+		s := newTestKeeper(fs, time.Second, 10, 1000)
 		holdAll(t, s, refsN(100)...)
 		start := time.Now()
 		ctx, cancel := context.WithCancel(context.Background())
@@ -200,7 +200,7 @@ func TestSchedulerSpreadsTouchesOverThePeriod(t *testing.T) {
 
 // A touch slower than a tick delays the following slots, which are
 // caught up at once instead of waiting a whole extra period.
-func TestSchedulerCatchesUpAfterASlowTouch(t *testing.T) {
+func TestKeeperCatchesUpAfterASlowTouch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fs := &fakeStore{delay: func(n int) time.Duration {
 			if n == 50 { // the first refresh, after the 50 claims
@@ -208,7 +208,7 @@ func TestSchedulerCatchesUpAfterASlowTouch(t *testing.T) {
 			}
 			return 0
 		}}
-		s := newTestScheduler(fs, time.Second, 10, 1000)
+		s := newTestKeeper(fs, time.Second, 10, 1000)
 		holdAll(t, s, refsN(50)...)
 		start := time.Now()
 		ctx, cancel := context.WithCancel(context.Background())
@@ -239,10 +239,10 @@ func TestSchedulerCatchesUpAfterASlowTouch(t *testing.T) {
 	})
 }
 
-func TestSchedulerBatchesAndBalances(t *testing.T) {
+func TestKeeperBatchesAndBalances(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fs := &fakeStore{}
-		s := newTestScheduler(fs, time.Second, 4, 7)
+		s := newTestKeeper(fs, time.Second, 4, 7)
 		holdAll(t, s, refsN(40)...)
 		for i, sl := range s.slots {
 			if len(sl) != 10 {
@@ -256,9 +256,9 @@ func TestSchedulerBatchesAndBalances(t *testing.T) {
 	})
 }
 
-func TestSchedulerHoldersShareASession(t *testing.T) {
+func TestKeeperHoldersShareASession(t *testing.T) {
 	fs := &fakeStore{}
-	s := newTestScheduler(fs, time.Second, 4, 100)
+	s := newTestKeeper(fs, time.Second, 4, 100)
 	ctx := context.Background()
 	r := refN(1)
 	a, b := &testOwner{}, &testOwner{}
@@ -306,7 +306,7 @@ func TestSchedulerHoldersShareASession(t *testing.T) {
 // connections holding it here.
 func TestRefreshTellsOwnersOfAMovedSession(t *testing.T) {
 	fs := &fakeStore{lost: []presence.SessionRef{refN(1)}}
-	s := newTestScheduler(fs, time.Second, 1, 100)
+	s := newTestKeeper(fs, time.Second, 1, 100)
 	var moved []owner
 	s.moved = func(os []owner) { moved = append(moved, os...) }
 	a := holdAll(t, s, refN(1))
@@ -322,7 +322,7 @@ func TestRefreshTellsOwnersOfAMovedSession(t *testing.T) {
 // connection must not be closed.
 func TestAClaimAfterARefreshOverridesItsVerdict(t *testing.T) {
 	fs := &fakeStore{lost: []presence.SessionRef{refN(1)}}
-	s := newTestScheduler(fs, time.Second, 1, 100)
+	s := newTestKeeper(fs, time.Second, 1, 100)
 	var moved []owner
 	s.moved = func(os []owner) { moved = append(moved, os...) }
 	holdAll(t, s, refN(1))
@@ -354,7 +354,7 @@ func TestAClaimAfterARefreshOverridesItsVerdict(t *testing.T) {
 // it cannot bring the session back; see region.)
 func TestReleaseAndJoinDoNotWaitForTheHeartbeat(t *testing.T) {
 	fs := &fakeStore{}
-	s := newTestScheduler(fs, time.Second, 1, 100)
+	s := newTestKeeper(fs, time.Second, 1, 100)
 	r := refN(7)
 	o := holdAll(t, s, r)
 	gate := make(chan struct{})
@@ -381,7 +381,7 @@ func TestReleaseAndJoinDoNotWaitForTheHeartbeat(t *testing.T) {
 // retried until the store answers, so the departure is announced.
 func TestAFailedReleaseIsRetried(t *testing.T) {
 	fs := &fakeStore{}
-	s := newTestScheduler(fs, time.Second, 1, 100)
+	s := newTestKeeper(fs, time.Second, 1, 100)
 	ctx := context.Background()
 	o := holdAll(t, s, refN(1))
 	fs.setReleaseFail(errors.New("redis down"))
@@ -406,7 +406,7 @@ func TestAFailedReleaseIsRetried(t *testing.T) {
 // release that reached the store after the new claim would end it.
 func TestAClaimSendsAFailedReleaseFirst(t *testing.T) {
 	fs := &fakeStore{}
-	s := newTestScheduler(fs, time.Second, 1, 100)
+	s := newTestKeeper(fs, time.Second, 1, 100)
 	ctx := context.Background()
 	o := holdAll(t, s, refN(1))
 	fs.setReleaseFail(errors.New("redis down"))
@@ -428,7 +428,7 @@ func TestAClaimSendsAFailedReleaseFirst(t *testing.T) {
 // not in its slot's next turn.
 func TestFailedSlotsCatchUpWhenTheStoreAnswers(t *testing.T) {
 	fs := &fakeStore{}
-	s := newTestScheduler(fs, time.Second, 4, 100)
+	s := newTestKeeper(fs, time.Second, 4, 100)
 	holdAll(t, s, refsN(8)...)
 	ctx := context.Background()
 	fs.mu.Lock()

@@ -167,7 +167,7 @@ func (n *Node) mono() int64 { return int64(time.Since(n.epoch)) }
 // gatherer).
 func (n *Node) Handler() http.Handler { return n.handler }
 
-// Start runs the heartbeat scheduler, the store's reaper, the ping wheel
+// Start runs the session keeper's heartbeat, the store's reaper, the ping wheel
 // and the NATS dispatcher until ctx is done or Close is called. ctx should
 // outlive Drain: sessions are refreshed until Close. Connections are
 // refused with 503 until Start.
