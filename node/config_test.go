@@ -37,13 +37,15 @@ func TestConfigValidation(t *testing.T) {
 		{func(c *Config) { c.Auth.Leeway = -time.Second }, "auth: leeway", "must not be negative"},
 	}
 	for _, k := range cases {
-		cfg := testConfig(fs, nc)
-		k.edit(&cfg)
-		_, err := New(cfg)
-		var ce *presence.ConfigError
-		if !errors.As(err, &ce) || ce.Field != k.field || !strings.Contains(err.Error(), k.rule) || !strings.HasPrefix(err.Error(), "node: presence: config: ") {
-			t.Errorf("%s: got %v, want a node: presence: config: error on %q mentioning %q", k.field, err, k.field, k.rule)
-		}
+		t.Run(k.field, func(t *testing.T) {
+			cfg := testConfig(fs, nc)
+			k.edit(&cfg)
+			_, err := New(cfg)
+			var ce *presence.ConfigError
+			if !errors.As(err, &ce) || ce.Field != k.field || !strings.Contains(err.Error(), k.rule) || !strings.HasPrefix(err.Error(), "node: presence: config: ") {
+				t.Errorf("%s: got %v, want a node: presence: config: error on %q mentioning %q", k.field, err, k.field, k.rule)
+			}
+		})
 	}
 
 	// Defaults fill in.

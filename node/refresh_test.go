@@ -13,6 +13,7 @@ import (
 // sessions: a reconnect with a fresh token inside the grace announces
 // nothing, and a user who does not come back leaves once, reason left.
 func TestTokenExpiryClosesTheConnection(t *testing.T) {
+	slow(t)
 	e := newEnv(t)
 	n := e.newNode()
 	rooms := []string{"room"}
@@ -42,6 +43,7 @@ func TestTokenExpiryClosesTheConnection(t *testing.T) {
 // A refresh moves the expiry, and rooms the new token no longer grants
 // are left with an unasked left, reason revoked.
 func TestRefreshExtendsTheTokenAndRevokesRooms(t *testing.T) {
+	slow(t)
 	e := newEnv(t)
 	n := e.newNode()
 	c := n.dial(t, token(t, "dana", []string{"lobby", "team7-*"}, 3*time.Second), "s") // exp in whole seconds: 2-3 s
