@@ -15,7 +15,9 @@ import (
 )
 
 // Store is what a node needs of the regional store; *region.Store
-// implements it.
+// implements it. A store that also has Ping(ctx) error (*region.Store
+// pings Redis) is asked by the health endpoint, and one that reports its
+// presence.Timing with Timing() has it checked against the node's.
 type Store interface {
 	// Claim creates sessions for this node, taking them over from any
 	// other node (a join).
@@ -175,8 +177,8 @@ func configError(field, rule string) error {
 	return fmt.Errorf("node: %w", &presence.ConfigError{Field: field, Rule: rule})
 }
 
-// WithDefaults returns l with every zero field set to its default.
-func (l Limits) WithDefaults() Limits {
+// withDefaults returns l with every zero field set to its default.
+func (l Limits) withDefaults() Limits {
 	defI := func(v *int, d int) {
 		if *v == 0 {
 			*v = d
@@ -210,8 +212,8 @@ func (l Limits) WithDefaults() Limits {
 	return l
 }
 
-// Validate checks l as given; call WithDefaults first.
-func (l Limits) Validate() error {
+// validate checks l as given; call withDefaults first.
+func (l Limits) validate() error {
 	for _, c := range []struct {
 		name string
 		v    int
@@ -273,8 +275,8 @@ func (c Config) check() (Config, error) {
 	if reports && st.Timing() != c.Timing {
 		return c, configError("timing", fmt.Sprintf("%+v differs from the store's %+v: the heartbeat must fit the store's TTL", c.Timing, st.Timing()))
 	}
-	c.Limits = c.Limits.WithDefaults()
-	if err := c.Limits.Validate(); err != nil {
+	c.Limits = c.Limits.withDefaults()
+	if err := c.Limits.validate(); err != nil {
 		return c, err
 	}
 	if c.HeartbeatSlots == 0 {

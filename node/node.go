@@ -145,7 +145,7 @@ func (n *Node) wire() error {
 			o.sessionMoved()
 		}
 	}
-	n.takeovers = &takeovers{id: newNodeID(), nc: cfg.NATS, subject: TakeoverSubject(cfg.Region), log: n.log,
+	n.takeovers = &takeovers{id: newNodeID(), nc: cfg.NATS, subject: takeoverSubject(cfg.Region), log: n.log,
 		sessions: n.keeper, ctx: n.ctx, timeout: cfg.StoreTimeout, wg: &n.wg}
 	n.keeper.taken = n.takeovers.announce
 	var views *views
@@ -362,9 +362,9 @@ type Health struct {
 	Rooms       int   `json:"rooms"`
 }
 
-// Pinger is a Store that can tell whether it is reachable; the health
+// pinger is a Store that can tell whether it is reachable; the health
 // endpoint asks it (*region.Store pings Redis).
-type Pinger interface {
+type pinger interface {
 	Ping(ctx context.Context) error
 }
 
@@ -379,7 +379,7 @@ const healthPingTimeout = time.Second
 func (n *Node) serveHealth(w http.ResponseWriter, r *http.Request) {
 	h := Health{NATS: n.cfg.NATS.Status().String(), Store: "ok", Connections: n.counts.open.Load(), Sessions: n.keeper.held(), Rooms: n.hub.count()}
 	healthy := true
-	if p, ok := n.cfg.Store.(Pinger); ok {
+	if p, ok := n.cfg.Store.(pinger); ok {
 		ctx, cancel := context.WithTimeout(r.Context(), healthPingTimeout)
 		if err := p.Ping(ctx); err != nil {
 			h.Store, healthy = err.Error(), false
