@@ -60,7 +60,7 @@ func (f *fakeStore) touch(claim bool, refs []presence.SessionRef) (presence.Touc
 	}
 	f.mu.Unlock()
 	if f.delay != nil {
-		time.Sleep(f.delay(n))
+		time.Sleep(f.delay(n)) // set only by tests in a synctest bubble: virtual time
 	}
 	if gate != nil {
 		<-gate
@@ -165,6 +165,9 @@ func TestKeeperSpreadsTouchesOverThePeriod(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { s.run(ctx); close(done) }()
+		// Virtual time: in the bubble the sleep returns once every
+		// goroutine is blocked and the clock has moved 3s, so the
+		// keeper's ticks are exact and the test takes no real time.
 		time.Sleep(3*time.Second + time.Millisecond)
 		cancel()
 		<-done
@@ -214,7 +217,7 @@ func TestKeeperCatchesUpAfterASlowTouch(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { s.run(ctx); close(done) }()
-		time.Sleep(3 * time.Second)
+		time.Sleep(3 * time.Second) // virtual time, as above
 		cancel()
 		<-done
 
