@@ -107,23 +107,23 @@ func newAuthenticator(c AuthConfig) (*authenticator, error) {
 	var methods []string
 	if len(c.HMACSecret) > 0 {
 		if len(c.HMACSecret) < 32 {
-			return nil, &ConfigError{"auth: hmac secret", fmt.Sprintf("must be at least 32 bytes for HS256, got %d", len(c.HMACSecret))}
+			return nil, configError("auth: hmac secret", fmt.Sprintf("must be at least 32 bytes for HS256, got %d", len(c.HMACSecret)))
 		}
 		methods = append(methods, jwt.SigningMethodHS256.Alg())
 	}
 	if len(c.RSAPublicKeyPEM) > 0 {
 		k, err := jwt.ParseRSAPublicKeyFromPEM(c.RSAPublicKeyPEM)
 		if err != nil {
-			return nil, &ConfigError{"auth: rsa public key", err.Error()}
+			return nil, configError("auth: rsa public key", err.Error())
 		}
 		a.rsa = k
 		methods = append(methods, jwt.SigningMethodRS256.Alg())
 	}
 	if len(methods) == 0 {
-		return nil, &ConfigError{"auth", "set an HMAC secret, an RSA public key, or InsecureDev"}
+		return nil, configError("auth", "set an HMAC secret, an RSA public key, or InsecureDev")
 	}
 	if c.Leeway < 0 {
-		return nil, &ConfigError{"auth: leeway", fmt.Sprintf("must not be negative, got %v", c.Leeway)}
+		return nil, configError("auth: leeway", fmt.Sprintf("must not be negative, got %v", c.Leeway))
 	}
 	opts := []jwt.ParserOption{jwt.WithValidMethods(methods), jwt.WithExpirationRequired(), jwt.WithLeeway(c.Leeway)}
 	if c.Issuer != "" {

@@ -134,22 +134,28 @@ func TestAuth(t *testing.T) {
 func TestRoomPatterns(t *testing.T) {
 	id := &identity{user: "u", rooms: []string{"lobby", "team7-*"}}
 	for room, want := range map[string]bool{"lobby": true, "lobby2": false, "team7-": true, "team7-x": true, "team7": false, "team8-x": false} {
-		if got := id.allowed(room); got != want {
-			t.Errorf("allowed(%q) = %v, want %v", room, got, want)
-		}
+		t.Run("allowed "+room, func(t *testing.T) {
+			if got := id.allowed(room); got != want {
+				t.Errorf("allowed(%q) = %v, want %v", room, got, want)
+			}
+		})
 	}
 	if !(&identity{rooms: []string{"*"}}).allowed("anything") {
 		t.Error("* does not match everything")
 	}
 	for _, p := range []string{"*", "a*", "lobby", "a-b_c*"} {
-		if err := checkRoomPattern(p); err != nil {
-			t.Errorf("checkRoomPattern(%q) = %v", p, err)
-		}
+		t.Run("valid "+p, func(t *testing.T) {
+			if err := checkRoomPattern(p); err != nil {
+				t.Errorf("checkRoomPattern(%q) = %v", p, err)
+			}
+		})
 	}
 	for _, p := range []string{"", "**", "a**", "*a", "a*b", "a.b*", "a:*"} {
-		if err := checkRoomPattern(p); err == nil {
-			t.Errorf("checkRoomPattern(%q) accepted", p)
-		}
+		t.Run("invalid "+p, func(t *testing.T) {
+			if err := checkRoomPattern(p); err == nil {
+				t.Errorf("checkRoomPattern(%q) accepted", p)
+			}
+		})
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 // stay up (it once panicked here) and every client must get its close
 // answered.
 func TestClientsCloseWhileEventsFanOut(t *testing.T) {
+	slow(t)
 	e := newEnv(t)
 	// Joins wait on a store busy with the pumps: give them time.
 	n := e.newNode(func(c *Config) { c.StoreTimeout = 10 * time.Second })

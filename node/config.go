@@ -15,7 +15,9 @@ import (
 )
 
 // Store is what a node needs of the regional store; *region.Store
-// implements it.
+// implements it. A store that also has Ping(ctx) error (*region.Store
+// pings Redis) is asked by the health endpoint, and one that reports its
+// presence.Timing with Timing() has it checked against the node's.
 type Store interface {
 	// Claim creates sessions for this node, taking them over from any
 	// other node (a join).
@@ -59,7 +61,7 @@ type Config struct {
 
 	// Timing must equal the store's. The zero value means the store's
 	// timing when the store reports one (*region.Store does), otherwise
-	// the presence defaults. Heartbeat paces the scheduler.
+	// the presence defaults. Heartbeat paces the session keeper.
 	Timing presence.Timing
 	Auth   AuthConfig
 	Limits Limits
@@ -168,17 +170,15 @@ const (
 	DefaultStoreTimeout     = 5 * time.Second
 )
 
-// ConfigError names the setting New rejected and the rule it breaks.
-type ConfigError struct {
-	Field string
-	Rule  string
+// configError reports a setting New rejected, as the project's one config
+// error type: callers match *presence.ConfigError with errors.As, and the
+// message says it is the node's ("node: presence: config: <field>: <rule>").
+func configError(field, rule string) error {
+	return fmt.Errorf("node: %w", &presence.ConfigError{Field: field, Rule: rule})
 }
 
-// Error reads "node: config: <field>: <rule>".
-func (e *ConfigError) Error() string { return fmt.Sprintf("node: config: %s: %s", e.Field, e.Rule) }
-
-// WithDefaults returns l with every zero field set to its default.
-func (l Limits) WithDefaults() Limits {
+// withDefaults returns l with every zero field set to its default.
+func (l Limits) withDefaults() Limits {
 	defI := func(v *int, d int) {
 		if *v == 0 {
 			*v = d
@@ -212,8 +212,8 @@ func (l Limits) WithDefaults() Limits {
 	return l
 }
 
-// Validate checks l as given; call WithDefaults first.
-func (l Limits) Validate() error {
+// validate checks l as given; call withDefaults first.
+func (l Limits) validate() error {
 	for _, c := range []struct {
 		name string
 		v    int
@@ -224,7 +224,7 @@ func (l Limits) Validate() error {
 		{"read buffer bytes", l.ReadBufferBytes}, {"write buffer bytes", l.WriteBufferBytes},
 	} {
 		if c.v <= 0 {
-			return &ConfigError{"limits: " + c.name, fmt.Sprintf("must be positive, got %d", c.v)}
+			return configError("limits: "+c.name, fmt.Sprintf("must be positive, got %d", c.v))
 		}
 	}
 	for _, c := range []struct {
@@ -235,16 +235,16 @@ func (l Limits) Validate() error {
 		{"write timeout", l.WriteTimeout}, {"close timeout", l.CloseTimeout}, {"admit wait", l.AdmitWait},
 	} {
 		if c.d <= 0 {
-			return &ConfigError{"limits: " + c.name, fmt.Sprintf("must be positive, got %v", c.d)}
+			return configError("limits: "+c.name, fmt.Sprintf("must be positive, got %v", c.d))
 		}
 	}
 	if l.FrameRate <= 0 {
-		return &ConfigError{"limits: frame rate", fmt.Sprintf("must be positive, got %v", l.FrameRate)}
+		return configError("limits: frame rate", fmt.Sprintf("must be positive, got %v", l.FrameRate))
 	}
 	// A state frame carries up to MaxStateBytes of state plus its envelope.
 	if l.MaxFrameBytes < presence.MaxStateBytes+presence.MaxRoomLen+256 {
-		return &ConfigError{"limits: max frame bytes", fmt.Sprintf("must be at least %d to carry a full state frame, got %d",
-			presence.MaxStateBytes+presence.MaxRoomLen+256, l.MaxFrameBytes)}
+		return configError("limits: max frame bytes", fmt.Sprintf("must be at least %d to carry a full state frame, got %d",
+			presence.MaxStateBytes+presence.MaxRoomLen+256, l.MaxFrameBytes))
 	}
 	return nil
 }
@@ -256,13 +256,13 @@ type timinger interface{ Timing() presence.Timing }
 // check fills defaults and validates, returning the effective config.
 func (c Config) check() (Config, error) {
 	if err := bus.ValidateRegion(c.Region); err != nil {
-		return c, &ConfigError{"region", err.Error()}
+		return c, configError("region", err.Error())
 	}
 	if c.Store == nil {
-		return c, &ConfigError{"store", "is required"}
+		return c, configError("store", "is required")
 	}
 	if c.NATS == nil {
-		return c, &ConfigError{"nats", "is required: room events are watched on it"}
+		return c, configError("nats", "is required: room events are watched on it")
 	}
 	st, reports := c.Store.(timinger)
 	if reports && c.Timing == (presence.Timing{}) {
@@ -270,29 +270,29 @@ func (c Config) check() (Config, error) {
 	}
 	c.Timing = c.Timing.WithDefaults()
 	if err := c.Timing.Validate(); err != nil {
-		return c, &ConfigError{"timing", err.Error()}
+		return c, configError("timing", err.Error())
 	}
 	if reports && st.Timing() != c.Timing {
-		return c, &ConfigError{"timing", fmt.Sprintf("%+v differs from the store's %+v: the heartbeat must fit the store's TTL", c.Timing, st.Timing())}
+		return c, configError("timing", fmt.Sprintf("%+v differs from the store's %+v: the heartbeat must fit the store's TTL", c.Timing, st.Timing()))
 	}
-	c.Limits = c.Limits.WithDefaults()
-	if err := c.Limits.Validate(); err != nil {
+	c.Limits = c.Limits.withDefaults()
+	if err := c.Limits.validate(); err != nil {
 		return c, err
 	}
 	if c.HeartbeatSlots == 0 {
 		c.HeartbeatSlots = DefaultHeartbeatSlots
 	}
 	if c.HeartbeatSlots < 1 || c.HeartbeatSlots > 1000 {
-		return c, &ConfigError{"heartbeat slots", fmt.Sprintf("must be between 1 and 1000, got %d", c.HeartbeatSlots)}
+		return c, configError("heartbeat slots", fmt.Sprintf("must be between 1 and 1000, got %d", c.HeartbeatSlots))
 	}
 	if c.Timing.Heartbeat/time.Duration(c.HeartbeatSlots) < time.Millisecond {
-		return c, &ConfigError{"heartbeat slots", fmt.Sprintf("%d slots make ticks shorter than 1ms for a %v heartbeat", c.HeartbeatSlots, c.Timing.Heartbeat)}
+		return c, configError("heartbeat slots", fmt.Sprintf("%d slots make ticks shorter than 1ms for a %v heartbeat", c.HeartbeatSlots, c.Timing.Heartbeat))
 	}
 	if c.StoreTimeout == 0 {
 		c.StoreTimeout = DefaultStoreTimeout
 	}
 	if c.StoreTimeout < 0 {
-		return c, &ConfigError{"store timeout", fmt.Sprintf("must be positive, got %v", c.StoreTimeout)}
+		return c, configError("store timeout", fmt.Sprintf("must be positive, got %v", c.StoreTimeout))
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

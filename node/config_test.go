@@ -37,13 +37,15 @@ func TestConfigValidation(t *testing.T) {
 		{func(c *Config) { c.Auth.Leeway = -time.Second }, "auth: leeway", "must not be negative"},
 	}
 	for _, k := range cases {
-		cfg := testConfig(fs, nc)
-		k.edit(&cfg)
-		_, err := New(cfg)
-		var ce *ConfigError
-		if !errors.As(err, &ce) || ce.Field != k.field || !strings.Contains(err.Error(), k.rule) || !strings.HasPrefix(err.Error(), "node: config: ") {
-			t.Errorf("%s: got %v, want a node: config: error on %q mentioning %q", k.field, err, k.field, k.rule)
-		}
+		t.Run(k.field, func(t *testing.T) {
+			cfg := testConfig(fs, nc)
+			k.edit(&cfg)
+			_, err := New(cfg)
+			var ce *presence.ConfigError
+			if !errors.As(err, &ce) || ce.Field != k.field || !strings.Contains(err.Error(), k.rule) || !strings.HasPrefix(err.Error(), "node: presence: config: ") {
+				t.Errorf("%s: got %v, want a node: presence: config: error on %q mentioning %q", k.field, err, k.field, k.rule)
+			}
+		})
 	}
 
 	// Defaults fill in.
@@ -68,7 +70,7 @@ func TestConfigValidation(t *testing.T) {
 	} else {
 		defer n.Close()
 	}
-	if _, err := New(cfg); err == nil || !strings.HasPrefix(err.Error(), "node: config: metrics: ") {
+	if _, err := New(cfg); err == nil || !strings.HasPrefix(err.Error(), "node: presence: config: metrics: ") {
 		t.Fatalf("second node on one registry: %v", err)
 	}
 }
@@ -89,7 +91,7 @@ func TestConfigTimingFollowsTheStore(t *testing.T) {
 	}
 	_ = n.Close()
 	cfg.Timing = presence.DefaultTiming()
-	var ce *ConfigError
+	var ce *presence.ConfigError
 	if _, err := New(cfg); !errors.As(err, &ce) || ce.Field != "timing" || !strings.Contains(err.Error(), "differs from the store's") {
 		t.Fatalf("mismatched timing: %v", err)
 	}

@@ -6,8 +6,8 @@ import (
 )
 
 func TestSlowConsumerIsClosed(t *testing.T) {
-	n := &Node{cfg: Config{Limits: Limits{SendQueue: 2}}, log: quiet}
-	c := &conn{n: n, user: "u", writing: true} // as if a writer were busy: frames stay queued
+	d := &connDeps{lim: Limits{SendQueue: 2}, log: quiet}
+	c := &conn{d: d, user: "u", writing: true} // as if a writer were busy: frames stay queued
 	c.send([]byte("a"))
 	c.send([]byte("b"))
 	if len(c.queue) != 2 || c.closeCode != 0 {
@@ -24,8 +24,9 @@ func TestSlowConsumerIsClosed(t *testing.T) {
 }
 
 func TestRateLimiterRefills(t *testing.T) {
-	n := &Node{cfg: Config{Limits: Limits{FrameRate: 2, FrameBurst: 3}}, epoch: time.Now()}
-	c := &conn{n: n, tokens: 3, last: n.mono()}
+	epoch := time.Now()
+	d := &connDeps{lim: Limits{FrameRate: 2, FrameBurst: 3}, mono: func() int64 { return int64(time.Since(epoch)) }}
+	c := &conn{d: d, tokens: 3, last: d.mono()}
 	for i := range 3 {
 		if !c.allow() {
 			t.Fatalf("frame %d of the burst refused", i)

@@ -11,7 +11,14 @@
 // closes its clients with code 1012 without releasing their sessions, so
 // a reconnect to another node inside the TTL is not announced at all.
 //
-// Goroutines: per connection one reader and one writer. Per node one
-// heartbeat scheduler, one ping wheel, one NATS event dispatcher, one NATS
-// status watcher and the store's reaper.
+// Parts: Node (node.go) wires them and runs their loops; none reaches
+// another through it. A connection (conn*.go) gets its dependencies as
+// narrow interfaces declared in conn.go: the rooms the hub offers
+// (hub.go, view.go), the sessions the session keeper holds for it
+// (heartbeat.go), token checks (auth.go), admission (admission.go),
+// metrics and a logger. The lock order is in locksordering.txt.
+//
+// Goroutines: per connection one reader and one writer. Per node the
+// session keeper's heartbeat, one ping wheel, one NATS event dispatcher,
+// one NATS status watcher and the store's reaper.
 package node

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"slices"
 	"sync"
@@ -10,11 +11,13 @@ import (
 	"github.com/presence-dev/presence/presence"
 )
 
-// scheduler keeps every session held on this node alive: each session is
-// in one of N slots, and slot i is refreshed in one batch every period, a
-// period/N after slot i-1, so the load is spread over the period instead
-// of arriving in one burst. Connection goroutines only register and
-// unregister; the refreshes happen on the scheduler's goroutine.
+// sessionKeeper owns the sessions held on this node: it claims and
+// releases them in the store, writes their state, and keeps them alive
+// with a heartbeat. Each session is in one of N slots, and slot i is
+// refreshed in one batch every period, a period/N after slot i-1, so the
+// load is spread over the period instead of arriving in one burst.
+// Connection goroutines only hold, unhold and write state; the
+// refreshes happen on the keeper's goroutine (run).
 //
 // A session is held once per connection that joined it (its owners); two
 // connections with the same session id share it, and only the last one
@@ -22,11 +25,12 @@ import (
 // connection that comes back to this node takes the session back from
 // another node that holds it now.
 //
-// Locks: refLock of a session, then mu; mu is never held across a store
-// call. A session's refLock is held across its own claim or release, so
-// the store sees one session's claims and releases in the order this node
-// decided them; no other session waits on it.
-type scheduler struct {
+// Locks (see locksordering.txt): refLock of a session, then mu; mu is
+// never held across a store call. A session's refLock is held across its
+// own claim or release, so the store sees one session's claims and
+// releases in the order this node decided them; no other session waits
+// on it.
+type sessionKeeper struct {
 	store   Store
 	period  time.Duration
 	batch   int
@@ -41,7 +45,7 @@ type scheduler struct {
 
 	mu     sync.Mutex
 	claims uint64 // successful claims so far; an entry's gen is its last one's number
-	refs   map[presence.SessionRef]*hbEntry
+	refs   map[presence.SessionRef]*heldSession
 	slots  [][]presence.SessionRef
 	locks  map[presence.SessionRef]*refLock
 	// pending are releases that failed (the store was out of reach):
@@ -54,11 +58,13 @@ type scheduler struct {
 	behind map[int]struct{}
 }
 
-// owner is a connection holding a session; the scheduler tells it when
+// owner is a connection holding a session; the keeper tells it when
 // another node has taken the session over.
 type owner interface{ sessionMoved() }
 
-type hbEntry struct {
+// heldSession is the keeper's record of one session: where it is in the
+// slots, the connections holding it, and its claims.
+type heldSession struct {
 	slot, idx int32 // position in slots; slot -1 until the first claim lands
 	owners    []owner
 	claiming  int32  // claims in flight
@@ -70,11 +76,11 @@ type refLock struct {
 	n  int // goroutines holding or waiting
 }
 
-func newScheduler(store Store, period time.Duration, nslots, batch int, timeout time.Duration, log *slog.Logger, observe func(time.Duration, int, error)) *scheduler {
-	return &scheduler{
+func newSessionKeeper(store Store, period time.Duration, nslots, batch int, timeout time.Duration, log *slog.Logger, observe func(time.Duration, int, error)) *sessionKeeper {
+	return &sessionKeeper{
 		store: store, period: period, batch: batch, timeout: timeout, log: log, observe: observe,
 		moved: func([]owner) {}, taken: func([]presence.SessionRef) {},
-		refs:    map[presence.SessionRef]*hbEntry{},
+		refs:    map[presence.SessionRef]*heldSession{},
 		slots:   make([][]presence.SessionRef, nslots),
 		locks:   map[presence.SessionRef]*refLock{},
 		pending: map[presence.SessionRef]struct{}{},
@@ -83,7 +89,7 @@ func newScheduler(store Store, period time.Duration, nslots, batch int, timeout 
 }
 
 // lockRef serializes the claims and releases of one session.
-func (s *scheduler) lockRef(r presence.SessionRef) (unlock func()) {
+func (s *sessionKeeper) lockRef(r presence.SessionRef) (unlock func()) {
 	s.mu.Lock()
 	l := s.locks[r]
 	if l == nil {
@@ -107,7 +113,7 @@ func (s *scheduler) lockRef(r presence.SessionRef) (unlock func()) {
 // comes round within a period, so it is refreshed in time whichever it
 // is, and a burst of joins (a reconnect wave) does not pile into one
 // slot. s.mu is held.
-func (s *scheduler) place(r presence.SessionRef, e *hbEntry) {
+func (s *sessionKeeper) place(r presence.SessionRef, e *heldSession) {
 	best := 0
 	for i := range s.slots {
 		if len(s.slots[i]) < len(s.slots[best]) {
@@ -119,7 +125,7 @@ func (s *scheduler) place(r presence.SessionRef, e *hbEntry) {
 }
 
 // forget removes an entry and its slot position. s.mu is held.
-func (s *scheduler) forget(r presence.SessionRef, e *hbEntry) {
+func (s *sessionKeeper) forget(r presence.SessionRef, e *heldSession) {
 	delete(s.refs, r)
 	if e.slot < 0 {
 		return
@@ -137,7 +143,7 @@ func (s *scheduler) forget(r presence.SessionRef, e *hbEntry) {
 
 // hold claims r for o in the store and registers it for heartbeats. On
 // error o does not hold r.
-func (s *scheduler) hold(ctx context.Context, r presence.SessionRef, o owner) error {
+func (s *sessionKeeper) hold(ctx context.Context, r presence.SessionRef, o owner) error {
 	unlock := s.lockRef(r)
 	defer unlock()
 	if err := s.retryRelease(ctx, r); err != nil {
@@ -146,7 +152,7 @@ func (s *scheduler) hold(ctx context.Context, r presence.SessionRef, o owner) er
 	s.mu.Lock()
 	e := s.refs[r]
 	if e == nil {
-		e = &hbEntry{slot: -1}
+		e = &heldSession{slot: -1}
 		s.refs[r] = e
 	}
 	e.claiming++
@@ -177,19 +183,33 @@ func (s *scheduler) hold(ctx context.Context, r presence.SessionRef, o owner) er
 // store lost it while it was held here (out of reach for a TTL, or its
 // data lost). A refresh brings it back as it was (silently after a data
 // loss) and reports it lost if another node took it over meanwhile.
-func (s *scheduler) revive(ctx context.Context, r presence.SessionRef) error {
+func (s *sessionKeeper) revive(ctx context.Context, r presence.SessionRef) error {
 	if !s.holds(r) {
 		return nil
 	}
 	return s.refresh(ctx, []presence.SessionRef{r})
 }
 
-// unhold drops o as an owner of r. When it was the last, the scheduler
+// setState sets or (nil) clears r's state. A session that lapsed while
+// held (the store was out of reach for a TTL, or lost its data) is
+// brought back and written once more. An error wrapping presence.ErrMoved
+// means another node holds the session now.
+func (s *sessionKeeper) setState(ctx context.Context, r presence.SessionRef, state json.RawMessage) error {
+	ok, err := s.store.SetState(ctx, r, state)
+	if err == nil && !ok {
+		if err = s.revive(ctx, r); err == nil {
+			_, err = s.store.SetState(ctx, r, state)
+		}
+	}
+	return err
+}
+
+// unhold drops o as an owner of r. When it was the last, the keeper
 // stops refreshing r and, if release is set, releases it in the store
 // (the offline grace applies); otherwise the session lives out its TTL,
 // which is what a drain wants. It reports whether the store was asked to
 // release.
-func (s *scheduler) unhold(ctx context.Context, r presence.SessionRef, o owner, release bool) (bool, error) {
+func (s *sessionKeeper) unhold(ctx context.Context, r presence.SessionRef, o owner, release bool) (bool, error) {
 	unlock := s.lockRef(r)
 	defer unlock()
 	s.mu.Lock()
@@ -225,7 +245,7 @@ func (s *scheduler) unhold(ctx context.Context, r presence.SessionRef, o owner, 
 
 // retryRelease sends r's failed release again, if it has one. The
 // session's refLock is held.
-func (s *scheduler) retryRelease(ctx context.Context, r presence.SessionRef) error {
+func (s *sessionKeeper) retryRelease(ctx context.Context, r presence.SessionRef) error {
 	s.mu.Lock()
 	_, ok := s.pending[r]
 	s.mu.Unlock()
@@ -242,7 +262,7 @@ func (s *scheduler) retryRelease(ctx context.Context, r presence.SessionRef) err
 }
 
 // retryReleases retries every failed release, until one fails again.
-func (s *scheduler) retryReleases(ctx context.Context) {
+func (s *sessionKeeper) retryReleases(ctx context.Context) {
 	s.mu.Lock()
 	refs := make([]presence.SessionRef, 0, len(s.pending))
 	for r := range s.pending {
@@ -262,21 +282,21 @@ func (s *scheduler) retryReleases(ctx context.Context) {
 }
 
 // pendingReleases reports the releases waiting to be retried.
-func (s *scheduler) pendingReleases() int {
+func (s *sessionKeeper) pendingReleases() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.pending)
 }
 
 // held reports the number of sessions held.
-func (s *scheduler) held() int {
+func (s *sessionKeeper) held() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.refs)
 }
 
 // holds reports whether r is held here.
-func (s *scheduler) holds(r presence.SessionRef) bool {
+func (s *sessionKeeper) holds(r presence.SessionRef) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.refs[r]
@@ -286,7 +306,7 @@ func (s *scheduler) holds(r presence.SessionRef) bool {
 // run refreshes one slot per tick until ctx is done. Ticks are counted
 // from the start, so a tick lost to a slow store is caught up on the next
 // one rather than leaving its slot a whole period late.
-func (s *scheduler) run(ctx context.Context) {
+func (s *sessionKeeper) run(ctx context.Context) {
 	n := int64(len(s.slots))
 	tick := s.period / time.Duration(n)
 	t := time.NewTicker(tick)
@@ -316,7 +336,7 @@ func (s *scheduler) run(ctx context.Context) {
 // catchUp refreshes at once the slots whose refresh failed, once the
 // store answers again: after an outage every session is refreshed within
 // a tick, not only in its slot's turn.
-func (s *scheduler) catchUp(ctx context.Context) {
+func (s *sessionKeeper) catchUp(ctx context.Context) {
 	s.mu.Lock()
 	var slots []int
 	for i := range s.behind {
@@ -333,7 +353,7 @@ func (s *scheduler) catchUp(ctx context.Context) {
 // touchSlot refreshes every session of slot i, in batches, and reports
 // whether they all went through. A slot that failed is behind until one
 // of its refreshes succeeds.
-func (s *scheduler) touchSlot(ctx context.Context, i int) bool {
+func (s *sessionKeeper) touchSlot(ctx context.Context, i int) bool {
 	s.mu.Lock()
 	refs := slices.Clone(s.slots[i])
 	s.mu.Unlock()
@@ -361,7 +381,7 @@ func (s *scheduler) touchSlot(ctx context.Context, i int) bool {
 
 // verify refreshes the given sessions if they are held here, at once: a
 // node announced it took one over. Only what the store says counts.
-func (s *scheduler) verify(ctx context.Context, refs []presence.SessionRef) {
+func (s *sessionKeeper) verify(ctx context.Context, refs []presence.SessionRef) {
 	refs = slices.DeleteFunc(slices.Clone(refs), func(r presence.SessionRef) bool { return !s.holds(r) })
 	if len(refs) == 0 {
 		return
@@ -374,7 +394,7 @@ func (s *scheduler) verify(ctx context.Context, refs []presence.SessionRef) {
 // refresh refreshes refs and tells the owners of the ones another node
 // took over. A verdict is stale, and ignored, when a claim of this node
 // went out since the refresh was sent: that claim decides.
-func (s *scheduler) refresh(ctx context.Context, refs []presence.SessionRef) error {
+func (s *sessionKeeper) refresh(ctx context.Context, refs []presence.SessionRef) error {
 	// One counter read instead of a map of the batch's entries: the
 	// heartbeat's cost per session is what idle nodes spend their CPU on.
 	s.mu.Lock()

@@ -60,7 +60,7 @@ func (f *fakeStore) touch(claim bool, refs []presence.SessionRef) (presence.Touc
 	}
 	f.mu.Unlock()
 	if f.delay != nil {
-		time.Sleep(f.delay(n))
+		time.Sleep(f.delay(n)) // set only by tests in a synctest bubble: virtual time
 	}
 	if gate != nil {
 		<-gate
@@ -127,7 +127,7 @@ type testOwner struct{ moves atomic.Int32 }
 func (o *testOwner) sessionMoved() { o.moves.Add(1) }
 
 // holdAll holds refs for one owner, failing the test on error.
-func holdAll(tb testing.TB, s *scheduler, refs ...presence.SessionRef) *testOwner {
+func holdAll(tb testing.TB, s *sessionKeeper, refs ...presence.SessionRef) *testOwner {
 	tb.Helper()
 	o := &testOwner{}
 	for _, r := range refs {
@@ -150,21 +150,24 @@ func refN(i int) presence.SessionRef {
 	return presence.SessionRef{Room: "r", User: "u", Session: fmt.Sprintf("s%03d", i)}
 }
 
-func newTestScheduler(st Store, period time.Duration, slots, batch int) *scheduler {
-	return newScheduler(st, period, slots, batch, 5*time.Second, quiet, func(time.Duration, int, error) {})
+func newTestKeeper(st Store, period time.Duration, slots, batch int) *sessionKeeper {
+	return newSessionKeeper(st, period, slots, batch, 5*time.Second, quiet, func(time.Duration, int, error) {})
 }
 
 // Every session is refreshed once per period, by one batch per slot, the
 // slots a period/N apart: no burst.
-func TestSchedulerSpreadsTouchesOverThePeriod(t *testing.T) {
+func TestKeeperSpreadsTouchesOverThePeriod(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fs := &fakeStore{}
-		s := newTestScheduler(fs, time.Second, 10, 1000)
+		s := newTestKeeper(fs, time.Second, 10, 1000)
 		holdAll(t, s, refsN(100)...)
 		start := time.Now()
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { s.run(ctx); close(done) }()
+		// Virtual time: in the bubble the sleep returns once every
+		// goroutine is blocked and the clock has moved 3s, so the
+		// keeper's ticks are exact and the test takes no real time.
 		time.Sleep(3*time.Second + time.Millisecond)
 		cancel()
 		<-done
@@ -200,7 +203,7 @@ func TestSchedulerSpreadsTouchesOverThePeriod(t *testing.T) {
 
 // A touch slower than a tick delays the following slots, which are
 // caught up at once instead of waiting a whole extra period.
-func TestSchedulerCatchesUpAfterASlowTouch(t *testing.T) {
+func TestKeeperCatchesUpAfterASlowTouch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fs := &fakeStore{delay: func(n int) time.Duration {
 			if n == 50 { // the first refresh, after the 50 claims
@@ -208,13 +211,13 @@ func TestSchedulerCatchesUpAfterASlowTouch(t *testing.T) {
 			}
 			return 0
 		}}
-		s := newTestScheduler(fs, time.Second, 10, 1000)
+		s := newTestKeeper(fs, time.Second, 10, 1000)
 		holdAll(t, s, refsN(50)...)
 		start := time.Now()
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { s.run(ctx); close(done) }()
-		time.Sleep(3 * time.Second)
+		time.Sleep(3 * time.Second) // virtual time, as above
 		cancel()
 		<-done
 
@@ -239,10 +242,10 @@ func TestSchedulerCatchesUpAfterASlowTouch(t *testing.T) {
 	})
 }
 
-func TestSchedulerBatchesAndBalances(t *testing.T) {
+func TestKeeperBatchesAndBalances(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fs := &fakeStore{}
-		s := newTestScheduler(fs, time.Second, 4, 7)
+		s := newTestKeeper(fs, time.Second, 4, 7)
 		holdAll(t, s, refsN(40)...)
 		for i, sl := range s.slots {
 			if len(sl) != 10 {
@@ -256,9 +259,9 @@ func TestSchedulerBatchesAndBalances(t *testing.T) {
 	})
 }
 
-func TestSchedulerHoldersShareASession(t *testing.T) {
+func TestKeeperHoldersShareASession(t *testing.T) {
 	fs := &fakeStore{}
-	s := newTestScheduler(fs, time.Second, 4, 100)
+	s := newTestKeeper(fs, time.Second, 4, 100)
 	ctx := context.Background()
 	r := refN(1)
 	a, b := &testOwner{}, &testOwner{}
@@ -306,7 +309,7 @@ func TestSchedulerHoldersShareASession(t *testing.T) {
 // connections holding it here.
 func TestRefreshTellsOwnersOfAMovedSession(t *testing.T) {
 	fs := &fakeStore{lost: []presence.SessionRef{refN(1)}}
-	s := newTestScheduler(fs, time.Second, 1, 100)
+	s := newTestKeeper(fs, time.Second, 1, 100)
 	var moved []owner
 	s.moved = func(os []owner) { moved = append(moved, os...) }
 	a := holdAll(t, s, refN(1))
@@ -322,7 +325,7 @@ func TestRefreshTellsOwnersOfAMovedSession(t *testing.T) {
 // connection must not be closed.
 func TestAClaimAfterARefreshOverridesItsVerdict(t *testing.T) {
 	fs := &fakeStore{lost: []presence.SessionRef{refN(1)}}
-	s := newTestScheduler(fs, time.Second, 1, 100)
+	s := newTestKeeper(fs, time.Second, 1, 100)
 	var moved []owner
 	s.moved = func(os []owner) { moved = append(moved, os...) }
 	holdAll(t, s, refN(1))
@@ -354,7 +357,7 @@ func TestAClaimAfterARefreshOverridesItsVerdict(t *testing.T) {
 // it cannot bring the session back; see region.)
 func TestReleaseAndJoinDoNotWaitForTheHeartbeat(t *testing.T) {
 	fs := &fakeStore{}
-	s := newTestScheduler(fs, time.Second, 1, 100)
+	s := newTestKeeper(fs, time.Second, 1, 100)
 	r := refN(7)
 	o := holdAll(t, s, r)
 	gate := make(chan struct{})
@@ -381,7 +384,7 @@ func TestReleaseAndJoinDoNotWaitForTheHeartbeat(t *testing.T) {
 // retried until the store answers, so the departure is announced.
 func TestAFailedReleaseIsRetried(t *testing.T) {
 	fs := &fakeStore{}
-	s := newTestScheduler(fs, time.Second, 1, 100)
+	s := newTestKeeper(fs, time.Second, 1, 100)
 	ctx := context.Background()
 	o := holdAll(t, s, refN(1))
 	fs.setReleaseFail(errors.New("redis down"))
@@ -406,7 +409,7 @@ func TestAFailedReleaseIsRetried(t *testing.T) {
 // release that reached the store after the new claim would end it.
 func TestAClaimSendsAFailedReleaseFirst(t *testing.T) {
 	fs := &fakeStore{}
-	s := newTestScheduler(fs, time.Second, 1, 100)
+	s := newTestKeeper(fs, time.Second, 1, 100)
 	ctx := context.Background()
 	o := holdAll(t, s, refN(1))
 	fs.setReleaseFail(errors.New("redis down"))
@@ -428,7 +431,7 @@ func TestAClaimSendsAFailedReleaseFirst(t *testing.T) {
 // not in its slot's next turn.
 func TestFailedSlotsCatchUpWhenTheStoreAnswers(t *testing.T) {
 	fs := &fakeStore{}
-	s := newTestScheduler(fs, time.Second, 4, 100)
+	s := newTestKeeper(fs, time.Second, 4, 100)
 	holdAll(t, s, refsN(8)...)
 	ctx := context.Background()
 	fs.mu.Lock()

@@ -216,6 +216,14 @@ func (n *node) dialWith(t *testing.T, query string, h http.Header) *client {
 	return c
 }
 
+// in returns c for subtest t: the same connection and frames, with
+// failures reported to t. Subtests using it run one after another.
+func (c *client) in(t *testing.T) *client {
+	cc := *c
+	cc.t = t
+	return &cc
+}
+
 func (c *client) send(v any) {
 	c.t.Helper()
 	b, err := json.Marshal(v)
@@ -362,6 +370,16 @@ func newRecorder(t *testing.T, nc *nats.Conn) *recorder {
 		t.Fatal(err)
 	}
 	return r
+}
+
+// slow skips, under -short, a test that waits on real timers (TTLs,
+// grace, token expiry, pings) or runs for seconds, so that
+// go test -short ./node is a fast loop.
+func slow(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("slow: waits on real timers; run without -short")
+	}
 }
 
 // waitFor polls with a deadline (see testkit.WaitFor).

@@ -109,17 +109,20 @@ type event struct {
 	frame []byte
 }
 
-func newHub(n *Node) *hub {
+// newHub makes the hub of a node configured by cfg. ctx bounds its store
+// reads (the node's Close cancels it) and wg counts its goroutines; views,
+// with Config.Global, is where snapshots come from.
+func newHub(ctx context.Context, cfg Config, views *views, log *slog.Logger, m *metrics, wg *sync.WaitGroup) *hub {
 	h := &hub{
-		nc: n.cfg.NATS, region: n.cfg.viewRegion(), store: n.cfg.snapshots(), limit: n.cfg.Limits.SnapshotMembers,
-		log: n.log, metrics: n.metrics, ctx: n.ctx, timeout: n.cfg.StoreTimeout, wg: &n.wg,
+		nc: cfg.NATS, region: cfg.viewRegion(), store: cfg.snapshots(), limit: cfg.Limits.SnapshotMembers,
+		log: log, metrics: m, ctx: ctx, timeout: cfg.StoreTimeout, wg: wg,
 		msgs:     make(chan *nats.Msg, msgQueue),
-		gapAfter: cmp.Or(n.cfg.gapTimeout, gapTimeout),
+		gapAfter: cmp.Or(cfg.gapTimeout, gapTimeout),
 		rooms:    map[string]*room{}, gappy: map[*room]struct{}{},
 	}
-	if n.cfg.Global != nil {
-		h.views = newViews(n)
-		h.store = h.views
+	if views != nil {
+		h.views = views
+		h.store = views
 	}
 	return h
 }
@@ -226,6 +229,12 @@ func unsubscribe(sub *nats.Subscription) {
 	if sub != nil {
 		_ = sub.Unsubscribe()
 	}
+}
+
+// page reads one page of the room's members from where its snapshots
+// come, without making anyone live.
+func (h *hub) page(ctx context.Context, name string, offset, limit int) (presence.Snapshot, error) {
+	return h.store.Snapshot(ctx, name, offset, limit)
 }
 
 // snapshot takes the room's snapshot for member c and makes it live:

@@ -50,8 +50,12 @@ func TestMembersPagesThroughALargeRoom(t *testing.T) {
 		{map[string]any{"type": "members", "room": "other", "ref": "b4"}, CodeNotJoined},
 		{map[string]any{"type": "members", "room": "a.b", "ref": "b5"}, CodeInvalidRoom},
 	} {
-		c.send(bad.frame)
-		c.expectError(bad.code, bad.frame["ref"].(string))
+		ref := bad.frame["ref"].(string)
+		t.Run(ref, func(t *testing.T) {
+			c := c.in(t)
+			c.send(bad.frame)
+			c.expectError(bad.code, ref)
+		})
 	}
 	c.send(map[string]any{"type": "members", "room": "big", "offset": "x"})
 	c.expectError(CodeBadFrame, "")

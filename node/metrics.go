@@ -20,7 +20,13 @@ type metrics struct {
 	overloaded     prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer, n *Node) (*metrics, error) {
+// gauges are the readings behind the node's gauges, each from the part
+// of the node that owns it.
+type gauges struct {
+	pendingReleases, inflight, connections, sessions, rooms func() int
+}
+
+func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 	const ns, sub = "presence", "node"
 	m := &metrics{
 		joins: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "joins_total",
@@ -53,19 +59,19 @@ func newMetrics(reg prometheus.Registerer, n *Node) (*metrics, error) {
 		m.joins, m.leaves, m.touchSeconds, m.touchErrors, m.rejectedFrames, m.rejectedConns, m.closes,
 		m.resyncs, m.snapshotReads, m.forwarded, m.badEvents, m.overloaded,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "pending_releases",
-			Help: "Releases that failed (the store out of reach) and are retried until it answers."}, func() float64 { return float64(n.sched.pendingReleases()) }),
+			Help: "Releases that failed (the store out of reach) and are retried until it answers."}, func() float64 { return float64(g.pendingReleases()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "inflight_requests",
-			Help: "Client requests waiting on the store now."}, func() float64 { return float64(len(n.inflight)) }),
+			Help: "Client requests waiting on the store now."}, func() float64 { return float64(g.inflight()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "connections",
-			Help: "Open client connections."}, func() float64 { return float64(n.open.Load()) }),
+			Help: "Open client connections."}, func() float64 { return float64(g.connections()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "sessions",
-			Help: "Sessions (room, user, session) held and refreshed by this node."}, func() float64 { return float64(n.sched.held()) }),
+			Help: "Sessions (room, user, session) held and refreshed by this node."}, func() float64 { return float64(g.sessions()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "rooms",
-			Help: "Rooms with local members, each one NATS subscription."}, func() float64 { return float64(n.hub.count()) }),
+			Help: "Rooms with local members, each one NATS subscription."}, func() float64 { return float64(g.rooms()) }),
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {
-			return nil, &ConfigError{"metrics", "registering: " + err.Error()}
+			return nil, configError("metrics", "registering: "+err.Error())
 		}
 	}
 	// Codes and reasons exist from the start, so rates work before the

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strconv"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
-	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -41,20 +39,25 @@ const (
 var ErrState = errors.New("node: already started or closed")
 
 // Node is one WebSocket edge node. It is safe for concurrent use.
+//
+// Node only wires its parts together and runs their loops; the parts get
+// what they need injected and never reach each other through it.
 type Node struct {
-	cfg      Config
-	log      *slog.Logger
-	auth     *authenticator
-	sched    *scheduler
-	hub      *hub
-	id       string // this instance, on the takeover subject
-	takeover *nats.Subscription
-	wheel    wheel
-	metrics  *metrics
-	upgrader websocket.Upgrader
-	gatherer prometheus.Gatherer
-	handler  http.Handler
-	epoch    time.Time // origin of mono()
+	cfg       Config
+	log       *slog.Logger
+	auth      *authenticator
+	keeper    *sessionKeeper
+	hub       *hub
+	takeovers *takeovers
+	wheel     wheel
+	metrics   *metrics
+	admission *admission
+	conns     *connDeps // shared by every connection
+	counts    connCounts
+	upgrader  websocket.Upgrader
+	gatherer  prometheus.Gatherer
+	handler   http.Handler
+	epoch     time.Time // origin of mono()
 
 	// ctx carries the store calls made for clients; Close cancels it.
 	ctx    context.Context
@@ -66,12 +69,7 @@ type Node struct {
 	wg        sync.WaitGroup // background loops and resyncs
 	connWG    sync.WaitGroup // connection readers, and writers while they run
 
-	active atomic.Int64 // handshakes and connections, against MaxConnections
-	open   atomic.Int64 // upgraded connections
-	// inflight holds a token per client request waiting on the store
-	// (Limits.MaxInflight).
-	inflight chan struct{}
-	guard    *connGuard
+	guard *connGuard
 }
 
 // New checks cfg and returns a node. Serve its Handler and call Start.
@@ -84,28 +82,14 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, auth: auth, epoch: time.Now(), inflight: make(chan struct{}, cfg.Limits.MaxInflight),
-		guard: newConnGuard(cfg.Limits.MaxHTTPConns)}
+	n := &Node{cfg: cfg, log: cfg.Logger, auth: auth, epoch: time.Now(),
+		admission: newAdmission(cfg.Limits.MaxInflight, cfg.Limits.AdmitWait),
+		guard:     newConnGuard(cfg.Limits.MaxHTTPConns)}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.sched = newScheduler(cfg.Store, cfg.Timing.Heartbeat, cfg.HeartbeatSlots, cfg.Limits.TouchBatch, cfg.StoreTimeout, n.log,
-		func(d time.Duration, _ int, err error) {
-			n.metrics.touchSeconds.Observe(d.Seconds())
-			if err != nil {
-				n.metrics.touchErrors.Inc()
-			}
-		})
-	if n.metrics, err = newMetrics(cfg.Metrics, n); err != nil {
+	if err := n.wire(); err != nil {
 		n.cancel()
 		return nil, err
 	}
-	n.sched.moved = func(owners []owner) {
-		for _, o := range owners {
-			o.sessionMoved()
-		}
-	}
-	n.sched.taken = n.announceTaken
-	n.hub = newHub(n)
-	n.id = newNodeID()
 	n.upgrader = websocket.Upgrader{
 		HandshakeTimeout: 10 * time.Second,
 		ReadBufferSize:   cfg.Limits.ReadBufferBytes,
@@ -134,34 +118,45 @@ func New(cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// admit takes a slot for a client request that waits on the store,
-// waiting at most AdmitWait; false means the node is past its capacity.
-// The caller gives the slot back with release.
-func (n *Node) admit() bool {
-	select {
-	case n.inflight <- struct{}{}:
-		return true
-	default:
+// wire makes the node's parts and hands each what it needs.
+func (n *Node) wire() error {
+	cfg := n.cfg
+	n.keeper = newSessionKeeper(cfg.Store, cfg.Timing.Heartbeat, cfg.HeartbeatSlots, cfg.Limits.TouchBatch, cfg.StoreTimeout, n.log,
+		func(d time.Duration, _ int, err error) {
+			n.metrics.touchSeconds.Observe(d.Seconds())
+			if err != nil {
+				n.metrics.touchErrors.Inc()
+			}
+		})
+	var err error
+	n.metrics, err = newMetrics(cfg.Metrics, gauges{
+		pendingReleases: n.keeper.pendingReleases,
+		inflight:        n.admission.inflight,
+		connections:     func() int { return int(n.counts.open.Load()) },
+		sessions:        n.keeper.held,
+		rooms:           func() int { return n.hub.count() },
+	})
+	if err != nil {
+		return err
 	}
-	t := time.NewTimer(n.cfg.Limits.AdmitWait)
-	defer t.Stop()
-	select {
-	case n.inflight <- struct{}{}:
-		return true
-	case <-t.C:
-		n.metrics.overloaded.Inc()
-		return false
+	n.admission.overloaded = n.metrics.overloaded
+	n.keeper.moved = func(owners []owner) {
+		for _, o := range owners {
+			o.sessionMoved()
+		}
 	}
-}
-
-func (n *Node) releaseSlot() { <-n.inflight }
-
-// retryAfter is the advice sent with an overload refusal: a jittered
-// wait around the admission wait, so refused clients do not come back
-// together.
-func (n *Node) retryAfter() time.Duration {
-	w := n.cfg.Limits.AdmitWait
-	return w/2 + time.Duration(rand.Int64N(int64(w)))
+	n.takeovers = &takeovers{id: newNodeID(), nc: cfg.NATS, subject: takeoverSubject(cfg.Region), log: n.log,
+		sessions: n.keeper, ctx: n.ctx, timeout: cfg.StoreTimeout, wg: &n.wg}
+	n.keeper.taken = n.takeovers.announce
+	var views *views
+	if cfg.Global != nil {
+		views = newViews(cfg, n.log)
+	}
+	n.hub = newHub(n.ctx, cfg, views, n.log, n.metrics, &n.wg)
+	n.conns = &connDeps{lim: cfg.Limits, storeTimeout: cfg.StoreTimeout, rooms: n.hub, sessions: n.keeper, tokens: n.auth,
+		admission: n.admission, registry: &n.wheel, counts: &n.counts, metrics: n.metrics, log: n.log, ctx: n.ctx,
+		wg: &n.connWG, mono: n.mono}
+	return nil
 }
 
 // mono is a monotonic clock in nanoseconds.
@@ -172,7 +167,7 @@ func (n *Node) mono() int64 { return int64(time.Since(n.epoch)) }
 // gatherer).
 func (n *Node) Handler() http.Handler { return n.handler }
 
-// Start runs the heartbeat scheduler, the store's reaper, the ping wheel
+// Start runs the session keeper's heartbeat, the store's reaper, the ping wheel
 // and the NATS dispatcher until ctx is done or Close is called. ctx should
 // outlive Drain: sessions are refreshed until Close. Connections are
 // refused with 503 until Start.
@@ -182,15 +177,13 @@ func (n *Node) Start(ctx context.Context) error {
 	if n.state.Load() != stateNew {
 		return ErrState
 	}
-	sub, err := n.cfg.NATS.Subscribe(TakeoverSubject(n.cfg.Region), n.onTakeover)
-	if err != nil {
-		return fmt.Errorf("node: subscribe %s: %w", TakeoverSubject(n.cfg.Region), err)
+	if err := n.takeovers.subscribe(); err != nil {
+		return err
 	}
-	n.takeover = sub
 	run, cancel := context.WithCancel(ctx)
 	n.runCancel = cancel
 	for _, loop := range []func(context.Context){
-		n.sched.run,
+		n.keeper.run,
 		n.cfg.Store.RunReaper,
 		func(ctx context.Context) { n.wheel.run(ctx, n.cfg.Limits.PingInterval) },
 		n.hub.dispatch,
@@ -271,9 +264,7 @@ func (n *Node) Close() error {
 	n.cancel()
 	n.wg.Wait()
 	n.hub.close()
-	if n.takeover != nil {
-		_ = n.takeover.Unsubscribe()
-	}
+	n.takeovers.close()
 	return nil
 }
 
@@ -308,15 +299,15 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	max := int64(n.cfg.Limits.MaxConnections)
-	if n.active.Add(1) > max {
-		n.active.Add(-1)
+	if n.counts.active.Add(1) > max {
+		n.counts.active.Add(-1)
 		n.refuse(w, http.StatusServiceUnavailable, "capacity", fmt.Sprintf("node: at capacity (%d connections); connect to another node", max))
 		return
 	}
 	reserved := true
 	defer func() {
 		if reserved {
-			n.active.Add(-1)
+			n.counts.active.Add(-1)
 		}
 	}()
 	q := r.URL.Query()
@@ -336,7 +327,7 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 		n.metrics.rejectedConns.WithLabelValues("bad_request").Inc()
 		return // the upgrader has answered
 	}
-	c := n.newConn(ws, id, session)
+	c := newConn(n.conns, ws, id, session)
 	if !n.wheel.add(c, &n.connWG) {
 		// Drain began during the handshake.
 		_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(CloseRestart, "service restart"), time.Now().Add(time.Second))
@@ -345,7 +336,7 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	reserved = false
 	c.armExpiry()
-	n.open.Add(1)
+	n.counts.open.Add(1)
 	lim := &n.cfg.Limits
 	hello := helloFrame{Type: typeHello, V: ProtocolVersion, Region: n.cfg.Region, User: id.user, Session: session,
 		Limits: helloLimits{MaxRooms: lim.MaxRooms, MaxFrameBytes: lim.MaxFrameBytes, MaxStateBytes: presence.MaxStateBytes,
@@ -371,9 +362,9 @@ type Health struct {
 	Rooms       int   `json:"rooms"`
 }
 
-// Pinger is a Store that can tell whether it is reachable; the health
+// pinger is a Store that can tell whether it is reachable; the health
 // endpoint asks it (*region.Store pings Redis).
-type Pinger interface {
+type pinger interface {
 	Ping(ctx context.Context) error
 }
 
@@ -386,9 +377,9 @@ const healthPingTimeout = time.Second
 // stops sending clients to a draining node or to one whose joins would
 // fail.
 func (n *Node) serveHealth(w http.ResponseWriter, r *http.Request) {
-	h := Health{NATS: n.cfg.NATS.Status().String(), Store: "ok", Connections: n.open.Load(), Sessions: n.sched.held(), Rooms: n.hub.count()}
+	h := Health{NATS: n.cfg.NATS.Status().String(), Store: "ok", Connections: n.counts.open.Load(), Sessions: n.keeper.held(), Rooms: n.hub.count()}
 	healthy := true
-	if p, ok := n.cfg.Store.(Pinger); ok {
+	if p, ok := n.cfg.Store.(pinger); ok {
 		ctx, cancel := context.WithTimeout(r.Context(), healthPingTimeout)
 		if err := p.Ping(ctx); err != nil {
 			h.Store, healthy = err.Error(), false

@@ -106,8 +106,11 @@ func TestMalformedFramesGetErrorsAndWriteNothing(t *testing.T) {
 		{`{"type":"join","room":"r","ref":"` + strings.Repeat("x", maxRefLen+1) + `"}`, CodeBadFrame, ""},
 	}
 	for _, k := range cases {
-		c.sendRaw(websocket.TextMessage, []byte(k.raw))
-		c.expectError(k.code, k.ref)
+		t.Run(k.raw[:min(len(k.raw), 40)], func(t *testing.T) {
+			c := c.in(t)
+			c.sendRaw(websocket.TextMessage, []byte(k.raw))
+			c.expectError(k.code, k.ref)
+		})
 	}
 	c.sendRaw(websocket.BinaryMessage, []byte{1, 2, 3})
 	c.expectError(CodeBadFrame, "")
@@ -119,13 +122,16 @@ func TestMalformedFramesGetErrorsAndWriteNothing(t *testing.T) {
 	// State errors on a joined room.
 	c.join("r")
 	for _, k := range []struct {
-		raw string
+		name, raw string
 	}{
-		{`{"type":"state","room":"r","ref":"s1"}`},
-		{`{"type":"state","room":"r","ref":"s1","state":"` + strings.Repeat("x", presence.MaxStateBytes) + `"}`},
+		{"missing", `{"type":"state","room":"r","ref":"s1"}`},
+		{"too big", `{"type":"state","room":"r","ref":"s1","state":"` + strings.Repeat("x", presence.MaxStateBytes) + `"}`},
 	} {
-		c.sendRaw(websocket.TextMessage, []byte(k.raw))
-		c.expectError(CodeInvalidState, "s1")
+		t.Run("state "+k.name, func(t *testing.T) {
+			c := c.in(t)
+			c.sendRaw(websocket.TextMessage, []byte(k.raw))
+			c.expectError(CodeInvalidState, "s1")
+		})
 	}
 	c.ping()
 	if m, _, _ := e.store.Sessions(context.Background(), "r", "dave"); len(m.Sessions) != 1 || m.Sessions[0].State != nil {
@@ -180,6 +186,7 @@ func findSession(s presence.Snapshot, user, session string) presence.SessionInfo
 }
 
 func TestCleanCloseAnnouncesOfflineAfterGrace(t *testing.T) {
+	slow(t)
 	e := newEnv(t)
 	n := e.newNode()
 	c := n.dial(t, token(t, "fay", []string{"*"}, time.Hour), "tab")
@@ -195,10 +202,11 @@ func TestCleanCloseAnnouncesOfflineAfterGrace(t *testing.T) {
 	if off := e.rec.Of(presence.Offline, "room", "fay")[0]; off.Reason != presence.Left {
 		t.Fatalf("offline reason %q, want left (released, not expired)", off.Reason)
 	}
-	waitFor(t, 5*time.Second, "connection gauge to drop", func() bool { return n.open.Load() == 0 && n.sched.held() == 0 })
+	waitFor(t, 5*time.Second, "connection gauge to drop", func() bool { return n.counts.open.Load() == 0 && n.keeper.held() == 0 })
 }
 
 func TestAbruptTCPCloseIsReleased(t *testing.T) {
+	slow(t)
 	e := newEnv(t)
 	n := e.newNode()
 	c := n.dial(t, token(t, "gus", []string{"*"}, time.Hour), "tab")
@@ -215,6 +223,7 @@ func TestAbruptTCPCloseIsReleased(t *testing.T) {
 // released; meanwhile the node keeps its session refreshed, so the
 // departure can only come from that release.
 func TestUnresponsiveClientIsDetectedByPing(t *testing.T) {
+	slow(t)
 	e := newEnv(t)
 	n := e.newNode()
 	h := http.Header{}
@@ -236,6 +245,7 @@ func TestUnresponsiveClientIsDetectedByPing(t *testing.T) {
 }
 
 func TestReconnectInsideGraceIsSilent(t *testing.T) {
+	slow(t)
 	e := newEnv(t)
 	n1 := e.newNode()
 	n2 := e.newNode()
@@ -248,7 +258,7 @@ func TestReconnectInsideGraceIsSilent(t *testing.T) {
 	c = n1.dial(t, tok, "tab")
 	c.join("room")
 	_ = c.ws.NetConn().Close()
-	waitFor(t, 5*time.Second, "the abrupt close to be released", func() bool { return n1.sched.held() == 0 })
+	waitFor(t, 5*time.Second, "the abrupt close to be released", func() bool { return n1.keeper.held() == 0 })
 	// Another node on the same Redis.
 	c = n2.dial(t, tok, "tab")
 	if s := c.join("room").Snapshot; len(findSession(s, "ida", "tab").ID) == 0 {
@@ -262,6 +272,7 @@ func TestReconnectInsideGraceIsSilent(t *testing.T) {
 }
 
 func TestDrainClosesWith1012AndKeepsSessions(t *testing.T) {
+	slow(t)
 	e := newEnv(t)
 	n1 := e.newNode()
 	n2 := e.newNode()
@@ -308,6 +319,7 @@ func TestDrainClosesWith1012AndKeepsSessions(t *testing.T) {
 }
 
 func TestLimits(t *testing.T) {
+	slow(t)
 	e := newEnv(t)
 	n := e.newNode(func(c *Config) {
 		c.Limits.MaxRooms = 2
@@ -349,7 +361,7 @@ func TestLimits(t *testing.T) {
 		c.expectClose(ClosePolicy)
 	})
 	t.Run("connections", func(t *testing.T) {
-		waitFor(t, 5*time.Second, "earlier connections to end", func() bool { return n.active.Load() == 0 })
+		waitFor(t, 5*time.Second, "earlier connections to end", func() bool { return n.counts.active.Load() == 0 })
 		for i := range 3 {
 			n.dial(t, token(t, "conn", all, time.Hour), "s"+string(rune('a'+i)))
 		}
@@ -365,6 +377,7 @@ func TestLimits(t *testing.T) {
 }
 
 func TestHeartbeatKeepsSessionAliveBeyondTTL(t *testing.T) {
+	slow(t)
 	e := newEnv(t)
 	n := e.newNode()
 	c := n.dial(t, token(t, "lou", []string{"*"}, time.Hour), "tab")
@@ -515,6 +528,7 @@ func TestNotStartedRefuses(t *testing.T) {
 // After NATS reconnects, transitions sent meanwhile may be lost: every
 // room starts over from a new snapshot, and the live stream resumes.
 func TestNATSReconnectResyncs(t *testing.T) {
+	slow(t)
 	e := newEnv(t)
 	n := e.newNode()
 	all := []string{"*"}
@@ -548,6 +562,7 @@ func TestNATSReconnectResyncs(t *testing.T) {
 // first node closes the old connection with 4001, and nothing is
 // announced: the old node's release of the session changes nothing.
 func TestTakeoverClosesTheStaleConnectionSilently(t *testing.T) {
+	slow(t)
 	e := newEnv(t)
 	n1 := e.newNode()
 	n2 := e.newNode()
@@ -557,7 +572,7 @@ func TestTakeoverClosesTheStaleConnectionSilently(t *testing.T) {
 	fresh := n2.dial(t, tok, "tab")
 	fresh.join("room")
 	old.expectClose(CloseSessionMoved)
-	waitFor(t, 5*time.Second, "n1 to drop the session", func() bool { return n1.sched.held() == 0 })
+	waitFor(t, 5*time.Second, "n1 to drop the session", func() bool { return n1.keeper.held() == 0 })
 	e.waitRedisPast(e.redisNow().Add(testTiming.OfflineGrace + 200*time.Millisecond))
 	e.quiesce("room")
 	if got := e.rec.Of("", "room", "lee"); len(got) != 1 || got[0].Kind != presence.Online {
@@ -571,6 +586,7 @@ func TestTakeoverClosesTheStaleConnectionSilently(t *testing.T) {
 // A node whose store stops answering reports itself degraded (503), so a
 // load balancer sends new clients elsewhere.
 func TestHealthReportsAnUnreachableStore(t *testing.T) {
+	slow(t)
 	e := newEnv(t)
 	n := e.newNode()
 	health := func() (int, Health) {

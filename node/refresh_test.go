@@ -13,6 +13,7 @@ import (
 // sessions: a reconnect with a fresh token inside the grace announces
 // nothing, and a user who does not come back leaves once, reason left.
 func TestTokenExpiryClosesTheConnection(t *testing.T) {
+	slow(t)
 	e := newEnv(t)
 	n := e.newNode()
 	rooms := []string{"room"}
@@ -42,9 +43,16 @@ func TestTokenExpiryClosesTheConnection(t *testing.T) {
 // A refresh moves the expiry, and rooms the new token no longer grants
 // are left with an unasked left, reason revoked.
 func TestRefreshExtendsTheTokenAndRevokesRooms(t *testing.T) {
+	slow(t)
 	e := newEnv(t)
 	n := e.newNode()
 	c := n.dial(t, token(t, "dana", []string{"lobby", "team7-*"}, 3*time.Second), "s") // exp in whole seconds: 2-3 s
+	// A control connection whose token expires no earlier than dana's
+	// first: once it is closed, that token's expiry has passed.
+	ctl := n.dial(t, token(t, "ctl", []string{"lobby"}, 3*time.Second), "s")
+	if ctl.hello.Expires.Before(*c.hello.Expires) {
+		t.Fatalf("control token expires %v, before dana's %v", ctl.hello.Expires, c.hello.Expires)
+	}
 	c.join("lobby")
 	c.join("team7-a")
 	c.send(map[string]string{"type": "refresh", "token": token(t, "dana", []string{"lobby"}, time.Hour), "ref": "r1"})
@@ -62,7 +70,7 @@ func TestRefreshExtendsTheTokenAndRevokesRooms(t *testing.T) {
 	}
 
 	// Past the first token's expiry the connection is still open.
-	time.Sleep(time.Until(*c.hello.Expires) + 500*time.Millisecond)
+	ctl.expectClose(CloseTokenExpired)
 	c.ping()
 	if live := e.live("lobby", "dana"); len(live) != 1 {
 		t.Fatalf("lobby sessions %v after the first token's expiry", live)

@@ -46,12 +46,14 @@ type views struct {
 	probe    time.Duration
 }
 
-func newViews(n *Node) *views {
+// newViews returns the views of a node with Config.Global, and registers
+// its gauge.
+func newViews(cfg Config, log *slog.Logger) *views {
 	v := &views{
-		global: n.cfg.Global, regional: n.cfg.Store, region: n.cfg.Region, timeout: n.cfg.StoreTimeout, log: n.log,
+		global: cfg.Global, regional: cfg.Store, region: cfg.Region, timeout: cfg.StoreTimeout, log: log,
 		changed: make(chan struct{}, 1), probe: viewProbe,
 	}
-	err := n.cfg.Metrics.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	err := cfg.Metrics.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "presence", Subsystem: "node", Name: "global_view",
 		Help: "1 while clients see the global view, 0 while the node serves its region's view because the global view does not answer.",
 	}, func() float64 {
@@ -61,7 +63,7 @@ func newViews(n *Node) *views {
 		return 1
 	}))
 	if err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
-		n.log.Warn("node: cannot register the global view gauge", "err", err)
+		log.Warn("node: cannot register the global view gauge", "err", err)
 	}
 	return v
 }

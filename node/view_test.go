@@ -43,6 +43,7 @@ func users(snap presence.Snapshot) []string {
 // again every joined room moves back to it with a resync snapshot, and
 // moves away again when it fails.
 func TestGlobalNodeFallsBackToTheRegionalView(t *testing.T) {
+	slow(t)
 	e := newEnv(t)
 	epoch := time.Now().UnixMilli()
 	g := &switchable{snap: presence.Snapshot{Region: bus.GlobalRegion, RoomSeq: 5, Epoch: epoch, Total: 1,

@@ -1,0 +1,227 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/presence-dev/presence/presence"
+)
+
+// A connection's I/O: the read loop, the write path (queueing, batching,
+// pings) and the close. The protocol's requests are in conn_verbs.go.
+
+// signal starts a writer unless one is running or the reader has exited.
+// The reader's WaitGroup slot is held while done is false, so the Add
+// here never races a Wait that has seen zero.
+func (c *conn) signal() {
+	c.mu.Lock()
+	start := !c.writing && !c.done
+	if start {
+		c.writing = true
+		c.d.wg.Add(1)
+	}
+	c.mu.Unlock()
+	if start {
+		go c.write()
+	}
+}
+
+// send queues a frame. It never blocks: a client that lets SendQueue
+// frames pile up is closed as a slow consumer.
+func (c *conn) send(b []byte) {
+	c.mu.Lock()
+	if c.closeCode != 0 || c.done {
+		c.mu.Unlock()
+		return
+	}
+	if len(c.queue) >= c.d.lim.SendQueue {
+		c.queue = nil
+		c.closeCode, c.closeText = CloseSlowConsumer, "slow consumer"
+		c.mu.Unlock()
+		c.d.log.Warn("node: closing a slow consumer", "user", c.user, "session", c.session)
+		c.signal()
+		return
+	}
+	c.queue = append(c.queue, b)
+	c.mu.Unlock()
+	c.signal()
+}
+
+// requestPing asks the writer for a ping; the wheel calls it.
+func (c *conn) requestPing() {
+	c.mu.Lock()
+	c.ping = true
+	c.mu.Unlock()
+	c.signal()
+}
+
+// shutdown asks the writer to send a close frame and stop; frames still
+// queued are dropped. The first call wins. keep leaves the sessions to
+// their TTL instead of releasing them.
+func (c *conn) shutdown(code int, text string, keep bool) {
+	if keep {
+		c.keep.Store(true)
+	}
+	c.mu.Lock()
+	if c.closeCode == 0 {
+		c.closeCode, c.closeText = code, text
+		c.queue = nil
+	}
+	c.mu.Unlock()
+	c.signal()
+}
+
+// kill drops the TCP connection; the reader then fails and cleans up.
+func (c *conn) kill() { _ = c.ws.NetConn().Close() }
+
+// write writes what is queued until nothing is, then exits. A close ends
+// the connection's writing for good: writing stays set.
+func (c *conn) write() {
+	defer c.d.wg.Done()
+	lim := &c.d.lim
+	for {
+		c.mu.Lock()
+		q, ping, code, text, done := c.queue, c.ping, c.closeCode, c.closeText, c.done
+		c.queue, c.ping = nil, false
+		if done || (len(q) == 0 && !ping && code == 0) {
+			c.writing = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		if code != 0 {
+			now := time.Now()
+			_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text), now.Add(lim.WriteTimeout))
+			// The reader waits for the client's answer, but not forever.
+			c.mu.Lock()
+			_ = c.ws.SetReadDeadline(now.Add(lim.CloseTimeout))
+			c.mu.Unlock()
+			c.d.metrics.closes.WithLabelValues(strconv.Itoa(code)).Inc()
+			return
+		}
+		if ping {
+			// The deadline is set by the first unanswered ping only, so
+			// later pings do not push it back. The pong is read between
+			// frames, and a frame may wait on the store for StoreTimeout.
+			c.mu.Lock()
+			if !c.awaiting && c.closeCode == 0 {
+				c.awaiting = true
+				_ = c.ws.SetReadDeadline(time.Now().Add(lim.PongTimeout + c.d.storeTimeout))
+			}
+			c.mu.Unlock()
+			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(lim.WriteTimeout)); err != nil {
+				c.kill()
+				return
+			}
+		}
+		// On a batching connection all queued frames go out in one write.
+		bc, _ := c.ws.NetConn().(*batchConn)
+		if bc != nil && len(q) > 1 {
+			bc.begin()
+		} else {
+			bc = nil
+		}
+		for _, f := range q {
+			_ = c.ws.SetWriteDeadline(time.Now().Add(lim.WriteTimeout))
+			if err := c.ws.WriteMessage(websocket.TextMessage, f); err != nil {
+				if bc != nil {
+					_ = bc.flush()
+				}
+				c.kill()
+				return
+			}
+		}
+		if bc != nil && bc.flush() != nil {
+			c.kill()
+			return
+		}
+	}
+}
+
+// onPong clears the pong deadline, unless a close is under way and the
+// deadline is the close's.
+func (c *conn) onPong(string) error {
+	c.mu.Lock()
+	if c.closeCode == 0 {
+		c.awaiting = false
+		_ = c.ws.SetReadDeadline(time.Time{})
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+// readLoop reads and handles frames until the connection ends, then
+// cleans up.
+func (c *conn) readLoop() {
+	defer c.d.wg.Done()
+	c.ws.SetReadLimit(int64(c.d.lim.MaxFrameBytes))
+	c.ws.SetPongHandler(c.onPong)
+	var err error
+	for {
+		var mt int
+		var data []byte
+		if mt, data, err = c.ws.ReadMessage(); err != nil {
+			break
+		}
+		c.handle(mt, data)
+	}
+	c.cleanup(err)
+}
+
+// cleanup runs once, on the reader goroutine, when the connection ends.
+func (c *conn) cleanup(err error) {
+	d := c.d
+	if c.expiry != nil {
+		c.expiry.Stop()
+	}
+	d.registry.remove(c)
+	for _, room := range c.rooms {
+		d.rooms.remove(room, c)
+	}
+	c.mu.Lock()
+	c.done, c.queue = true, nil
+	c.mu.Unlock()
+	c.signal()
+	if errors.Is(err, websocket.ErrReadLimit) {
+		// gorilla has sent 1009. Read off the rest of the oversized frame
+		// before closing: closing with unread input sends a reset, which
+		// may destroy the close frame before the client reads it.
+		d.metrics.closes.WithLabelValues(strconv.Itoa(CloseTooBig)).Inc()
+		d.metrics.rejectedFrames.WithLabelValues("too_big").Inc()
+		nc := c.ws.NetConn()
+		_ = nc.SetReadDeadline(time.Now().Add(d.lim.CloseTimeout))
+		var buf [512]byte
+		for {
+			if _, e := nc.Read(buf[:]); e != nil {
+				break
+			}
+		}
+	}
+	c.kill()
+
+	// Sessions: a drained connection keeps them for its TTL, anything else
+	// (clean close, error, dead TCP, limit) releases them and the grace
+	// applies.
+	keep := c.keep.Load()
+	for _, room := range c.rooms {
+		ref := presence.SessionRef{Room: room, User: c.user, Session: c.session}
+		ctx, cancel := context.WithTimeout(d.ctx, d.storeTimeout)
+		released, rerr := d.sessions.unhold(ctx, ref, c, !keep)
+		cancel()
+		switch {
+		case rerr != nil:
+			d.log.Warn("node: release failed; retried until the store answers", "room", room, "user", c.user, "session", c.session, "err", rerr)
+		case released:
+			d.metrics.leaves.WithLabelValues("close").Inc()
+		case keep:
+			d.metrics.leaves.WithLabelValues("kept").Inc()
+		}
+	}
+	c.rooms = nil
+	d.counts.open.Add(-1)
+	d.counts.active.Add(-1)
+}

@@ -1,0 +1,302 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/presence-dev/presence/presence"
+)
+
+// The protocol's requests: join, leave, state, members, refresh (and
+// ping), one frame at a time on the reader goroutine. Their I/O is in
+// conn_io.go.
+
+// handle processes one client frame. Malformed input gets an error frame
+// and writes nothing; it never ends the connection.
+func (c *conn) handle(mt int, data []byte) {
+	if c.closing() {
+		return
+	}
+	if !c.allow() {
+		if c.strikes++; c.strikes >= int32(c.d.lim.RateStrikes) {
+			c.d.metrics.rejectedFrames.WithLabelValues(string(CodeRateLimited)).Inc()
+			c.shutdown(ClosePolicy, "rate limit exceeded", false)
+			return
+		}
+		c.reject(CodeRateLimited, fmt.Sprintf("more than %g frames per second (burst %d); frame dropped", c.d.lim.FrameRate, c.d.lim.FrameBurst), "")
+		return
+	}
+	c.strikes = 0
+	if mt != websocket.TextMessage {
+		c.reject(CodeBadFrame, "binary frames are not part of the protocol: send JSON text frames", "")
+		return
+	}
+	var req request
+	if err := json.Unmarshal(data, &req); err != nil {
+		c.reject(CodeBadFrame, "frame is not a JSON object of the protocol: "+err.Error(), "")
+		return
+	}
+	if len(req.Ref) > maxRefLen {
+		c.reject(CodeBadFrame, fmt.Sprintf("ref is longer than %d bytes", maxRefLen), "")
+		return
+	}
+	switch req.Type {
+	case typeJoin, typeLeave, typeState, typeMembers:
+		if !c.d.admission.admit() {
+			c.d.metrics.rejectedFrames.WithLabelValues(string(CodeUnavailable)).Inc()
+			c.send(mustJSON(errorFrame{Type: typeError, Code: CodeUnavailable, Ref: req.Ref,
+				Message:      "the node is at capacity; nothing changed, retry after retry_after_ms",
+				RetryAfterMS: c.d.admission.retryAfter().Milliseconds()}))
+			return
+		}
+		defer c.d.admission.release()
+	}
+	ctx, cancel := context.WithTimeout(c.d.ctx, c.d.storeTimeout)
+	defer cancel()
+	switch req.Type {
+	case typeJoin:
+		c.join(ctx, req)
+	case typeLeave:
+		c.leave(ctx, req)
+	case typeState:
+		c.setState(ctx, req)
+	case typePing:
+		c.send(mustJSON(replyFrame{Type: typePong, Ref: req.Ref}))
+	case typeRefresh:
+		c.refresh(ctx, req)
+	case typeMembers:
+		c.members(ctx, req)
+	case "":
+		c.reject(CodeBadFrame, "frame has no type", req.Ref)
+	default:
+		c.reject(CodeUnknownType, fmt.Sprintf("unknown frame type %.40q (protocol v%d knows join, leave, state, ping, refresh, members)", req.Type, ProtocolVersion), req.Ref)
+	}
+}
+
+func (c *conn) closing() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closeCode != 0
+}
+
+// allow takes a token from the connection's bucket.
+func (c *conn) allow() bool {
+	lim := &c.d.lim
+	now := c.d.mono()
+	c.tokens = min(float64(lim.FrameBurst), c.tokens+float64(now-c.last)/1e9*lim.FrameRate)
+	c.last = now
+	if c.tokens < 1 {
+		return false
+	}
+	c.tokens--
+	return true
+}
+
+func (c *conn) reject(code ErrorCode, msg, ref string) {
+	c.d.metrics.rejectedFrames.WithLabelValues(string(code)).Inc()
+	c.send(encodeError(code, msg, ref))
+}
+
+// checkRoom validates a request's room id.
+func (c *conn) checkRoom(req request) bool {
+	if err := presence.ValidateRoom(req.Room); err != nil {
+		c.reject(CodeInvalidRoom, err.Error(), req.Ref)
+		return false
+	}
+	return true
+}
+
+// joinedRoom returns the index of the request's room in c.rooms, or
+// rejects the request: an invalid room id, or a room not joined.
+func (c *conn) joinedRoom(req request) (int, bool) {
+	if !c.checkRoom(req) {
+		return -1, false
+	}
+	i := slices.Index(c.rooms, req.Room)
+	if i < 0 {
+		c.reject(CodeNotJoined, fmt.Sprintf("room %q is not joined", req.Room), req.Ref)
+		return -1, false
+	}
+	return i, true
+}
+
+// join subscribes to the room's events before the snapshot is taken, so
+// no transition after the snapshot is missed; joining a joined room sends
+// a fresh snapshot.
+func (c *conn) join(ctx context.Context, req request) {
+	if !c.checkRoom(req) {
+		return
+	}
+	room := req.Room
+	if !c.grant.allowed(room) {
+		c.reject(CodeForbidden, fmt.Sprintf("the token does not grant room %q", room), req.Ref)
+		return
+	}
+	if slices.Contains(c.rooms, room) {
+		if err := c.d.rooms.snapshot(ctx, room, c, req.Ref); err != nil {
+			c.unavailable("snapshot", err, req.Ref)
+		}
+		return
+	}
+	if len(c.rooms) >= c.d.lim.MaxRooms {
+		c.reject(CodeTooManyRooms, fmt.Sprintf("at most %d rooms per connection", c.d.lim.MaxRooms), req.Ref)
+		return
+	}
+	if err := c.d.rooms.add(ctx, room, c); err != nil {
+		c.unavailable("subscribe", err, req.Ref)
+		return
+	}
+	ref := c.ref(room)
+	if err := c.d.sessions.hold(ctx, ref, c); err != nil {
+		c.d.rooms.remove(room, c)
+		c.unavailable("join", err, req.Ref)
+		return
+	}
+	c.rooms = append(c.rooms, room)
+	if err := c.d.rooms.snapshot(ctx, room, c, req.Ref); err != nil {
+		// Undo the join, so that the error means what it says. The grace
+		// makes a retry inside it silent.
+		c.rooms = c.rooms[:len(c.rooms)-1]
+		c.d.rooms.remove(room, c)
+		uctx, cancel := context.WithTimeout(c.d.ctx, c.d.storeTimeout)
+		_, _ = c.d.sessions.unhold(uctx, ref, c, true)
+		cancel()
+		c.unavailable("snapshot", err, req.Ref)
+		return
+	}
+	c.d.metrics.joins.Inc()
+}
+
+func (c *conn) leave(ctx context.Context, req request) {
+	i, ok := c.joinedRoom(req)
+	if !ok {
+		return
+	}
+	c.drop(ctx, i, "leave")
+	c.send(mustJSON(replyFrame{Type: typeLeft, Ref: req.Ref, Room: req.Room}))
+}
+
+// drop leaves c.rooms[i] and releases the session in it; why labels the
+// leaves metric.
+func (c *conn) drop(ctx context.Context, i int, why string) {
+	room := c.rooms[i]
+	c.rooms = slices.Delete(c.rooms, i, i+1)
+	c.d.rooms.remove(room, c)
+	// The node no longer holds the session either way; a failed release
+	// is retried until the store answers.
+	if released, err := c.d.sessions.unhold(ctx, c.ref(room), c, true); err != nil {
+		c.d.log.Warn("node: release failed; retried until the store answers", "room", room, "user", c.user, "err", err)
+	} else if released {
+		c.d.metrics.leaves.WithLabelValues(why).Inc()
+	}
+}
+
+func (c *conn) setState(ctx context.Context, req request) {
+	if _, ok := c.joinedRoom(req); !ok {
+		return
+	}
+	st := req.State
+	switch {
+	case len(st) == 0:
+		c.reject(CodeInvalidState, "state is missing (send null to clear it)", req.Ref)
+		return
+	case len(st) > presence.MaxStateBytes:
+		c.reject(CodeInvalidState, fmt.Sprintf("state is %d bytes, at most %d", len(st), presence.MaxStateBytes), req.Ref)
+		return
+	case !json.Valid(st):
+		c.reject(CodeInvalidState, "state is not valid JSON", req.Ref)
+		return
+	case string(st) == "null":
+		st = nil
+	}
+	// State writes go through the session keeper, which brings back a
+	// session that lapsed while held.
+	err := c.d.sessions.setState(ctx, c.ref(req.Room), st)
+	if errors.Is(err, presence.ErrMoved) {
+		// Another node holds the session now: this connection is stale.
+		c.sessionMoved()
+		return
+	}
+	if err != nil {
+		c.unavailable("set state", err, req.Ref)
+		return
+	}
+	c.send(mustJSON(replyFrame{Type: typeStateSet, Ref: req.Ref, Room: req.Room}))
+}
+
+// members sends one page of a joined room's members, from the same
+// source as the room's snapshots; it changes nothing.
+func (c *conn) members(ctx context.Context, req request) {
+	if _, ok := c.joinedRoom(req); !ok {
+		return
+	}
+	most := c.d.lim.SnapshotMembers
+	offset, limit := 0, most
+	if req.Offset != nil {
+		offset = *req.Offset
+	}
+	if req.Limit != nil {
+		limit = *req.Limit
+	}
+	if offset < 0 || limit < 1 || limit > most {
+		c.reject(CodeInvalidPage, fmt.Sprintf("offset must be >= 0 and limit between 1 and %d, got %d and %d", most, offset, limit), req.Ref)
+		return
+	}
+	snap, err := c.d.rooms.page(ctx, req.Room, offset, limit)
+	if err != nil {
+		c.unavailable("members", err, req.Ref)
+		return
+	}
+	c.send(mustJSON(membersFrame{Type: typeMembers, Ref: req.Ref, Room: req.Room, Snapshot: snap}))
+}
+
+// refresh replaces the connection's token before it expires: same user,
+// a later expiry, and rooms the new token no longer grants are left
+// (released, grace applies) with an unasked left, reason revoked.
+func (c *conn) refresh(ctx context.Context, req request) {
+	if c.expiry == nil {
+		// Dev mode checks no tokens; a client written for production
+		// still gets the reply it waits for.
+		c.send(mustJSON(refreshedFrame{Type: typeRefreshed, Ref: req.Ref}))
+		return
+	}
+	if req.Token == "" {
+		c.reject(CodeInvalidToken, "refresh needs a token", req.Ref)
+		return
+	}
+	id, err := c.d.tokens.parse(req.Token)
+	if err != nil {
+		c.reject(CodeInvalidToken, err.Error(), req.Ref)
+		return
+	}
+	if id.user != c.user {
+		c.reject(CodeInvalidToken, fmt.Sprintf("the token is for user %q, the connection for %q", id.user, c.user), req.Ref)
+		return
+	}
+	if !c.expiry.Stop() {
+		return // expired meanwhile: the close is under way
+	}
+	c.expiry.Reset(time.Until(id.until))
+	c.grant = id
+	for i := len(c.rooms) - 1; i >= 0; i-- {
+		if room := c.rooms[i]; !id.allowed(room) {
+			c.drop(ctx, i, "revoked")
+			c.send(mustJSON(replyFrame{Type: typeLeft, Room: room, Reason: reasonRevoked}))
+		}
+	}
+	until := id.until
+	c.send(mustJSON(refreshedFrame{Type: typeRefreshed, Ref: req.Ref, TokenExpires: &until}))
+}
+
+func (c *conn) unavailable(op string, err error, ref string) {
+	c.d.log.Warn("node: "+op+" failed", "user", c.user, "session", c.session, "err", err)
+	c.d.metrics.rejectedFrames.WithLabelValues(string(CodeUnavailable)).Inc()
+	c.send(mustJSON(errorFrame{Type: typeError, Code: CodeUnavailable, Ref: ref,
+		Message: op + " failed; nothing changed, retry later", RetryAfterMS: c.d.admission.retryAfter().Milliseconds()}))
+}
