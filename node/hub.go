@@ -70,13 +70,9 @@ type room struct {
 	err     error
 	members map[*conn]*member
 
-	synced    bool   // epoch and base are known from a snapshot
-	epoch     int64  // the numbering base belongs to; 0 until known
-	base      uint64 // every Seq <= base is passed on or in a snapshot
-	held      []event
-	early     []event // received before the first snapshot
-	lost      bool    // early overflowed
-	gapSince  time.Time
+	seq       *bus.Sequencer[event] // (epoch, base): every Seq <= base is passed on or in a snapshot
+	early     []event               // received before the first snapshot
+	lost      bool                  // early overflowed
 	resyncing bool
 
 	// Joiners' snapshot reads (see freshSnapshot).
@@ -156,7 +152,8 @@ func (h *hub) add(ctx context.Context, name string, c *conn) error {
 	create := r == nil
 	view := h.viewNow()
 	if create {
-		r = &room{name: name, view: view, ready: make(chan struct{}), members: map[*conn]*member{}}
+		r = &room{name: name, view: view, ready: make(chan struct{}), members: map[*conn]*member{},
+			seq: bus.NewSequencer[event](bus.SeqLimits{GapTimeout: h.gapAfter, MaxAhead: maxHeld})}
 		h.rooms[name] = r
 	}
 	r.members[c] = &member{}
@@ -355,19 +352,19 @@ func (r *room) memberOf(c *conn) *member {
 // one with no numbering while the room has one means the store lost it:
 // either way the room starts over from it.
 func (h *hub) readyLocked(r *room, snap presence.Snapshot, ref, reason string, ms map[*conn]*member) bool {
-	if r.synced && r.epoch != 0 && snap.Epoch != r.epoch {
-		switch {
-		case snap.Epoch != 0 && snap.Epoch < r.epoch:
-			return false // read before the numbering restarted
-		case snap.Epoch == 0:
+	switch r.seq.CheckSnapshot(snap.Epoch) {
+	case bus.Stale:
+		return false // read before the numbering restarted
+	case bus.NewEpoch:
+		if snap.Epoch == 0 {
+			epoch, base, _ := r.seq.Position()
 			h.log.Warn("node: the store lost the room's numbering; starting the room over", "room", r.name,
-				"epoch", r.epoch, "base", r.base)
-			h.resetLocked(r)
-		default:
-			h.resetLocked(r)
+				"epoch", epoch, "base", base)
 		}
+		h.resetLocked(r)
 	}
-	if !r.synced && r.lost {
+	_, _, synced := r.seq.Position()
+	if !synced && r.lost {
 		r.lost, r.early = false, nil
 		return false
 	}
@@ -388,8 +385,8 @@ func (h *hub) readyLocked(r *room, snap presence.Snapshot, ref, reason string, m
 		}
 		m.buf = nil
 	}
-	if !r.synced {
-		r.synced, r.epoch, r.base, r.held = true, snap.Epoch, snap.RoomSeq, nil
+	if !synced {
+		r.seq.Reset(snap.Epoch, snap.RoomSeq)
 		early := r.early
 		r.early = nil
 		for _, e := range early {
@@ -402,8 +399,8 @@ func (h *hub) readyLocked(r *room, snap presence.Snapshot, ref, reason string, m
 // resetLocked forgets the room's position and puts every member on a
 // resync.
 func (h *hub) resetLocked(r *room) {
-	r.synced, r.epoch, r.base, r.held, r.early, r.lost = false, 0, 0, nil, nil, false
-	r.gapSince = time.Time{}
+	r.seq.Forget()
+	r.early, r.lost = nil, false
 	delete(h.gappy, r)
 	for _, m := range r.members {
 		m.live, m.buf, m.lost, m.resync = false, nil, false, true
@@ -500,63 +497,38 @@ func (h *hub) resyncAll() {
 
 // eventLocked passes one transition on in Seq order, exactly once.
 func (h *hub) eventLocked(r *room, e event) {
-	if !r.synced {
+	switch r.seq.Offer(e.epoch, e.seq, e, time.Now()) {
+	case bus.NoBaseline:
 		if len(r.early) >= maxBuffered {
 			r.lost = true
 			return
 		}
 		r.early = append(r.early, e)
 		return
-	}
-	if e.epoch != r.epoch && e.epoch != 0 {
-		switch {
-		case r.epoch == 0:
-			r.epoch = e.epoch // the snapshot predates any numbering
-		case e.epoch < r.epoch:
-			return // a redelivery from an earlier numbering
-		default:
-			h.log.Info("node: room numbering restarted; starting the room over", "room", r.name, "epoch", e.epoch)
-			h.resetLocked(r)
-			return
-		}
-	}
-	switch {
-	case e.seq <= r.base:
-		return // redelivered, or in a snapshot
-	case e.seq == r.base+1:
-		h.deliverLocked(r, e)
-		for len(r.held) > 0 && r.held[0].seq <= r.base+1 {
-			if r.held[0].seq == r.base+1 {
-				h.deliverLocked(r, r.held[0])
-			}
-			r.held = r.held[1:]
-		}
-	case e.seq > r.base+maxHeld:
+	case bus.NewEpoch:
+		h.log.Info("node: room numbering restarted; starting the room over", "room", r.name, "epoch", e.epoch)
 		h.resetLocked(r)
 		return
-	default:
-		i := 0
-		for i < len(r.held) && r.held[i].seq < e.seq {
-			i++
+	case bus.TooFar:
+		h.resetLocked(r)
+		return
+	case bus.Deliver:
+		h.deliverLocked(r, e)
+		for e, ok := r.seq.Next(); ok; e, ok = r.seq.Next() {
+			h.deliverLocked(r, e)
 		}
-		if i < len(r.held) && r.held[i].seq == e.seq {
-			return // duplicate of a held one
-		}
-		r.held = append(r.held, event{})
-		copy(r.held[i+1:], r.held[i:])
-		r.held[i] = e
+	case bus.Held:
+	default: // Stale, Duplicate: a redelivery, or in a snapshot
+		return
 	}
-	if len(r.held) == 0 {
-		r.held, r.gapSince = nil, time.Time{}
+	if r.seq.Deadline().IsZero() {
 		delete(h.gappy, r)
-	} else if r.gapSince.IsZero() {
-		r.gapSince = time.Now()
+	} else {
 		h.gappy[r] = struct{}{}
 	}
 }
 
 func (h *hub) deliverLocked(r *room, e event) {
-	r.base = e.seq
 	for c, m := range r.members {
 		switch {
 		case e.seq <= m.after:
@@ -600,8 +572,9 @@ func (h *hub) checkGaps(now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for r := range h.gappy {
-		if now.Sub(r.gapSince) >= h.gapAfter {
-			h.log.Info("node: transitions missing; resyncing the room", "room", r.name, "base", r.base)
+		if r.seq.Overdue(now) {
+			_, base, _ := r.seq.Position()
+			h.log.Info("node: transitions missing; resyncing the room", "room", r.name, "base", base)
 			h.resetLocked(r)
 		}
 	}

@@ -40,7 +40,7 @@ func (s *outrunStore) Snapshot(ctx context.Context, room string, offset, limit i
 	for {
 		h := s.hub()
 		h.mu.Lock()
-		base := h.rooms[room].base
+		_, base, _ := h.rooms[room].seq.Position()
 		h.mu.Unlock()
 		if base >= last {
 			return snap, nil
