@@ -16,8 +16,9 @@ import (
 
 // Store is what a node needs of the regional store; *region.Store
 // implements it. A store that also has Ping(ctx) error (*region.Store
-// pings Redis) is asked by the health endpoint, and one that reports its
-// presence.Timing with Timing() has it checked against the node's.
+// pings Redis) is asked by the health endpoint. The store owns the
+// region's timing and runs its own reaper: the node only reads the
+// timing, to pace its heartbeat.
 type Store interface {
 	// Claim creates sessions for this node, taking them over from any
 	// other node (a join).
@@ -35,8 +36,8 @@ type Store interface {
 	SetState(ctx context.Context, ref presence.SessionRef, state json.RawMessage) (bool, error)
 	// Snapshot returns one page of a room's members and its RoomSeq.
 	Snapshot(ctx context.Context, room string, offset, limit int) (presence.Snapshot, error)
-	// RunReaper settles overdue departures until ctx is done.
-	RunReaper(ctx context.Context)
+	// Timing is the region's timing, defaults filled and validated.
+	Timing() presence.Timing
 }
 
 // Snapshotter returns pages of a room's members with the sequences that
@@ -59,10 +60,6 @@ type Config struct {
 	// always written to the regional Store.
 	Global Snapshotter
 
-	// Timing must equal the store's. The zero value means the store's
-	// timing when the store reports one (*region.Store does), otherwise
-	// the presence defaults. Heartbeat paces the session keeper.
-	Timing presence.Timing
 	Auth   AuthConfig
 	Limits Limits
 
@@ -84,6 +81,7 @@ type Config struct {
 	Metrics prometheus.Registerer
 
 	gapTimeout time.Duration // tests shorten it
+	heartbeat  time.Duration // the store's, filled by check
 }
 
 // Limits protect a node from any one client and size its memory. Zero
@@ -249,10 +247,6 @@ func (l Limits) validate() error {
 	return nil
 }
 
-// timinger is implemented by stores that report their timing
-// (*region.Store does); New then checks that the node agrees.
-type timinger interface{ Timing() presence.Timing }
-
 // check fills defaults and validates, returning the effective config.
 func (c Config) check() (Config, error) {
 	if err := bus.ValidateRegion(c.Region); err != nil {
@@ -264,16 +258,11 @@ func (c Config) check() (Config, error) {
 	if c.NATS == nil {
 		return c, configError("nats", "is required: room events are watched on it")
 	}
-	st, reports := c.Store.(timinger)
-	if reports && c.Timing == (presence.Timing{}) {
-		c.Timing = st.Timing()
-	}
-	c.Timing = c.Timing.WithDefaults()
-	if err := c.Timing.Validate(); err != nil {
-		return c, configError("timing", err.Error())
-	}
-	if reports && st.Timing() != c.Timing {
-		return c, configError("timing", fmt.Sprintf("%+v differs from the store's %+v: the heartbeat must fit the store's TTL", c.Timing, st.Timing()))
+	// The store validated its timing; a heartbeat of zero would still
+	// stop the keeper, so say so here rather than at the first tick.
+	c.heartbeat = c.Store.Timing().Heartbeat
+	if c.heartbeat <= 0 {
+		return c, configError("store timing", fmt.Sprintf("heartbeat must be positive, got %v", c.heartbeat))
 	}
 	c.Limits = c.Limits.withDefaults()
 	if err := c.Limits.validate(); err != nil {
@@ -285,8 +274,8 @@ func (c Config) check() (Config, error) {
 	if c.HeartbeatSlots < 1 || c.HeartbeatSlots > 1000 {
 		return c, configError("heartbeat slots", fmt.Sprintf("must be between 1 and 1000, got %d", c.HeartbeatSlots))
 	}
-	if c.Timing.Heartbeat/time.Duration(c.HeartbeatSlots) < time.Millisecond {
-		return c, configError("heartbeat slots", fmt.Sprintf("%d slots make ticks shorter than 1ms for a %v heartbeat", c.HeartbeatSlots, c.Timing.Heartbeat))
+	if c.heartbeat/time.Duration(c.HeartbeatSlots) < time.Millisecond {
+		return c, configError("heartbeat slots", fmt.Sprintf("%d slots make ticks shorter than 1ms for a %v heartbeat", c.HeartbeatSlots, c.heartbeat))
 	}
 	if c.StoreTimeout == 0 {
 		c.StoreTimeout = DefaultStoreTimeout

@@ -24,7 +24,6 @@ func TestConfigValidation(t *testing.T) {
 		{func(c *Config) { c.Region = "global" }, "region", "reserved"},
 		{func(c *Config) { c.Store = nil }, "store", "is required"},
 		{func(c *Config) { c.NATS = nil }, "nats", "is required"},
-		{func(c *Config) { c.Timing.Heartbeat = c.Timing.SessionTTL }, "timing", "third of the session TTL"},
 		{func(c *Config) { c.Limits.MaxRooms = -1 }, "limits: max rooms", "must be positive"},
 		{func(c *Config) { c.Limits.PongTimeout = -time.Second }, "limits: pong timeout", "must be positive"},
 		{func(c *Config) { c.Limits.FrameRate = -1 }, "limits: frame rate", "must be positive"},
@@ -75,24 +74,25 @@ func TestConfigValidation(t *testing.T) {
 	}
 }
 
-// The node's timing must be the store's: the zero value adopts it, and a
-// different one is refused.
+// The node's timing is the store's: it paces its heartbeat by the
+// store's, and refuses a store that reports none.
 func TestConfigTimingFollowsTheStore(t *testing.T) {
 	e := newEnv(t)
 	nc := testnats.Connect(t, e.ns)
-	cfg := testConfig(e.store, nc)
-	cfg.Timing = presence.Timing{}
-	n, err := New(cfg)
+	n, err := New(testConfig(e.store, nc))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.cfg.Timing != testTiming {
-		t.Fatalf("timing %+v, want the store's %+v", n.cfg.Timing, testTiming)
+	if n.cfg.heartbeat != testTiming.Heartbeat {
+		t.Fatalf("heartbeat %v, want the store's %v", n.cfg.heartbeat, testTiming.Heartbeat)
 	}
 	_ = n.Close()
-	cfg.Timing = presence.DefaultTiming()
 	var ce *presence.ConfigError
-	if _, err := New(cfg); !errors.As(err, &ce) || ce.Field != "timing" || !strings.Contains(err.Error(), "differs from the store's") {
-		t.Fatalf("mismatched timing: %v", err)
+	if _, err := New(testConfig(untimedStore{e.store}, nc)); !errors.As(err, &ce) || ce.Field != "store timing" {
+		t.Fatalf("store without timing: %v", err)
 	}
 }
+
+type untimedStore struct{ Store }
+
+func (untimedStore) Timing() presence.Timing { return presence.Timing{} }

@@ -20,5 +20,5 @@
 //
 // Goroutines: per connection one reader and one writer. Per node the
 // session keeper's heartbeat, one ping wheel, one NATS event dispatcher,
-// one NATS status watcher and the store's reaper.
+// one NATS status watcher. The store runs its reaper itself.
 package node

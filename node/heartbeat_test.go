@@ -106,7 +106,7 @@ func (f *fakeStore) Snapshot(context.Context, string, int, int) (presence.Snapsh
 	return presence.Snapshot{}, nil
 }
 
-func (f *fakeStore) RunReaper(ctx context.Context) { <-ctx.Done() }
+func (f *fakeStore) Timing() presence.Timing { return testTiming }
 
 // calls returns the refreshes made (claims are left out).
 func (f *fakeStore) calls() []touchCall {

@@ -83,9 +83,18 @@ func (e *env) newStore() *region.Store {
 	return s
 }
 
+// runReaper runs st's reaper until the test ends, as the node's process
+// does beside it.
+func (e *env) runReaper(st *region.Store) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); st.RunReaper(ctx) }()
+	e.t.Cleanup(func() { cancel(); <-done })
+}
+
 func testConfig(st Store, nc *nats.Conn) Config {
 	return Config{
-		Region: "eu", Store: st, NATS: nc, Timing: testTiming,
+		Region: "eu", Store: st, NATS: nc,
 		Auth:           AuthConfig{HMACSecret: testSecret},
 		Limits:         Limits{PingInterval: 200 * time.Millisecond, PongTimeout: 300 * time.Millisecond, CloseTimeout: 500 * time.Millisecond},
 		HeartbeatSlots: 5,
@@ -117,6 +126,7 @@ func (e *env) newNode(edit ...func(*Config)) *node {
 	if err := n.Start(context.Background()); err != nil {
 		e.t.Fatalf("Start: %v", err)
 	}
+	e.runReaper(st)
 	srv := httptest.NewUnstartedServer(n.Handler())
 	srv.Listener = WrapListener(srv.Listener) // as presenced serves it
 	srv.Config.ConnState = n.ConnState

@@ -121,7 +121,7 @@ func New(cfg Config) (*Node, error) {
 // wire makes the node's parts and hands each what it needs.
 func (n *Node) wire() error {
 	cfg := n.cfg
-	n.keeper = newSessionKeeper(cfg.Store, cfg.Timing.Heartbeat, cfg.HeartbeatSlots, cfg.Limits.TouchBatch, cfg.StoreTimeout, n.log,
+	n.keeper = newSessionKeeper(cfg.Store, cfg.heartbeat, cfg.HeartbeatSlots, cfg.Limits.TouchBatch, cfg.StoreTimeout, n.log,
 		func(d time.Duration, _ int, err error) {
 			n.metrics.touchSeconds.Observe(d.Seconds())
 			if err != nil {
@@ -167,8 +167,8 @@ func (n *Node) mono() int64 { return int64(time.Since(n.epoch)) }
 // gatherer).
 func (n *Node) Handler() http.Handler { return n.handler }
 
-// Start runs the session keeper's heartbeat, the store's reaper, the ping wheel
-// and the NATS dispatcher until ctx is done or Close is called. ctx should
+// Start runs the session keeper's heartbeat, the ping wheel and the NATS
+// dispatcher (the store runs its own reaper) until ctx is done or Close is called. ctx should
 // outlive Drain: sessions are refreshed until Close. Connections are
 // refused with 503 until Start.
 func (n *Node) Start(ctx context.Context) error {
@@ -184,7 +184,6 @@ func (n *Node) Start(ctx context.Context) error {
 	n.runCancel = cancel
 	for _, loop := range []func(context.Context){
 		n.keeper.run,
-		n.cfg.Store.RunReaper,
 		func(ctx context.Context) { n.wheel.run(ctx, n.cfg.Limits.PingInterval) },
 		n.hub.dispatch,
 		n.hub.watch,
@@ -196,7 +195,7 @@ func (n *Node) Start(ctx context.Context) error {
 		}()
 	}
 	n.state.Store(stateRunning)
-	n.log.Info("node: started", "region", n.cfg.Region, "heartbeat", n.cfg.Timing.Heartbeat, "max_connections", n.cfg.Limits.MaxConnections)
+	n.log.Info("node: started", "region", n.cfg.Region, "heartbeat", n.cfg.heartbeat, "max_connections", n.cfg.Limits.MaxConnections)
 	return nil
 }
 
@@ -205,8 +204,8 @@ func (n *Node) Start(ctx context.Context) error {
 // sessions are not released: they live out their TTL unless a reconnect
 // refreshes them, which then announces nothing. Drain returns once every
 // connection has ended, its in-flight store calls included, or when ctx
-// is done (connections are then dropped). The heartbeat and the reaper
-// keep running until Close.
+// is done (connections are then dropped). The heartbeat keeps
+// running until Close.
 func (n *Node) Drain(ctx context.Context) error {
 	n.mu.Lock()
 	if n.state.Load() < stateDraining {

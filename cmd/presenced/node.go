@@ -81,7 +81,7 @@ func (c *commonFlags) config(stderr io.Writer) (serverConfig, error) {
 	return serverConfig{
 		Region: c.region, Redis: c.redis, RedisCluster: c.redisCluster,
 		NATS: c.nats, NATSPort: c.natsPort, NATSStoreDir: c.natsStoreDir, Listen: c.listen,
-		Timing:       c.timing.WithDefaults(),
+		Timing:       c.timing,
 		Limits:       node.Limits{MaxConnections: c.maxConns, MaxRooms: c.maxRooms},
 		Auth:         node.AuthConfig{InsecureDev: c.insecureDev},
 		StreamMaxAge: c.streamMaxAge, DrainTimeout: c.drainTimeout, Log: lg,

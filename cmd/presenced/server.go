@@ -394,6 +394,12 @@ func (s *nodeServer) openStore(ctx context.Context) error {
 	if err := s.retry(ctx, "redis", store.Preload); err != nil {
 		return err
 	}
+	// The store runs its reaper (and its deliverer) until the process
+	// ends: after the node, which is closed first.
+	rctx, stop := context.WithCancel(context.Background())
+	reaped := make(chan struct{})
+	go func() { defer close(reaped); store.RunReaper(rctx) }()
+	s.onClose(func() { stop(); <-reaped })
 	svc, err := bus.StartService(s.nc, s.cfg.Region, store, bus.WithLogger(s.lg))
 	if err != nil {
 		return fmt.Errorf("query service: %w", err)
@@ -441,7 +447,7 @@ func (s *nodeServer) startGlobal(ctx context.Context) error {
 // context: the heartbeat must keep refreshing sessions while it drains.
 func (s *nodeServer) startNode(context.Context) error {
 	n, err := node.New(node.Config{
-		Region: s.cfg.Region, Store: s.store, NATS: s.nc, Timing: s.cfg.Timing, Global: s.global,
+		Region: s.cfg.Region, Store: s.store, NATS: s.nc, Global: s.global,
 		Auth: s.cfg.Auth, Limits: s.cfg.Limits, Logger: s.lg, Metrics: s.reg,
 		Checks: map[string]func() error{"stream": s.publisher.Err},
 	})
