@@ -37,7 +37,7 @@ func TestClusterRoomsOnManySlots(t *testing.T) {
 	var refs []presence.SessionRef
 	for i := range 30 {
 		room := fmt.Sprintf("room%d", i)
-		addr, err := cc.MasterForKey(ctx, s.roomBase(room))
+		addr, err := cc.MasterForKey(ctx, s.roomKeys(room).z)
 		if err != nil {
 			t.Fatal(err)
 		}

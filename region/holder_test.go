@@ -41,7 +41,7 @@ func refresher(tb testing.TB, s *Store, refs ...presence.SessionRef) (stop func(
 // expiryOf is the expiry of a session entry held by s, from Redis.
 func expiryOf(tb testing.TB, s *Store, r presence.SessionRef) time.Time {
 	tb.Helper()
-	sc, err := s.rdb.ZScore(context.Background(), s.roomKeys(r.Room)[1], r.User+":"+r.Session+":"+s.Holder()).Result()
+	sc, err := s.rdb.ZScore(context.Background(), s.roomKeys(r.Room).s, r.User+":"+r.Session+":"+s.Holder()).Result()
 	if err != nil {
 		tb.Fatalf("expiry of %+v: %v", r, err)
 	}

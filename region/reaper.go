@@ -55,7 +55,7 @@ func (s *Store) reap(ctx context.Context, claim time.Duration) (int, error) {
 			for _, room := range l.rooms {
 				reaps = append(reaps, call{
 					script: scriptReap,
-					keys:   append([]string{l.index}, s.roomKeys(room)...),
+					keys:   s.roomKeys(room).writeKeys(l.index),
 					args: []any{ms(s.opt.PublishLease), s.opt.MaxOutbox, room, reapLimit,
 						clk.cut, clk.hold, clk.now, ms(s.t.OutageGap())},
 				})
@@ -169,7 +169,7 @@ func (s *Store) claimed(ctx context.Context, keys [][]string, calls []call, clai
 	sets := make([]*redis.BoolCmd, len(keys))
 	_, _ = s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, ks := range keys {
-			sets[i] = p.SetNX(ctx, ks[0]+sweptSuffix, 1, claim)
+			sets[i] = p.SetNX(ctx, sweptKey(ks[0]), 1, claim)
 		}
 		return nil
 	})
@@ -185,10 +185,6 @@ func (s *Store) claimed(ctx context.Context, keys [][]string, calls []call, clai
 	}
 	return k2, c2
 }
-
-// sweptSuffix names a master's sweep marker: its first slot index key
-// plus this suffix, in the same slot.
-const sweptSuffix = ":swept"
 
 // dueIn reads the due rooms of the given reap indexes.
 func (s *Store) dueIn(ctx context.Context, idx []string) ([]dueList, error) {
@@ -252,10 +248,6 @@ type clockState struct {
 	now, cut, hold int64     // Redis ms
 	at             time.Time // when it was read, by the local clock
 }
-
-// clockKey is the region's clock hash. On a cluster it lives on one
-// master: a sweep that cannot read it settles nothing.
-func (s *Store) clockKey() string { return s.opt.Prefix + ":clock" }
 
 // readClock reads the region's clock at the start of a sweep.
 func (s *Store) readClock(ctx context.Context) (clockState, error) {

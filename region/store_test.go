@@ -433,18 +433,26 @@ func TestBadInputWritesNothing(t *testing.T) {
 func TestNewRejectsBadOptions(t *testing.T) {
 	rdb, _ := testredis.Client(t)
 	for _, tc := range []struct {
-		o    Options
-		want string
+		name  string
+		o     Options
+		field string
 	}{
-		{Options{Sink: &collector{}}, "region: config: region"},
-		{Options{Region: "eu"}, "region: config: sink"},
-		{Options{Region: "eu", Sink: &collector{}, Timing: presence.Timing{Heartbeat: time.Minute}}, "heartbeat"},
-		{Options{Region: "eu", Sink: &collector{}, PublishLease: 2 * time.Minute}, "publish lease"},
-		{Options{Region: "eu", Sink: &collector{}, Prefix: "a{b"}, "prefix"},
+		{"no region", Options{Sink: &collector{}}, "region"},
+		{"no sink", Options{Region: "eu"}, "sink"},
+		{"bad timing", Options{Region: "eu", Sink: &collector{}, Timing: presence.Timing{Heartbeat: time.Minute}}, "heartbeat"},
+		{"long lease", Options{Region: "eu", Sink: &collector{}, PublishLease: 2 * time.Minute}, "publish lease"},
+		{"brace in prefix", Options{Region: "eu", Sink: &collector{}, Prefix: "a{b"}, "prefix"},
 	} {
-		if _, err := New(rdb, tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Fatalf("New(%+v): %v, want error about %s", tc.o, err, tc.want)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := New(rdb, tc.o)
+			var ce *presence.ConfigError
+			if !errors.As(err, &ce) || ce.Field != tc.field || !strings.Contains(err.Error(), "config: "+tc.field) {
+				t.Fatalf("New(%+v): %v, want a config error about %s", tc.o, err, tc.field)
+			}
+		})
+	}
+	if _, err := New(nil, Options{Region: "eu", Sink: &collector{}}); err == nil {
+		t.Fatal("New accepted a nil client")
 	}
 }
 
