@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/presence-dev/presence/internal/testkit"
+	"github.com/presence-dev/presence/internal/testredis"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -53,28 +54,14 @@ func startReaper(tb testing.TB, s *Store) {
 // waitFor polls with a deadline (see testkit.WaitFor).
 var waitFor = testkit.WaitFor
 
-func redisNow(tb testing.TB, rdb redis.UniversalClient) time.Time {
-	tb.Helper()
-	t, err := rdb.Time(context.Background()).Result()
-	if err != nil {
-		tb.Fatalf("TIME: %v", err)
-	}
-	return t
-}
+// redisNow and waitRedisPast read and wait on Redis's clock, which
+// scores every entry.
+var (
+	redisNow      = testredis.Now
+	waitRedisPast = testredis.WaitPast
+)
 
-// waitRedisPast waits until Redis's clock, which scores every entry, is
-// past at in whole milliseconds, the resolution the scripts compare in.
-func waitRedisPast(tb testing.TB, rdb redis.UniversalClient, at time.Time) {
-	tb.Helper()
-	limit := at.Truncate(time.Millisecond).Add(time.Millisecond)
-	waitFor(tb, time.Until(at)+5*time.Second, "redis clock to pass "+at.Format(time.StampMilli), func() bool {
-		return !redisNow(tb, rdb).Before(limit)
-	})
-}
-
-func ref(room, user, session string) presence.SessionRef {
-	return presence.SessionRef{Room: room, User: user, Session: session}
-}
+var ref = testkit.Ref
 
 func touch(tb testing.TB, s *Store, refs ...presence.SessionRef) []presence.Transition {
 	tb.Helper()
