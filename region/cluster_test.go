@@ -59,8 +59,8 @@ func TestClusterRoomsOnManySlots(t *testing.T) {
 	for i := range 30 {
 		release(t, s, ref(fmt.Sprintf("room%d", i), "u"+fmt.Sprint(i), "a"))
 	}
-	startReaper(t, newStore(t, cc, c))
-	startReaper(t, newStore(t, cc, c))
+	r1 := startReaper(t, newStore(t, cc, c))
+	r2 := startReaper(t, newStore(t, cc, c))
 	waitFor(t, 5*time.Second, "30 departures (left)", func() bool {
 		n := 0
 		for _, tr := range c.All() {
@@ -79,7 +79,7 @@ func TestClusterRoomsOnManySlots(t *testing.T) {
 		}
 		return n == 30
 	})
-	time.Sleep(3 * testTiming.ReapInterval) // other reaper sweeps
+	waitSweeps(t, 3, r1, r2) // the other reaper's sweeps too
 	for i := range 30 {
 		room := fmt.Sprintf("room%d", i)
 		if n := len(c.Of(presence.Offline, room, "u"+fmt.Sprint(i))) + len(c.Of(presence.Offline, room, "w"+fmt.Sprint(i))); n != 2 {
@@ -98,7 +98,7 @@ func BenchmarkClusterIdleSweep(b *testing.B) {
 	}
 	b.ResetTimer()
 	for range b.N {
-		if _, err := s.Reap(ctx); err != nil {
+		if _, err := s.reap(ctx, 0); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -237,7 +237,7 @@ func BenchmarkClusterReapers(b *testing.B) {
 				case <-ctx.Done():
 					return
 				case <-t.C:
-					_, _ = s.Reap(ctx)
+					_, _ = s.reap(ctx, 0)
 				}
 			}
 		})

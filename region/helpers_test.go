@@ -3,6 +3,7 @@ package region
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -42,13 +43,33 @@ func newStore(tb testing.TB, rdb redis.UniversalClient, sink Sink, edit ...func(
 	return s
 }
 
-// startReaper runs s's reaper until the test ends.
-func startReaper(tb testing.TB, s *Store) {
+// startReaper runs s's reaper until the test ends, and returns s.
+func startReaper(tb testing.TB, s *Store) *Store {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); s.RunReaper(ctx) }()
 	tb.Cleanup(func() { cancel(); <-done })
+	return s
+}
+
+// waitSweeps waits until the reaper of each store has started n more
+// sweeps (so n-1 have run whole): whatever those reapers would do wrong
+// has had its chance to show.
+func waitSweeps(tb testing.TB, n int64, stores ...*Store) {
+	tb.Helper()
+	want := make([]int64, len(stores))
+	for i, s := range stores {
+		want[i] = s.Stats().Sweeps.Load() + n
+	}
+	waitFor(tb, 10*time.Second, fmt.Sprintf("%d more sweeps of %d reapers", n, len(stores)), func() bool {
+		for i, s := range stores {
+			if s.Stats().Sweeps.Load() < want[i] {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // waitFor polls with a deadline (see testkit.WaitFor).
@@ -107,7 +128,7 @@ func untilOf(tb testing.TB, s *Store, room, user string) time.Time {
 
 func reap(tb testing.TB, s *Store) int {
 	tb.Helper()
-	n, err := s.Reap(context.Background())
+	n, err := s.reap(context.Background(), 0)
 	if err != nil {
 		tb.Fatalf("Reap: %v", err)
 	}

@@ -97,14 +97,8 @@ func New(rdb redis.UniversalClient, opt Options) (*Store, error) {
 	return st, nil
 }
 
-// Holder returns the id that names this store's session entries.
-func (s *Store) Holder() string { return s.holder }
-
 // Timing returns the validated timing in force.
 func (s *Store) Timing() presence.Timing { return s.t }
-
-// Region returns the region name.
-func (s *Store) Region() string { return s.opt.Region }
 
 // Stats returns the live counters.
 func (s *Store) Stats() *Stats { return &s.stats }

@@ -173,13 +173,14 @@ func TestCrashExpiresFromReadsAndAnnouncesOnce(t *testing.T) {
 
 	// Three live processes reap concurrently; each departure comes once.
 	started := redisNow(t, rdb)
+	var reapers []*Store
 	for range 3 {
-		startReaper(t, newStore(t, rdb, c))
+		reapers = append(reapers, startReaper(t, newStore(t, rdb, c)))
 	}
 	waitFor(t, 2*time.Second, "both offlines", func() bool {
 		return len(c.Of(presence.Offline, "r1", "fay")) > 0 && len(c.Of(presence.Offline, "r2", "gus")) > 0
 	})
-	time.Sleep(3 * testTiming.ReapInterval) // let the other reapers run their sweeps too
+	waitSweeps(t, 3, reapers...) // the other reapers run their sweeps too
 	for _, w := range []struct{ room, user string }{{"r1", "fay"}, {"r2", "gus"}} {
 		off := c.Of(presence.Offline, w.room, w.user)
 		if len(off) != 1 || off[0].Reason != presence.Expired {
@@ -206,8 +207,9 @@ func TestConcurrentReapersAnnounceEachDepartureOnce(t *testing.T) {
 	for _, r := range refs[:30] {
 		release(t, w, r) // half leave cleanly; the rest just expire
 	}
+	var reapers []*Store
 	for range 4 {
-		startReaper(t, newStore(t, rdb, c))
+		reapers = append(reapers, startReaper(t, newStore(t, rdb, c)))
 	}
 	waitFor(t, testTiming.SessionTTL+3*time.Second, "60 offlines", func() bool {
 		n := 0
@@ -218,7 +220,7 @@ func TestConcurrentReapersAnnounceEachDepartureOnce(t *testing.T) {
 		}
 		return n >= 60
 	})
-	time.Sleep(3 * testTiming.ReapInterval)
+	waitSweeps(t, 3, reapers...)
 	for i, r := range refs {
 		off := c.Of(presence.Offline, r.Room, r.User)
 		want := presence.Expired
@@ -282,9 +284,11 @@ func TestUndeliveredEventsAreRedeliveredBySomeReaper(t *testing.T) {
 		t.Fatal("sink is down but got events")
 	}
 	c.down.Store(false)
-	startReaper(t, newStore(t, rdb, c))
+	reaper := startReaper(t, newStore(t, rdb, c))
 	waitFor(t, 3*time.Second, "redelivered online", func() bool { return len(c.Of(presence.Online, "r1", "ivy")) == 1 })
-	time.Sleep(700 * time.Millisecond) // past another lease: acked, so not sent again
+	// Past another lease, and sweeps after it: acked, so not sent again.
+	waitRedisPast(t, rdb, redisNow(t, rdb).Add(500*time.Millisecond+testTiming.ReapInterval))
+	waitSweeps(t, 3, reaper)
 	if n := len(c.All()); n != 1 {
 		t.Fatalf("got %d events, want the online once: %v", n, c.All())
 	}
@@ -381,24 +385,28 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{"oversized", make([]presence.SessionRef, 6), ErrBatchTooLarge},
 	}
 	for _, tc := range cases {
-		_, err := s.Claim(ctx, tc.refs)
-		var op *OpError
-		if !errors.Is(err, tc.want) || !errors.As(err, &op) || op.Op != "claim" {
-			t.Fatalf("%s: got %v, want %v", tc.name, err, tc.want)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := s.Claim(ctx, tc.refs)
+			var op *OpError
+			if !errors.Is(err, tc.want) || !errors.As(err, &op) || op.Op != "claim" {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+		})
 	}
 	for _, bad := range []presence.SessionRef{
 		ref("r.1", "u", "s"), ref("r1", "u*", "s"), ref("r1", "u", "s>"), ref("r 1", "u", "s"),
 		ref("{r1}", "u", "s"), ref("r1", "", "s"), ref("r1", "u", strings.Repeat("s", 65)), ref("r1", "a:b", "s"),
 	} {
-		_, err := s.Claim(ctx, []presence.SessionRef{ref("ok", "u", "s"), bad})
-		var idErr *presence.IDError
-		if !errors.As(err, &idErr) || !strings.Contains(err.Error(), "session 2 of 2") {
-			t.Fatalf("%+v: got %v, want an id error naming the entry", bad, err)
-		}
-		if err := s.Release(ctx, bad); !errors.As(err, &idErr) {
-			t.Fatalf("release %+v: got %v", bad, err)
-		}
+		t.Run(fmt.Sprintf("%q/%q/%q", bad.Room, bad.User, bad.Session), func(t *testing.T) {
+			_, err := s.Claim(ctx, []presence.SessionRef{ref("ok", "u", "s"), bad})
+			var idErr *presence.IDError
+			if !errors.As(err, &idErr) || !strings.Contains(err.Error(), "session 2 of 2") {
+				t.Fatalf("%+v: got %v, want an id error naming the entry", bad, err)
+			}
+			if err := s.Release(ctx, bad); !errors.As(err, &idErr) {
+				t.Fatalf("release %+v: got %v", bad, err)
+			}
+		})
 	}
 	if _, err := s.Snapshot(ctx, "a.b", 0, 10); err == nil {
 		t.Fatal("snapshot accepted a bad room")
@@ -425,7 +433,7 @@ func TestBadInputWritesNothing(t *testing.T) {
 	if !errors.As(err, &op) {
 		t.Fatalf("touch with redis down: %v", err)
 	}
-	if _, err := s.Reap(ctx); err == nil {
+	if _, err := s.reap(ctx, 0); err == nil {
 		t.Fatal("reap with redis down: no error")
 	}
 }
