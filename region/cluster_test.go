@@ -17,6 +17,7 @@ import (
 // On a Redis Cluster every room's keys and its reap index share a slot;
 // rooms spread over all masters are reaped, each departure once.
 func TestClusterRoomsOnManySlots(t *testing.T) {
+	slow(t)
 	cc, _ := testredis.Cluster(t, 3)
 	c := &collector{}
 	s := newStore(t, cc, c)
@@ -110,6 +111,7 @@ func BenchmarkClusterIdleSweep(b *testing.B) {
 // sweep reads it again. Counted, not timed: the claim outlasts any
 // sweep however loaded the machine, and lapses when the test expires it.
 func TestClusterReapersShareTheSweep(t *testing.T) {
+	slow(t)
 	cc, _ := testredis.Cluster(t, 3)
 	c := &collector{}
 	stores := make([]*Store, 4)

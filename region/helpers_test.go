@@ -72,6 +72,16 @@ func waitSweeps(tb testing.TB, n int64, stores ...*Store) {
 	})
 }
 
+// slow skips a test under -short: it waits out real TTLs and graces,
+// stalls Redis, or starts a cluster. go test -short ./region is the fast
+// loop; the full run covers everything.
+func slow(tb testing.TB) {
+	tb.Helper()
+	if testing.Short() {
+		tb.Skip("slow: waits out real timing or starts a cluster; run without -short")
+	}
+}
+
 // waitFor polls with a deadline (see testkit.WaitFor).
 var waitFor = testkit.WaitFor
 

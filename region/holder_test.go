@@ -51,6 +51,7 @@ func expiryOf(tb testing.TB, s *Store, r presence.SessionRef) time.Time {
 // A late release from the node the session moved away from must not end
 // it: the new holder keeps the user, and nothing is announced.
 func TestLateReleaseOfAMovedSessionChangesNothing(t *testing.T) {
+	slow(t)
 	rdb, _ := testredis.Client(t)
 	c := &collector{}
 	a, b := newStore(t, rdb, c), newStore(t, rdb, c)
@@ -79,6 +80,7 @@ func TestLateReleaseOfAMovedSessionChangesNothing(t *testing.T) {
 // after that node released it: the old node is told it lost the session,
 // and the departure goes ahead.
 func TestRefreshOfAMovedSessionIsLost(t *testing.T) {
+	slow(t)
 	rdb, _ := testredis.Client(t)
 	c := &collector{}
 	a, b := newStore(t, rdb, c), newStore(t, rdb, c)
@@ -147,6 +149,7 @@ func waitUnrefreshed(tb testing.TB, s *Store, r presence.SessionRef) {
 // departure comes after the grace, reason left, not at the dead
 // session's expiry.
 func TestDeadHoldersSessionDoesNotDelayADeparture(t *testing.T) {
+	slow(t)
 	rdb, _ := testredis.Client(t)
 	c := &collector{}
 	dead, live := newStore(t, rdb, c), newStore(t, rdb, c)
@@ -184,6 +187,7 @@ func TestDeadHoldersSessionDoesNotDelayADeparture(t *testing.T) {
 // If the holder of an unrefreshed session was only slow and refreshes it
 // during the grace, the user never left: nothing is announced.
 func TestSlowHolderRefreshingDuringTheGraceCancelsIt(t *testing.T) {
+	slow(t)
 	rdb, _ := testredis.Client(t)
 	c := &collector{}
 	slow, live := newStore(t, rdb, c), newStore(t, rdb, c)

@@ -77,6 +77,7 @@ func checkUserIndex(tb testing.TB, rdb redis.UniversalClient, s *Store, room str
 // user's live sessions, a session that died is dropped from the index,
 // and the last close leaves after the grace with reason left.
 func TestLargeRoomKeepsAUserIndex(t *testing.T) {
+	slow(t)
 	rdb, _ := testredis.Client(t)
 	c := &collector{}
 	s := newStore(t, rdb, c)

@@ -49,6 +49,7 @@ func TestJoinAnnouncesOnceAndRefreshesAreSilent(t *testing.T) {
 }
 
 func TestSecondTabCloseIsSilent(t *testing.T) {
+	slow(t)
 	rdb, _ := testredis.Client(t)
 	c := &collector{}
 	s := newStore(t, rdb, c)
@@ -72,6 +73,7 @@ func TestSecondTabCloseIsSilent(t *testing.T) {
 }
 
 func TestBlipInsideGraceIsSilent(t *testing.T) {
+	slow(t)
 	rdb, _ := testredis.Client(t)
 	c := &collector{}
 	s := newStore(t, rdb, c)
@@ -94,6 +96,7 @@ func TestBlipInsideGraceIsSilent(t *testing.T) {
 }
 
 func TestReconnectOnAnotherNodeInsideGraceIsSilent(t *testing.T) {
+	slow(t)
 	rdb, _ := testredis.Client(t)
 	c := &collector{}
 	a := newStore(t, rdb, c)
@@ -147,6 +150,7 @@ func TestDepartureAfterGraceByAnotherProcess(t *testing.T) {
 }
 
 func TestCrashExpiresFromReadsAndAnnouncesOnce(t *testing.T) {
+	slow(t)
 	rdb, _ := testredis.Client(t)
 	c := &collector{}
 	crashed := newStore(t, rdb, c)
@@ -196,6 +200,7 @@ func TestCrashExpiresFromReadsAndAnnouncesOnce(t *testing.T) {
 }
 
 func TestConcurrentReapersAnnounceEachDepartureOnce(t *testing.T) {
+	slow(t)
 	rdb, _ := testredis.Client(t)
 	c := &collector{}
 	w := newStore(t, rdb, c)
@@ -247,6 +252,7 @@ func TestConcurrentReapersAnnounceEachDepartureOnce(t *testing.T) {
 // nothing is announced, and reads showed them throughout (see read_cut).
 // Once a reaper announced the expiry, a return is a join.
 func TestOnlyAReaperAnnouncesAnExpiry(t *testing.T) {
+	slow(t)
 	rdb, _ := testredis.Client(t)
 	c := &collector{}
 	s := newStore(t, rdb, c) // no reaper runs
@@ -275,6 +281,7 @@ func TestOnlyAReaperAnnouncesAnExpiry(t *testing.T) {
 }
 
 func TestUndeliveredEventsAreRedeliveredBySomeReaper(t *testing.T) {
+	slow(t)
 	rdb, _ := testredis.Client(t)
 	c := &collector{}
 	c.down.Store(true)
@@ -312,6 +319,7 @@ func TestScriptCacheFlushIsSurvived(t *testing.T) {
 }
 
 func TestLastSeenIsWrittenOnTransitionsAndRarelyWhileActive(t *testing.T) {
+	slow(t)
 	rdb, _ := testredis.Client(t)
 	c := &collector{}
 	s := newStore(t, rdb, c)
@@ -347,6 +355,7 @@ func TestLastSeenIsWrittenOnTransitionsAndRarelyWhileActive(t *testing.T) {
 }
 
 func TestSweepVisitsOnlyDueRooms(t *testing.T) {
+	slow(t)
 	rdb, _ := testredis.Client(t)
 	c := &collector{}
 	s := newStore(t, rdb, c)
@@ -373,7 +382,7 @@ func TestSweepVisitsOnlyDueRooms(t *testing.T) {
 }
 
 func TestBadInputWritesNothing(t *testing.T) {
-	rdb, srv := testredis.Client(t)
+	rdb, _ := testredis.Client(t)
 	s := newStore(t, rdb, &collector{}, func(o *Options) { o.MaxBatch = 5 })
 	ctx := context.Background()
 	cases := []struct {
@@ -426,7 +435,14 @@ func TestBadInputWritesNothing(t *testing.T) {
 	if n, _ := rdb.DBSize(ctx).Result(); n != 0 {
 		t.Fatalf("bad input wrote %d keys", n)
 	}
-	// A Redis failure is an error, not a panic.
+}
+
+// A Redis failure is an error, not a panic. (Slow: the client retries.)
+func TestRedisDownIsAnError(t *testing.T) {
+	slow(t)
+	rdb, srv := testredis.Client(t)
+	s := newStore(t, rdb, &collector{})
+	ctx := context.Background()
 	srv.Stop()
 	_, err := s.Claim(ctx, []presence.SessionRef{ref("r1", "u", "s")})
 	var op *OpError
@@ -584,6 +600,9 @@ func TestRoomsListsEveryNonEmptyRoom(t *testing.T) {
 	if err != nil || strings.Join(rooms, ",") != "a,b,c" {
 		t.Fatalf("Rooms: %v %v", rooms, err)
 	}
+	if testing.Short() {
+		t.Skip("the cluster half is slow")
+	}
 	cc, _ := testredis.Cluster(t, 3)
 	cs := newStore(t, cc, &collector{})
 	var refs []presence.SessionRef
@@ -601,11 +620,16 @@ func TestRoomsListsEveryNonEmptyRoom(t *testing.T) {
 // member, session, state and sequence, on a single server and on a
 // cluster (rooms on every master, one pipeline split per node).
 func TestRostersAgreeWithSnapshots(t *testing.T) {
-	single, _ := testredis.Client(t)
-	cluster, _ := testredis.Cluster(t, 3)
-	for name, rdb := range map[string]redis.UniversalClient{"single": single, "cluster": cluster} {
+	for name, start := range map[string]func(*testing.T) redis.UniversalClient{
+		"single": func(t *testing.T) redis.UniversalClient { c, _ := testredis.Client(t); return c },
+		"cluster": func(t *testing.T) redis.UniversalClient {
+			slow(t)
+			c, _ := testredis.Cluster(t, 3)
+			return c
+		},
+	} {
 		t.Run(name, func(t *testing.T) {
-			s := newStore(t, rdb, &collector{})
+			s := newStore(t, start(t), &collector{})
 			ctx := context.Background()
 			var refs []presence.SessionRef
 			var rooms []string
