@@ -6,28 +6,52 @@
 // # Keys
 //
 // Every key of room R carries the hash tag {R}, so all of a room lives in
-// one Redis Cluster slot and each operation is one atomic script on it:
+// one Redis Cluster slot and each operation is one atomic script on it.
+// The second column is the key's name in the Go code (roomKeys, keys.go)
+// and in the Lua scripts (room_at, lua/lib.lua); this table is the one
+// description of the schema.
 //
-//	presence:{R}      ZSET  user -> until, unix ms. A member while until >= now.
-//	presence:{R}:s    ZSET  "user:session:holder" -> expiry, unix seconds.
-//	                        holder names the node (store) holding it.
-//	presence:{R}:g    HASH  user -> 1 while the user's last session closed
-//	                        cleanly and the offline grace runs.
-//	presence:{R}:st   HASH  "user:session" -> state JSON.
-//	presence:{R}:mv   ZSET  "user:session:holder" -> ms: tombstones of entries
-//	                        taken over from, or released by, that holder (the
-//	                        key expires a TTL after the last one).
-//	presence:{R}:m    HASH  seq, epoch (event ids), jsroom, jsseq (stream sequence).
-//	presence:{R}:o    LIST  events not yet acknowledged by the publisher.
-//	presence:{R}:u    ZSET  score 0, "user sid1:holder1 ...": the member index,
-//	                        only in rooms of more than 512 sessions, in user
-//	                        id order. Releases, state changes and snapshot
-//	                        pages there read it instead of the whole room.
-//	presence:reap     ZSET  room -> first ms it may hold something overdue
-//	                        (on a cluster, one per slot: presence:reap:{tag}).
+//	presence:{R}      z   ZSET  user -> until, unix ms. A member while until >= now.
+//	presence:{R}:s    s   ZSET  "user:session:holder" -> expiry, unix seconds
+//	                          (listpack stores it in 5 bytes, not 9; the TTL is
+//	                          rounded up to a whole second). holder names the
+//	                          node (store) holding it; a session has one entry,
+//	                          its holder's.
+//	presence:{R}:g    g   HASH  user -> 1 while the user's last session closed
+//	                          cleanly and none has returned: the offline grace runs.
+//	presence:{R}:st   st  HASH  "user:session" -> state JSON. It belongs to the
+//	                          session, whichever node holds it.
+//	presence:{R}:mv   mv  ZSET  "user:session:holder" -> ms: tombstones of entries
+//	                          taken over from, or released by, that holder, so
+//	                          its late refresh cannot bring the session back; a
+//	                          claim of the holder lifts its own. The key expires
+//	                          a TTL after the last one was written.
+//	presence:{R}:m    m   HASH  seq (the last event's), epoch (when the room's
+//	                          numbering began), jsroom, jsseq (the highest
+//	                          delivered seq and its stream sequence).
+//	presence:{R}:o    o   LIST  events not yet acknowledged by the publisher, in
+//	                          the entry format of outbox.go.
+//	presence:{R}:u    u   ZSET  score 0, "user sid1:holder1 ..." ("user" alone in
+//	                          the grace): the member index, only in rooms of more
+//	                          than 512 sessions, in user id order. While it exists
+//	                          it lists exactly the users of z, each with their
+//	                          entries of s (dead ones included); releases, state
+//	                          changes and snapshot pages read it instead of the
+//	                          whole room.
+//	presence:reap         ZSET  room -> the first ms it may hold something
+//	                          overdue, never later (on a cluster, one per slot:
+//	                          presence:reap:{tag}, in that slot). KEYS[1] of the
+//	                          writing scripts. It also holds ":inc:<ms>" at +inf,
+//	                          the incarnation of its slot's data: written when
+//	                          missing, so a new value means Redis lost the data.
 //	presence:reap:{tag}:swept  STRING, cluster only: a master's sweep is
-//	                        claimed (PX 4/5 of the reap interval).
-//	presence:seen:{N} HASH  user -> last seen, unix seconds (N = crc32(user) mod buckets).
+//	                          claimed (PX 4/5 of the reap interval).
+//	presence:clock        HASH  seen, hold, from: the region's clock (clock.lua).
+//	presence:seen:{N}     HASH  user -> last seen, unix seconds (N = crc32(user)
+//	                          mod buckets).
+//
+// "presence" is Options.Prefix. Room, user and session ids cannot contain
+// ':' or '|'.
 //
 // Reading it with redis-cli (quote the braces for the shell):
 //

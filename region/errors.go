@@ -1,9 +1,6 @@
 package region
 
-import (
-	"errors"
-	"fmt"
-)
+import "errors"
 
 // Errors a caller may test for with errors.Is.
 var (
@@ -21,11 +18,3 @@ type OpError struct {
 
 func (e *OpError) Error() string { return "region: " + e.Op + ": " + e.Err.Error() }
 func (e *OpError) Unwrap() error { return e.Err }
-
-// ConfigError names an option that New rejected.
-type ConfigError struct {
-	Field string
-	Rule  string
-}
-
-func (e *ConfigError) Error() string { return fmt.Sprintf("region: config: %s: %s", e.Field, e.Rule) }

@@ -3,6 +3,7 @@ package region
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/presence-dev/presence/internal/testkit"
+	"github.com/presence-dev/presence/internal/testredis"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -41,40 +43,56 @@ func newStore(tb testing.TB, rdb redis.UniversalClient, sink Sink, edit ...func(
 	return s
 }
 
-// startReaper runs s's reaper until the test ends.
-func startReaper(tb testing.TB, s *Store) {
+// startReaper runs s's reaper until the test ends, and returns s.
+func startReaper(tb testing.TB, s *Store) *Store {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); s.RunReaper(ctx) }()
 	tb.Cleanup(func() { cancel(); <-done })
+	return s
+}
+
+// waitSweeps waits until the reaper of each store has started n more
+// sweeps (so n-1 have run whole): whatever those reapers would do wrong
+// has had its chance to show.
+func waitSweeps(tb testing.TB, n int64, stores ...*Store) {
+	tb.Helper()
+	want := make([]int64, len(stores))
+	for i, s := range stores {
+		want[i] = s.Stats().Sweeps.Load() + n
+	}
+	waitFor(tb, 10*time.Second, fmt.Sprintf("%d more sweeps of %d reapers", n, len(stores)), func() bool {
+		for i, s := range stores {
+			if s.Stats().Sweeps.Load() < want[i] {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// slow skips a test under -short: it waits out real TTLs and graces,
+// stalls Redis, or starts a cluster. go test -short ./region is the fast
+// loop; the full run covers everything.
+func slow(tb testing.TB) {
+	tb.Helper()
+	if testing.Short() {
+		tb.Skip("slow: waits out real timing or starts a cluster; run without -short")
+	}
 }
 
 // waitFor polls with a deadline (see testkit.WaitFor).
 var waitFor = testkit.WaitFor
 
-func redisNow(tb testing.TB, rdb redis.UniversalClient) time.Time {
-	tb.Helper()
-	t, err := rdb.Time(context.Background()).Result()
-	if err != nil {
-		tb.Fatalf("TIME: %v", err)
-	}
-	return t
-}
+// redisNow and waitRedisPast read and wait on Redis's clock, which
+// scores every entry.
+var (
+	redisNow      = testredis.Now
+	waitRedisPast = testredis.WaitPast
+)
 
-// waitRedisPast waits until Redis's clock, which scores every entry, is
-// past at in whole milliseconds, the resolution the scripts compare in.
-func waitRedisPast(tb testing.TB, rdb redis.UniversalClient, at time.Time) {
-	tb.Helper()
-	limit := at.Truncate(time.Millisecond).Add(time.Millisecond)
-	waitFor(tb, time.Until(at)+5*time.Second, "redis clock to pass "+at.Format(time.StampMilli), func() bool {
-		return !redisNow(tb, rdb).Before(limit)
-	})
-}
-
-func ref(room, user, session string) presence.SessionRef {
-	return presence.SessionRef{Room: room, User: user, Session: session}
-}
+var ref = testkit.Ref
 
 func touch(tb testing.TB, s *Store, refs ...presence.SessionRef) []presence.Transition {
 	tb.Helper()
@@ -120,7 +138,7 @@ func untilOf(tb testing.TB, s *Store, room, user string) time.Time {
 
 func reap(tb testing.TB, s *Store) int {
 	tb.Helper()
-	n, err := s.Reap(context.Background())
+	n, err := s.reap(context.Background(), 0)
 	if err != nil {
 		tb.Fatalf("Reap: %v", err)
 	}

@@ -23,7 +23,7 @@ func checkUserIndex(tb testing.TB, rdb redis.UniversalClient, s *Store, room str
 	tb.Helper()
 	ctx := context.Background()
 	k := s.roomKeys(room)
-	idx, err := rdb.ZRange(ctx, k[6], 0, -1).Result()
+	idx, err := rdb.ZRange(ctx, k.u, 0, -1).Result()
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -33,11 +33,11 @@ func checkUserIndex(tb testing.TB, rdb redis.UniversalClient, s *Store, room str
 		}
 		return
 	}
-	users, err := rdb.ZRange(ctx, k[0], 0, -1).Result()
+	users, err := rdb.ZRange(ctx, k.z, 0, -1).Result()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	entries, err := rdb.ZRange(ctx, k[1], 0, -1).Result()
+	entries, err := rdb.ZRange(ctx, k.s, 0, -1).Result()
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -77,6 +77,7 @@ func checkUserIndex(tb testing.TB, rdb redis.UniversalClient, s *Store, room str
 // user's live sessions, a session that died is dropped from the index,
 // and the last close leaves after the grace with reason left.
 func TestLargeRoomKeepsAUserIndex(t *testing.T) {
+	slow(t)
 	rdb, _ := testredis.Client(t)
 	c := &collector{}
 	s := newStore(t, rdb, c)
@@ -99,18 +100,20 @@ func TestLargeRoomKeepsAUserIndex(t *testing.T) {
 
 	// u0002's tab b dies: everyone else is refreshed past its expiry.
 	alive := slices.DeleteFunc(slices.Clone(refs), func(r presence.SessionRef) bool { return r == dying })
-	deadline := time.Now().Add(testTiming.SessionTTL + 2*time.Second)
-	for time.Now().Before(deadline) {
+	gone := expiryOf(t, s, dying).Add(time.Second)
+	heartbeat := time.NewTicker(testTiming.Heartbeat)
+	defer heartbeat.Stop()
+	for redisNow(t, rdb).Before(gone) {
 		touch(t, s, alive...)
 		reap(t, s)
-		time.Sleep(testTiming.Heartbeat)
+		<-heartbeat.C
 	}
 	reap(t, s) // the dead entry expired at least a second ago
 	if m, _, _ := s.Sessions(ctx, "big", "u0002"); len(m.Sessions) != 1 {
 		t.Fatalf("u0002 sessions %+v, want the live one", m.Sessions)
 	}
 	checkUserIndex(t, rdb, s, "big", true)
-	if v, _ := rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: s.roomKeys("big")[6], Start: "[u0002 ", Stop: "(u0002!", ByLex: true}).Result(); !slices.Equal(v, []string{"u0002 a:" + s.Holder()}) {
+	if v, _ := rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: s.roomKeys("big").u, Start: "[u0002 ", Stop: "(u0002!", ByLex: true}).Result(); !slices.Equal(v, []string{"u0002 a:" + s.holder}) {
 		t.Fatalf("u0002 in the index: %q, want the live session only", v)
 	}
 
@@ -135,7 +138,7 @@ func TestLargeRoomKeepsAUserIndex(t *testing.T) {
 		t.Fatalf("claim in a large room: %+v %v", res, err)
 	}
 	release(t, s, moved)
-	if v, _ := rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: s.roomKeys("big")[6], Start: "[u0003 ", Stop: "(u0003!", ByLex: true}).Result(); !slices.Equal(v, []string{"u0003 a:" + other.Holder()}) {
+	if v, _ := rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: s.roomKeys("big").u, Start: "[u0003 ", Stop: "(u0003!", ByLex: true}).Result(); !slices.Equal(v, []string{"u0003 a:" + other.holder}) {
 		t.Fatalf("u0003 in the index: %q, want the new holder's session", v)
 	}
 	if res, err := s.Refresh(ctx, []presence.SessionRef{moved}); err != nil || len(res.Lost) != 1 {
@@ -185,10 +188,10 @@ func TestLeftoverEntryOfAGoneUserComesBackAsAJoin(t *testing.T) {
 	// The state a cut-short settle leaves: ghost gone from the members,
 	// its entry still in the session set, dead.
 	k := s.roomKeys("r")
-	if err := rdb.ZRem(ctx, k[0], "ghost").Err(); err != nil {
+	if err := rdb.ZRem(ctx, k.z, "ghost").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := rdb.ZAdd(ctx, k[1], redis.Z{Score: float64(time.Now().Add(-time.Minute).Unix()), Member: "ghost:tab:" + s.Holder()}).Err(); err != nil {
+	if err := rdb.ZAdd(ctx, k.s, redis.Z{Score: float64(time.Now().Add(-time.Minute).Unix()), Member: "ghost:tab:" + s.holder}).Err(); err != nil {
 		t.Fatal(err)
 	}
 	ts := touch(t, s, x)

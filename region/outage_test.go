@@ -15,6 +15,7 @@ import (
 // it. Users connected throughout are never announced offline; a clean
 // departure and a dead node's session are each announced once, after.
 func TestRedisStallLongerThanTheTTL(t *testing.T) {
+	slow(t)
 	rdb, srv := testredis.Client(t)
 	c := &collector{}
 	// A hold of over a second, so the node's refresh after the outage
@@ -90,6 +91,7 @@ func TestRedisStallLongerThanTheTTL(t *testing.T) {
 // is announced once; the room's numbering starts a new epoch, which tells
 // readers to take a new snapshot.
 func TestRedisRestartedEmpty(t *testing.T) {
+	slow(t)
 	rdb, srv := testredis.Client(t)
 	c := &collector{}
 	node, other := newStore(t, rdb, c), newStore(t, rdb, c)
@@ -162,6 +164,7 @@ func TestRestoreAcrossHeartbeatBatches(t *testing.T) {
 // The bus is out of reach while 1,500 users leave one room: nothing is
 // dropped; once it is back every departure is delivered, in order.
 func TestALongBusOutageLosesNoTransition(t *testing.T) {
+	slow(t)
 	rdb, _ := testredis.Client(t)
 	c := &collector{}
 	s := newStore(t, rdb, c)

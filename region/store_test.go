@@ -49,6 +49,7 @@ func TestJoinAnnouncesOnceAndRefreshesAreSilent(t *testing.T) {
 }
 
 func TestSecondTabCloseIsSilent(t *testing.T) {
+	slow(t)
 	rdb, _ := testredis.Client(t)
 	c := &collector{}
 	s := newStore(t, rdb, c)
@@ -72,6 +73,7 @@ func TestSecondTabCloseIsSilent(t *testing.T) {
 }
 
 func TestBlipInsideGraceIsSilent(t *testing.T) {
+	slow(t)
 	rdb, _ := testredis.Client(t)
 	c := &collector{}
 	s := newStore(t, rdb, c)
@@ -94,6 +96,7 @@ func TestBlipInsideGraceIsSilent(t *testing.T) {
 }
 
 func TestReconnectOnAnotherNodeInsideGraceIsSilent(t *testing.T) {
+	slow(t)
 	rdb, _ := testredis.Client(t)
 	c := &collector{}
 	a := newStore(t, rdb, c)
@@ -147,6 +150,7 @@ func TestDepartureAfterGraceByAnotherProcess(t *testing.T) {
 }
 
 func TestCrashExpiresFromReadsAndAnnouncesOnce(t *testing.T) {
+	slow(t)
 	rdb, _ := testredis.Client(t)
 	c := &collector{}
 	crashed := newStore(t, rdb, c)
@@ -173,13 +177,14 @@ func TestCrashExpiresFromReadsAndAnnouncesOnce(t *testing.T) {
 
 	// Three live processes reap concurrently; each departure comes once.
 	started := redisNow(t, rdb)
+	var reapers []*Store
 	for range 3 {
-		startReaper(t, newStore(t, rdb, c))
+		reapers = append(reapers, startReaper(t, newStore(t, rdb, c)))
 	}
 	waitFor(t, 2*time.Second, "both offlines", func() bool {
 		return len(c.Of(presence.Offline, "r1", "fay")) > 0 && len(c.Of(presence.Offline, "r2", "gus")) > 0
 	})
-	time.Sleep(3 * testTiming.ReapInterval) // let the other reapers run their sweeps too
+	waitSweeps(t, 3, reapers...) // the other reapers run their sweeps too
 	for _, w := range []struct{ room, user string }{{"r1", "fay"}, {"r2", "gus"}} {
 		off := c.Of(presence.Offline, w.room, w.user)
 		if len(off) != 1 || off[0].Reason != presence.Expired {
@@ -195,6 +200,7 @@ func TestCrashExpiresFromReadsAndAnnouncesOnce(t *testing.T) {
 }
 
 func TestConcurrentReapersAnnounceEachDepartureOnce(t *testing.T) {
+	slow(t)
 	rdb, _ := testredis.Client(t)
 	c := &collector{}
 	w := newStore(t, rdb, c)
@@ -206,8 +212,9 @@ func TestConcurrentReapersAnnounceEachDepartureOnce(t *testing.T) {
 	for _, r := range refs[:30] {
 		release(t, w, r) // half leave cleanly; the rest just expire
 	}
+	var reapers []*Store
 	for range 4 {
-		startReaper(t, newStore(t, rdb, c))
+		reapers = append(reapers, startReaper(t, newStore(t, rdb, c)))
 	}
 	waitFor(t, testTiming.SessionTTL+3*time.Second, "60 offlines", func() bool {
 		n := 0
@@ -218,7 +225,7 @@ func TestConcurrentReapersAnnounceEachDepartureOnce(t *testing.T) {
 		}
 		return n >= 60
 	})
-	time.Sleep(3 * testTiming.ReapInterval)
+	waitSweeps(t, 3, reapers...)
 	for i, r := range refs {
 		off := c.Of(presence.Offline, r.Room, r.User)
 		want := presence.Expired
@@ -245,6 +252,7 @@ func TestConcurrentReapersAnnounceEachDepartureOnce(t *testing.T) {
 // nothing is announced, and reads showed them throughout (see read_cut).
 // Once a reaper announced the expiry, a return is a join.
 func TestOnlyAReaperAnnouncesAnExpiry(t *testing.T) {
+	slow(t)
 	rdb, _ := testredis.Client(t)
 	c := &collector{}
 	s := newStore(t, rdb, c) // no reaper runs
@@ -273,6 +281,7 @@ func TestOnlyAReaperAnnouncesAnExpiry(t *testing.T) {
 }
 
 func TestUndeliveredEventsAreRedeliveredBySomeReaper(t *testing.T) {
+	slow(t)
 	rdb, _ := testredis.Client(t)
 	c := &collector{}
 	c.down.Store(true)
@@ -282,9 +291,11 @@ func TestUndeliveredEventsAreRedeliveredBySomeReaper(t *testing.T) {
 		t.Fatal("sink is down but got events")
 	}
 	c.down.Store(false)
-	startReaper(t, newStore(t, rdb, c))
+	reaper := startReaper(t, newStore(t, rdb, c))
 	waitFor(t, 3*time.Second, "redelivered online", func() bool { return len(c.Of(presence.Online, "r1", "ivy")) == 1 })
-	time.Sleep(700 * time.Millisecond) // past another lease: acked, so not sent again
+	// Past another lease, and sweeps after it: acked, so not sent again.
+	waitRedisPast(t, rdb, redisNow(t, rdb).Add(500*time.Millisecond+testTiming.ReapInterval))
+	waitSweeps(t, 3, reaper)
 	if n := len(c.All()); n != 1 {
 		t.Fatalf("got %d events, want the online once: %v", n, c.All())
 	}
@@ -308,6 +319,7 @@ func TestScriptCacheFlushIsSurvived(t *testing.T) {
 }
 
 func TestLastSeenIsWrittenOnTransitionsAndRarelyWhileActive(t *testing.T) {
+	slow(t)
 	rdb, _ := testredis.Client(t)
 	c := &collector{}
 	s := newStore(t, rdb, c)
@@ -343,6 +355,7 @@ func TestLastSeenIsWrittenOnTransitionsAndRarelyWhileActive(t *testing.T) {
 }
 
 func TestSweepVisitsOnlyDueRooms(t *testing.T) {
+	slow(t)
 	rdb, _ := testredis.Client(t)
 	c := &collector{}
 	s := newStore(t, rdb, c)
@@ -369,7 +382,7 @@ func TestSweepVisitsOnlyDueRooms(t *testing.T) {
 }
 
 func TestBadInputWritesNothing(t *testing.T) {
-	rdb, srv := testredis.Client(t)
+	rdb, _ := testredis.Client(t)
 	s := newStore(t, rdb, &collector{}, func(o *Options) { o.MaxBatch = 5 })
 	ctx := context.Background()
 	cases := []struct {
@@ -381,24 +394,28 @@ func TestBadInputWritesNothing(t *testing.T) {
 		{"oversized", make([]presence.SessionRef, 6), ErrBatchTooLarge},
 	}
 	for _, tc := range cases {
-		_, err := s.Claim(ctx, tc.refs)
-		var op *OpError
-		if !errors.Is(err, tc.want) || !errors.As(err, &op) || op.Op != "claim" {
-			t.Fatalf("%s: got %v, want %v", tc.name, err, tc.want)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := s.Claim(ctx, tc.refs)
+			var op *OpError
+			if !errors.Is(err, tc.want) || !errors.As(err, &op) || op.Op != "claim" {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+		})
 	}
 	for _, bad := range []presence.SessionRef{
 		ref("r.1", "u", "s"), ref("r1", "u*", "s"), ref("r1", "u", "s>"), ref("r 1", "u", "s"),
 		ref("{r1}", "u", "s"), ref("r1", "", "s"), ref("r1", "u", strings.Repeat("s", 65)), ref("r1", "a:b", "s"),
 	} {
-		_, err := s.Claim(ctx, []presence.SessionRef{ref("ok", "u", "s"), bad})
-		var idErr *presence.IDError
-		if !errors.As(err, &idErr) || !strings.Contains(err.Error(), "session 2 of 2") {
-			t.Fatalf("%+v: got %v, want an id error naming the entry", bad, err)
-		}
-		if err := s.Release(ctx, bad); !errors.As(err, &idErr) {
-			t.Fatalf("release %+v: got %v", bad, err)
-		}
+		t.Run(fmt.Sprintf("%q/%q/%q", bad.Room, bad.User, bad.Session), func(t *testing.T) {
+			_, err := s.Claim(ctx, []presence.SessionRef{ref("ok", "u", "s"), bad})
+			var idErr *presence.IDError
+			if !errors.As(err, &idErr) || !strings.Contains(err.Error(), "session 2 of 2") {
+				t.Fatalf("%+v: got %v, want an id error naming the entry", bad, err)
+			}
+			if err := s.Release(ctx, bad); !errors.As(err, &idErr) {
+				t.Fatalf("release %+v: got %v", bad, err)
+			}
+		})
 	}
 	if _, err := s.Snapshot(ctx, "a.b", 0, 10); err == nil {
 		t.Fatal("snapshot accepted a bad room")
@@ -418,14 +435,21 @@ func TestBadInputWritesNothing(t *testing.T) {
 	if n, _ := rdb.DBSize(ctx).Result(); n != 0 {
 		t.Fatalf("bad input wrote %d keys", n)
 	}
-	// A Redis failure is an error, not a panic.
+}
+
+// A Redis failure is an error, not a panic. (Slow: the client retries.)
+func TestRedisDownIsAnError(t *testing.T) {
+	slow(t)
+	rdb, srv := testredis.Client(t)
+	s := newStore(t, rdb, &collector{})
+	ctx := context.Background()
 	srv.Stop()
 	_, err := s.Claim(ctx, []presence.SessionRef{ref("r1", "u", "s")})
 	var op *OpError
 	if !errors.As(err, &op) {
 		t.Fatalf("touch with redis down: %v", err)
 	}
-	if _, err := s.Reap(ctx); err == nil {
+	if _, err := s.reap(ctx, 0); err == nil {
 		t.Fatal("reap with redis down: no error")
 	}
 }
@@ -433,18 +457,26 @@ func TestBadInputWritesNothing(t *testing.T) {
 func TestNewRejectsBadOptions(t *testing.T) {
 	rdb, _ := testredis.Client(t)
 	for _, tc := range []struct {
-		o    Options
-		want string
+		name  string
+		o     Options
+		field string
 	}{
-		{Options{Sink: &collector{}}, "region: config: region"},
-		{Options{Region: "eu"}, "region: config: sink"},
-		{Options{Region: "eu", Sink: &collector{}, Timing: presence.Timing{Heartbeat: time.Minute}}, "heartbeat"},
-		{Options{Region: "eu", Sink: &collector{}, PublishLease: 2 * time.Minute}, "publish lease"},
-		{Options{Region: "eu", Sink: &collector{}, Prefix: "a{b"}, "prefix"},
+		{"no region", Options{Sink: &collector{}}, "region"},
+		{"no sink", Options{Region: "eu"}, "sink"},
+		{"bad timing", Options{Region: "eu", Sink: &collector{}, Timing: presence.Timing{Heartbeat: time.Minute}}, "heartbeat"},
+		{"long lease", Options{Region: "eu", Sink: &collector{}, PublishLease: 2 * time.Minute}, "publish lease"},
+		{"brace in prefix", Options{Region: "eu", Sink: &collector{}, Prefix: "a{b"}, "prefix"},
 	} {
-		if _, err := New(rdb, tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Fatalf("New(%+v): %v, want error about %s", tc.o, err, tc.want)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := New(rdb, tc.o)
+			var ce *presence.ConfigError
+			if !errors.As(err, &ce) || ce.Field != tc.field || !strings.Contains(err.Error(), "config: "+tc.field) {
+				t.Fatalf("New(%+v): %v, want a config error about %s", tc.o, err, tc.field)
+			}
+		})
+	}
+	if _, err := New(nil, Options{Region: "eu", Sink: &collector{}}); err == nil {
+		t.Fatal("New accepted a nil client")
 	}
 }
 
@@ -568,6 +600,9 @@ func TestRoomsListsEveryNonEmptyRoom(t *testing.T) {
 	if err != nil || strings.Join(rooms, ",") != "a,b,c" {
 		t.Fatalf("Rooms: %v %v", rooms, err)
 	}
+	if testing.Short() {
+		t.Skip("the cluster half is slow")
+	}
 	cc, _ := testredis.Cluster(t, 3)
 	cs := newStore(t, cc, &collector{})
 	var refs []presence.SessionRef
@@ -585,11 +620,16 @@ func TestRoomsListsEveryNonEmptyRoom(t *testing.T) {
 // member, session, state and sequence, on a single server and on a
 // cluster (rooms on every master, one pipeline split per node).
 func TestRostersAgreeWithSnapshots(t *testing.T) {
-	single, _ := testredis.Client(t)
-	cluster, _ := testredis.Cluster(t, 3)
-	for name, rdb := range map[string]redis.UniversalClient{"single": single, "cluster": cluster} {
+	for name, start := range map[string]func(*testing.T) redis.UniversalClient{
+		"single": func(t *testing.T) redis.UniversalClient { c, _ := testredis.Client(t); return c },
+		"cluster": func(t *testing.T) redis.UniversalClient {
+			slow(t)
+			c, _ := testredis.Cluster(t, 3)
+			return c
+		},
+	} {
 		t.Run(name, func(t *testing.T) {
-			s := newStore(t, rdb, &collector{})
+			s := newStore(t, start(t), &collector{})
 			ctx := context.Background()
 			var refs []presence.SessionRef
 			var rooms []string

@@ -1,40 +1,8 @@
 -- lib.lua is prepended to every script of the regional store.
 --
--- Keys of room R; all carry the {R} hash tag, so a script touches one slot:
---   z  presence:{R}     ZSET user -> until (unix ms). A member while
---                       until >= now.
---   s  presence:{R}:s   ZSET "user:session:holder" -> expiry (unix seconds:
---                       listpack stores it in 5 bytes, not 9). A session
---                       expires at a whole second, TTL rounded up. holder
---                       names the node (store) that holds the session; a
---                       session has one entry, its holder's.
---   m  presence:{R}:m   HASH seq: last event sequence; epoch: first event
---                       time of this room; jsroom, jsseq: the highest
---                       delivered seq and its stream sequence.
---   o  presence:{R}:o   LIST events not yet acknowledged by the publisher.
---   st presence:{R}:st  HASH "user:session" -> state JSON. It belongs to the
---                       session, whichever node holds it.
---   g  presence:{R}:g   HASH user -> 1 while the user's last session closed
---                       cleanly and none has returned (the grace runs).
---   u  presence:{R}:u   ZSET score 0, "user sid1:holder1 sid2:holder2 ..."
---                       ("user" with no entry in the grace): the member
---                       index, only in large rooms (built when s passes
---                       BIG entries). While it exists it has exactly the
---                       users of z, each with their entries of s (dead ones
---                       included), so releases and state changes find a
---                       user's entries and snapshots page by user id
---                       without reading the whole room.
---   mv presence:{R}:mv  ZSET "user:session:holder" -> ms: tombstones of
---                       entries another holder took over, or that their
---                       holder released, so that the holder's late refresh
---                       cannot bring the session back. A claim of the
---                       holder lifts its own. The key expires a TTL after
---                       the last one was written.
--- The reap index (KEYS[1] of writing scripts) is a ZSET room -> the first ms
--- at which the room may hold something overdue; it is never later than that.
--- It also holds ":inc:<ms>" at +inf, the incarnation of its slot's data:
--- written when missing, so a new value means Redis lost the slot's data
--- (see incarnation). Room ids cannot contain ':'.
+-- The keys, their layout and the reap index are documented once, in the
+-- package doc (region/doc.go); room_at below reads a room's keys in the
+-- order roomKeys.all in keys.go sends them. Room ids cannot contain ':'.
 --
 -- Holders: a claim (a join) takes a session over from any other holder; a
 -- refresh (the heartbeat) never does, and reports the session lost
@@ -190,8 +158,9 @@ end
 
 local emitted = 0
 
--- emit appends one event to the outbox: '|'-separated fields, the state JSON
--- (which may contain '|') last. Ids cannot contain '|'.
+-- emit appends one event to the outbox in the entry format of outbox.go:
+-- seq|epoch|kind|reason|user|sessions|at|session|state. Ids cannot
+-- contain '|'; the state JSON, which may, comes last.
 local function emit(r, now, kind, reason, user, sessions, sid, state, maxo)
   local epoch = tonumber(redis.call('HGET', r.m, 'epoch'))
   if not epoch then
@@ -210,6 +179,11 @@ local function emit(r, now, kind, reason, user, sessions, sid, state, maxo)
   redis.call('RPUSH', r.o, seq .. '|' .. epoch .. '|' .. kind .. '|' .. reason .. '|' ..
     user .. '|' .. sessions .. '|' .. now .. '|' .. (sid or '') .. '|' .. (state or ''))
   emitted = emitted + 1
+end
+
+-- entry_at returns the at field (ms) of an outbox entry written by emit.
+local function entry_at(e)
+  return tonumber(string.match(e, '^[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|(%d+)'))
 end
 
 -- user_entries returns the user's session entries as a set member -> expiry
@@ -400,7 +374,7 @@ local STALE_BATCH = 1000
 local function stale(r, now, lease)
   local out = {}
   for _, e in ipairs(redis.call('LRANGE', r.o, 0, STALE_BATCH - 1)) do
-    local t = tonumber(string.match(e, '^[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|[^|]*|(%d+)'))
+    local t = entry_at(e)
     if t and t <= now - lease then
       out[#out + 1] = e
     end

@@ -1,0 +1,159 @@
+package region
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/presence-dev/presence/presence"
+)
+
+// outQueue bounds the deliveries waiting for the deliverer (with
+// AsyncDelivery); past it they are left to the reaper's redelivery.
+const outQueue = 4096
+
+// deliver hands each room's outbox entries to the sink, at once or, with
+// AsyncDelivery, through the deliverer; it returns their transitions.
+func (s *Store) deliver(ctx context.Context, pending map[string][]string) []presence.Transition {
+	if len(pending) == 0 {
+		return nil
+	}
+	if s.outq == nil {
+		return s.deliverNow(ctx, pending)
+	}
+	var ts []presence.Transition
+	for room, entries := range pending {
+		for _, e := range entries {
+			if t, err := decodeEntry(s.opt.Region, room, e); err == nil {
+				ts = append(ts, t)
+			}
+		}
+	}
+	select {
+	case s.outq <- pending:
+	default:
+		s.stats.PublishErrors.Add(1)
+		s.log.Warn("presence: delivery queue full; a reaper will deliver", "rooms", len(pending))
+	}
+	return ts
+}
+
+// runDeliverer delivers what deliver queued, until ctx is done. It takes
+// what is waiting in one go, a room's entries in the order queued.
+func (s *Store) runDeliverer(ctx context.Context) {
+	for {
+		var first map[string][]string
+		select {
+		case <-ctx.Done():
+			return
+		case first = <-s.outq:
+		}
+		merged := map[string][]string{}
+		for room, es := range first {
+			merged[room] = append(merged[room], es...)
+		}
+	more:
+		for range 255 {
+			select {
+			case p := <-s.outq:
+				for room, es := range p {
+					merged[room] = append(merged[room], es...)
+				}
+			default:
+				break more
+			}
+		}
+		dctx, cancel := context.WithTimeout(ctx, s.opt.PublishLease)
+		s.deliverRooms(dctx, merged)
+		cancel()
+	}
+}
+
+// ackTimeout bounds the acknowledgement of delivered entries.
+const ackTimeout = 2 * time.Second
+
+// deliverParallel bounds the rooms one delivery round publishes at once.
+const deliverParallel = 64
+
+// deliverRooms delivers each room's entries from its own goroutine and
+// waits for all: a round costs about one publish round trip, not one per
+// room. A room's entries stay in one goroutine and rounds do not overlap,
+// so each room's transitions still reach the sink in seq order.
+func (s *Store) deliverRooms(ctx context.Context, pending map[string][]string) {
+	if len(pending) == 1 {
+		s.deliverNow(ctx, pending)
+		return
+	}
+	sem := make(chan struct{}, deliverParallel)
+	var wg sync.WaitGroup
+	for room, entries := range pending {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			s.deliverNow(ctx, map[string][]string{room: entries})
+		}()
+	}
+	wg.Wait()
+}
+
+// deliverNow hands each room's outbox entries to the sink and acknowledges
+// the delivered ones. Entries it cannot deliver stay in the outbox, and a
+// reaper delivers them after the publish lease.
+func (s *Store) deliverNow(ctx context.Context, pending map[string][]string) []presence.Transition {
+	var all []presence.Transition
+	var acks []call
+	var seen []presence.Transition
+	for room, entries := range pending {
+		ts := make([]presence.Transition, 0, len(entries))
+		ack := []any{ms(s.opt.PublishLease), room, 0, 0}
+		for _, e := range entries {
+			ack = append(ack, e)
+			t, err := decodeEntry(s.opt.Region, room, e)
+			if err != nil {
+				s.log.Error("presence: dropping malformed outbox entry", "room", room, "entry", e, "err", err)
+				continue
+			}
+			ts = append(ts, t)
+		}
+		if len(ts) == 0 {
+			continue
+		}
+		sseq, err := s.opt.Sink.Publish(ctx, ts)
+		if err != nil {
+			s.stats.PublishErrors.Add(1)
+			s.log.Warn("presence: publish failed; a reaper will retry", "room", room, "events", len(ts), "err", err)
+			continue
+		}
+		s.stats.Transitions.Add(int64(len(ts)))
+		ack[2], ack[3] = ts[len(ts)-1].Seq, sseq
+		all = append(all, ts...)
+		for _, t := range ts {
+			if t.Kind == presence.Online || t.Kind == presence.Offline {
+				seen = append(seen, t)
+			}
+		}
+		acks = append(acks, call{
+			script: scriptAck,
+			keys:   s.roomKeys(room).writeKeys(s.indexKey(room)),
+			args:   ack,
+		})
+	}
+	// The acks and the last-seen writes of joins and departures go in one
+	// round trip.
+	calls := append(acks, s.seenCalls(s.departuresSeen(seen))...)
+	if len(calls) > 0 {
+		// Stored events are acked even when the publish used up ctx: an
+		// unacked entry is delivered again after the lease.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
+		defer cancel()
+		cmds, _ := runAll(actx, s.rdb, calls)
+		for i, c := range cmds {
+			if err := c.Err(); err != nil && i < len(acks) {
+				s.log.Warn("presence: ack failed; events will be delivered again", "err", err)
+			}
+		}
+		s.countSeen(cmds[len(acks):])
+	}
+	return all
+}

@@ -1,0 +1,111 @@
+package region
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/presence-dev/presence/presence"
+)
+
+// Snapshot returns one page of a room's live members, ordered by user id,
+// with each member's live sessions and their states, and the sequences
+// that join it to the event stream (see presence.Snapshot). A read needs
+// no reaper: expired entries are excluded by their score. A room of more
+// than 512 sessions pages its member index, so a page costs its own size,
+// not the room's; offsets there also count members overdue by less than a
+// reap interval, who are left off the page.
+func (s *Store) Snapshot(ctx context.Context, room string, offset, limit int) (presence.Snapshot, error) {
+	snap := presence.Snapshot{Region: s.opt.Region, Room: room, Offset: offset}
+	if err := presence.ValidateRoom(room); err != nil {
+		return snap, &OpError{"snapshot", err}
+	}
+	if offset < 0 || limit <= 0 {
+		return snap, &OpError{"snapshot", fmt.Errorf("offset must be >= 0 and limit > 0, got %d and %d", offset, limit)}
+	}
+	res, err := scriptSnapshot.Run(ctx, s.rdb, s.roomKeys(room).snapshotKeys(), offset, limit, s.readCut(), ms(s.readSlack())).Slice()
+	if err != nil {
+		return snap, &OpError{"snapshot", err}
+	}
+	if len(res) < 5 {
+		return snap, &OpError{"snapshot", fmt.Errorf("short reply of %d items", len(res))}
+	}
+	decodeSnapshot(&snap, res)
+	return snap, nil
+}
+
+// rosterBatch bounds the rooms of one Rosters pipeline.
+const rosterBatch = 100
+
+// Rosters returns whole snapshots of rooms (every member, Offset 0,
+// ordered by user id), reading up to 100 rooms per round trip. It serves
+// readers of entire regions; clients page with Snapshot. A room's
+// snapshot is one atomic read, but different rooms are read at slightly
+// different moments.
+func (s *Store) Rosters(ctx context.Context, rooms []string) ([]presence.Snapshot, error) {
+	for _, room := range rooms {
+		if err := presence.ValidateRoom(room); err != nil {
+			return nil, &OpError{"rosters", err}
+		}
+	}
+	out := make([]presence.Snapshot, 0, len(rooms))
+	for start := 0; start < len(rooms); start += rosterBatch {
+		batch := rooms[start:min(start+rosterBatch, len(rooms))]
+		calls := make([]call, len(batch))
+		for i, room := range batch {
+			calls[i] = call{script: scriptRoster, keys: s.roomKeys(room).rosterKeys(), args: []any{s.readCut(), ms(s.readSlack())}}
+		}
+		cmds, err := runAll(ctx, s.rdb, calls)
+		if err != nil {
+			return nil, &OpError{"rosters", err}
+		}
+		for i, cmd := range cmds {
+			res, err := cmd.Slice()
+			if err != nil {
+				return nil, &OpError{"rosters", fmt.Errorf("room %s: %w", batch[i], err)}
+			}
+			snap, err := decodeRoster(s.opt.Region, batch[i], res)
+			if err != nil {
+				return nil, &OpError{"rosters", err}
+			}
+			out = append(out, snap)
+		}
+	}
+	return out, nil
+}
+
+// Count returns the number of live members of a room without listing them.
+func (s *Store) Count(ctx context.Context, room string) (int, error) {
+	if err := presence.ValidateRoom(room); err != nil {
+		return 0, &OpError{"count", err}
+	}
+	n, err := scriptCount.Run(ctx, s.rdb, s.roomKeys(room).countKeys(), s.readCut(), ms(s.readSlack())).Int()
+	if err != nil {
+		return 0, &OpError{"count", err}
+	}
+	return n, nil
+}
+
+// Sessions returns one user's presence in a room: ok is false when the
+// user is not a member. A member with no sessions is inside the grace.
+func (s *Store) Sessions(ctx context.Context, room, user string) (m presence.Member, ok bool, err error) {
+	if err := presence.ValidateRoom(room); err != nil {
+		return m, false, &OpError{"sessions", err}
+	}
+	if err := presence.ValidateUser(user); err != nil {
+		return m, false, &OpError{"sessions", err}
+	}
+	res, err := scriptSessions.Run(ctx, s.rdb, s.roomKeys(room).sessionsKeys(), user, s.readCut(), ms(s.readSlack())).Slice()
+	if err != nil {
+		return m, false, &OpError{"sessions", err}
+	}
+	now := num(res[0])
+	m = presence.Member{User: user, Sessions: []presence.SessionInfo{}}
+	if str(res[1]) != "" && num(res[1]) >= now {
+		ok, m.Until = true, time.UnixMilli(num(res[1]))
+	}
+	for i := 2; i+2 < len(res); i += 3 {
+		m.Sessions = append(m.Sessions, sessionInfo(res[i], res[i+1], res[i+2]))
+	}
+	return m, ok, nil
+}
