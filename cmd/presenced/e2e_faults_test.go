@@ -464,6 +464,7 @@ func (w *world) mustPeople(prefix, room string, n int) ([]*member, []string) {
 // longer than the TTL; some users leave meanwhile. Nobody connected
 // throughout is announced offline; each leaver is announced once, after.
 func TestE2EFaultRedisStall(t *testing.T) {
+	skipIfShort(t, "faults: outages and floods against real nodes")
 	cases := []struct {
 		name           string
 		timing         faultTiming
@@ -509,6 +510,7 @@ func TestE2EFaultRedisStall(t *testing.T) {
 // restore their sessions silently, each leaver is announced once, and
 // readers following BUS.md end with exactly who is connected.
 func TestE2EFaultRedisRestartedEmpty(t *testing.T) {
+	skipIfShort(t, "faults: outages and floods against real nodes")
 	stay, leave := 12, 3
 	if long() {
 		stay, leave = 190, 10
@@ -542,6 +544,7 @@ func TestE2EFaultRedisRestartedEmpty(t *testing.T) {
 // transitions, make the stream again, and every transition reaches the
 // stream, and subscribers, once.
 func TestE2EFaultNATSStoreLost(t *testing.T) {
+	skipIfShort(t, "faults: outages and floods against real nodes")
 	w := newWorld(t, shortTiming, 2)
 	o := w.observe("r")
 	staying, stayers := w.mustPeople("stay", "r", 12)
@@ -631,6 +634,7 @@ func readAll(t *testing.T, s jetstream.Stream) [][]byte {
 // NATS is out for a while and a whole room leaves meanwhile, more users
 // than an outbox used to keep. No departure is lost.
 func TestE2EFaultLongNATSOutage(t *testing.T) {
+	skipIfShort(t, "faults: outages and floods against real nodes")
 	n, outage := 300, 5*time.Second
 	if long() {
 		n, outage = 1100, 20*time.Second
@@ -671,6 +675,7 @@ func openFiles(t *testing.T, pid int) int {
 // check each: the node keeps at most MaxHTTPConns of them, and real
 // clients still connect and join.
 func TestE2EFaultIdleFlood(t *testing.T) {
+	skipIfShort(t, "faults: outages and floods against real nodes")
 	flood := 2000
 	if long() {
 		flood = 18000
