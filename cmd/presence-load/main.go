@@ -230,7 +230,7 @@ func joinRoom(ws *websocket.Conn, room string) error {
 		return err
 	}
 	_ = ws.SetReadDeadline(time.Now().Add(30 * time.Second))
-	defer ws.SetReadDeadline(time.Time{})
+	defer func() { _ = ws.SetReadDeadline(time.Time{}) }()
 	for {
 		_, data, err := ws.ReadMessage()
 		if err != nil {
