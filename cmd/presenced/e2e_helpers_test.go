@@ -384,3 +384,17 @@ func skipIfShort(t *testing.T, what string) {
 		t.Skip(what + "; skipped with -short")
 	}
 }
+
+// poll checks cond every interval until it holds or within has passed,
+// and reports whether it held: a wait on a condition for callers that
+// judge the outcome themselves (waitFor fails the test instead).
+func poll(within, every time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(every)
+	}
+	return true
+}
