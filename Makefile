@@ -1,17 +1,97 @@
 # Quick start: `make dev` runs the service on embedded defaults, `make test`
 # runs the tests. Both install redis-server first when it is missing
 # (Debian, as root); the tests start their own servers.
-.PHONY: dev test deps bench fuzz
+#
+# The other targets are the checks CI runs (.ci/run): `make lint`
+# (gofmt, vet, staticcheck, golangci-lint), `make tidy-check`,
+# `make vulncheck`, `make cover` (the tests once, with a coverage profile).
+# Tools run at pinned versions with `go run module@version`: nothing to
+# install, and go.mod stays the service's.
+.PHONY: dev test test-short cover deps bench fuzz lint fmt-check vet staticcheck golangci-lint tidy-check vulndb vulncheck ci-vulncheck
+
+STATICCHECK   = go run honnef.co/go/tools/cmd/staticcheck@v0.8.2
+GOLANGCI_LINT = go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
+# Installed under bin/ rather than run with `go run`, which turns every
+# failing exit code into 1: govulncheck's 3 means "vulnerable".
+GOVULNCHECK   = bin/govulncheck-v1.9.0
+# The vulnerability database site is out of reach here; its source, the
+# golang.org/x/vulndb module, is on the Go module proxy, and its data/osv
+# holds every OSV entry. indexdb (same module) indexes them into the
+# database layout that `govulncheck -db file://` reads.
+VULNDB_VERSION = v0.0.0-20261105234957-e22db6528018
+VULNDB_DIR     = $(shell go env GOCACHE)/presence-vulndb-$(VULNDB_VERSION)
+COVERPROFILE  ?= coverage.out
 
 deps:
 	@command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 || \
 	  { echo "installing redis-server"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
 
+# Built, then run, rather than `go run`: the go command exits 1 when it is
+# interrupted, whatever its child does, and make would print "Error 1" for
+# a Ctrl-C. presenced itself exits 0 on SIGINT after draining.
 dev: deps
-	go run ./cmd/presenced dev
+	go build -o bin/presenced ./cmd/presenced
+	./bin/presenced dev
 
 test: deps
 	go test -race -count=1 ./...
+
+# The fast loop: the slow end-to-end tests skip themselves under -short.
+test-short: deps
+	go test -short -race -count=1 ./...
+
+# The tests as `make test` runs them, once, with a coverage profile of
+# each package's own statements, and the total.
+cover: deps
+	go test -race -count=1 -coverprofile=$(COVERPROFILE) ./...
+	@go tool cover -func=$(COVERPROFILE) | tail -n 1
+
+lint: fmt-check vet staticcheck golangci-lint
+
+fmt-check:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+
+vet:
+	go vet ./...
+
+staticcheck:
+	$(STATICCHECK) ./...
+
+# Configured in .golangci.yml.
+golangci-lint:
+	$(GOLANGCI_LINT) run ./...
+
+# go.mod and go.sum as `go mod tidy` would leave them.
+tidy-check:
+	@go mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
+
+$(GOVULNCHECK):
+	GOBIN=$(CURDIR)/bin go install golang.org/x/vuln/cmd/govulncheck@v1.9.0
+	mv bin/govulncheck $(GOVULNCHECK)
+
+vulndb: $(VULNDB_DIR)/index/db.json
+
+$(VULNDB_DIR)/index/db.json:
+	go mod download golang.org/x/vulndb@$(VULNDB_VERSION)
+	rm -rf $(VULNDB_DIR).tmp
+	go run golang.org/x/vulndb/cmd/indexdb@$(VULNDB_VERSION) \
+	  -vulns $$(go env GOMODCACHE)/golang.org/x/vulndb@$(VULNDB_VERSION)/data/osv -out $(VULNDB_DIR).tmp
+	rm -rf $(VULNDB_DIR) && mv $(VULNDB_DIR).tmp $(VULNDB_DIR)
+
+# Every known vulnerability the code reaches, in its modules and in the
+# standard library of the Go that builds it; fails on any.
+vulncheck: vulndb $(GOVULNCHECK)
+	$(GOVULNCHECK) -db file://$(VULNDB_DIR) ./...
+
+# CI's: fails on a vulnerability reached in a module (go.mod fixes it);
+# one only in the standard library is fixed by a newer Go on the machine,
+# not by a commit, so it is reported and does not fail.
+ci-vulncheck: vulndb $(GOVULNCHECK)
+	@out=$$($(GOVULNCHECK) -db file://$(VULNDB_DIR) ./... 2>&1); rc=$$?; echo "$$out"; \
+	  if [ $$rc -eq 0 ]; then exit 0; fi; \
+	  if [ $$rc -ne 3 ]; then exit $$rc; fi; \
+	  if echo "$$out" | grep -Eq 'Found in: [^ ]+@v'; then echo "vulncheck: a module the code calls is vulnerable: upgrade it in go.mod"; exit 1; fi; \
+	  echo "vulncheck: WARNING: only the standard library of $$(go env GOVERSION) is affected; upgrade Go on the machine"
 
 bench: deps
 	go test ./region -run '^$$' -bench BenchmarkRefresh -count 3

@@ -203,111 +203,14 @@ func (r stepResult) failures() []string {
 // an absolute schedule, waits for stragglers and closes everything. Its
 // connections are all closed when it returns.
 func (e *latencyEnv) runStep(ctx context.Context, p stepPlan) (stepResult, error) {
+	r := e.newStepRun(p)
+	e.rt.add(r.prefix, r.l)
+	defer e.rt.remove(r.prefix)
+	defer r.closeConns()
 	res := stepResult{plan: p}
-	prefix := fmt.Sprintf("l%ds%d-", e.runID, p.index)
-	l := newLedger()
-	e.rt.add(prefix, l)
-	defer e.rt.remove(prefix)
-	rooms := (p.joins + p.perRoom - 1) / p.perRoom
-	joiners := make([]*client, p.joins)
-	for i := range joiners {
-		joiners[i] = &client{user: fmt.Sprintf("%s%d", prefix, i), room: fmt.Sprintf("%sr%d", prefix, i/p.perRoom)}
-		l.add(joiners[i].user, joiners[i].room)
-	}
-	var closing atomic.Bool // set before this run closes its own connections
-	var readers sync.WaitGroup
 	t0 := time.Now()
-
-	// Watchers first: one per room, a different user, joined before any
-	// measured join, reading every frame from then on.
-	watchers, failedW, errW := openAll(ctx, e.d, rooms, func(i int) (string, string, string) {
-		return fmt.Sprintf("%sw%d", prefix, i), "s", fmt.Sprintf("%sr%d", prefix, i)
-	}, func(i int, ws *websocket.Conn) {
-		room := fmt.Sprintf("%sr%d", prefix, i)
-		readers.Add(1)
-		go func() {
-			defer readers.Done()
-			for {
-				_, data, err := ws.ReadMessage()
-				if err != nil {
-					if !closing.Load() {
-						l.watcherGone(room, describeClose(err))
-					}
-					return
-				}
-				l.watcherFrame(room, data, time.Now())
-			}
-		}()
-	})
-	defer closeAll(watchers)
-	for i, w := range watchers {
-		if w == nil {
-			l.noWatcher(fmt.Sprintf("%sr%d", prefix, i)) // counted with the connections that failed
-		}
-	}
-	// Joiners: connected, not joined; each reads its frames (its join's
-	// reply, then the events of the room) from the start. A refusal with
-	// retry_after_ms schedules the same join again after that delay;
-	// latency still counts from the first send. Retries still scheduled
-	// when the run ends are dropped (the join counts as refused).
-	var rmu sync.Mutex
-	retryTimers := map[*time.Timer]string{}
-	retriesOver := false
-	retry := func(c *client, d time.Duration) {
-		rmu.Lock()
-		defer rmu.Unlock()
-		if retriesOver {
-			l.retryDropped(c.user)
-			return
-		}
-		var t *time.Timer
-		t = time.AfterFunc(d, func() {
-			rmu.Lock()
-			_, ok := retryTimers[t]
-			delete(retryTimers, t)
-			rmu.Unlock()
-			if ok {
-				n := l.send(c.user, time.Now())
-				_ = c.write(joinFrame(c.room, n))
-			}
-		})
-		retryTimers[t] = c.user
-	}
-	endRetries := func() {
-		rmu.Lock()
-		defer rmu.Unlock()
-		retriesOver = true
-		// A timer that already fired finds itself removed and sends
-		// nothing, so every retry still scheduled is dropped here.
-		for t, user := range retryTimers {
-			t.Stop()
-			l.retryDropped(user)
-		}
-		clear(retryTimers)
-	}
-	conns, failedJ, errJ := openAll(ctx, e.d, p.joins, func(i int) (string, string, string) {
-		return joiners[i].user, "s", ""
-	}, func(i int, ws *websocket.Conn) {
-		c := joiners[i]
-		c.ws = ws
-		readers.Add(1)
-		go func() {
-			defer readers.Done()
-			for {
-				_, data, err := ws.ReadMessage()
-				if err != nil {
-					if !closing.Load() {
-						l.joinerLost()
-					}
-					return
-				}
-				if d := l.joinerFrame(c.user, data, time.Now()); d > 0 {
-					retry(c, d)
-				}
-			}
-		}()
-	})
-	defer closeAll(conns)
+	failedW, errW := r.openWatchers(ctx)
+	failedJ, errJ := r.openJoiners(ctx)
 	res.connFailed = failedW + failedJ
 	res.connErr = errors.Join(errW, errJ)
 	res.openTook = time.Since(t0)
@@ -319,12 +222,136 @@ func (e *latencyEnv) runStep(ctx context.Context, p stepPlan) (stepResult, error
 	dropped0, _ := e.sub.Dropped()
 	bad0 := e.rt.bad.Load()
 	cpu0 := readMeters(e.meters)
-	// Join i is sent at start + i/rate: an absolute schedule, so a late
-	// send does not push the later ones back.
-	interval := time.Duration(float64(time.Second) / p.rate)
+	start := r.sendJoins(ctx, &res)
+	r.waitStragglers(ctx, &res)
+	res.pendingReply, res.pendingNATS, res.pendingWS = r.l.pending()
+	r.retries.end()
+	cpu1 := readMeters(e.meters)
+	res.window = time.Since(start)
+	res.cpu = cpuDelta(cpu0, cpu1)
+	if m1, err := scrape(e.o.metrics); err == nil && m0 != nil {
+		res.resyncs = m1["presence_node_resyncs_total"] - m0["presence_node_resyncs_total"]
+		res.rejected = m1["presence_node_rejected_frames_total"] - m0["presence_node_rejected_frames_total"]
+	}
+	if n, err := e.sub.Dropped(); err == nil {
+		res.natsDropped = n - dropped0
+	}
+	res.natsBad = e.rt.bad.Load() - bad0
+
+	res.sum = r.l.summarize(e.o.late)
+
+	r.closing.Store(true)
+	r.closeConns()
+	r.readers.Wait()
+	if e.o.quiesce > 0 {
+		r.quiesce(ctx, &res, failedW)
+	}
+	return res, ctx.Err()
+}
+
+// stepRun is what one run of runStep holds: its users, its connections
+// and the goroutines reading them.
+type stepRun struct {
+	e        *latencyEnv
+	p        stepPlan
+	prefix   string
+	l        *ledger
+	rooms    int
+	joiners  []*client
+	watchers []*websocket.Conn
+	conns    []*websocket.Conn // the joiners'
+	closing  atomic.Bool       // set before this run closes its own connections
+	readers  sync.WaitGroup
+	retries  *joinRetries
+}
+
+func (e *latencyEnv) newStepRun(p stepPlan) *stepRun {
+	r := &stepRun{e: e, p: p, prefix: fmt.Sprintf("l%ds%d-", e.runID, p.index), l: newLedger()}
+	r.retries = &joinRetries{l: r.l, timers: map[*time.Timer]string{}}
+	r.rooms = (p.joins + p.perRoom - 1) / p.perRoom
+	r.joiners = make([]*client, p.joins)
+	for i := range r.joiners {
+		r.joiners[i] = &client{user: fmt.Sprintf("%s%d", r.prefix, i), room: r.room(i / p.perRoom)}
+		r.l.add(r.joiners[i].user, r.joiners[i].room)
+	}
+	return r
+}
+
+func (r *stepRun) room(i int) string { return fmt.Sprintf("%sr%d", r.prefix, i) }
+
+// closeConns closes every connection of the run; closing twice is harmless.
+func (r *stepRun) closeConns() {
+	closeAll(r.watchers)
+	closeAll(r.conns)
+}
+
+// openWatchers opens one watcher per room, a different user, joined
+// before any measured join, reading every frame from then on.
+func (r *stepRun) openWatchers(ctx context.Context) (failed int, err error) {
+	r.watchers, failed, err = openAll(ctx, r.e.d, r.rooms, func(i int) (string, string, string) {
+		return fmt.Sprintf("%sw%d", r.prefix, i), "s", r.room(i)
+	}, func(i int, ws *websocket.Conn) {
+		room := r.room(i)
+		r.readers.Add(1)
+		go func() {
+			defer r.readers.Done()
+			for {
+				_, data, err := ws.ReadMessage()
+				if err != nil {
+					if !r.closing.Load() {
+						r.l.watcherGone(room, describeClose(err))
+					}
+					return
+				}
+				r.l.watcherFrame(room, data, time.Now())
+			}
+		}()
+	})
+	for i, w := range r.watchers {
+		if w == nil {
+			r.l.noWatcher(r.room(i)) // counted with the connections that failed
+		}
+	}
+	return failed, err
+}
+
+// openJoiners connects the joiners, not joined; each reads its frames
+// (its join's reply, then the events of the room) from the start. A
+// refusal with retry_after_ms schedules the same join again after that
+// delay; latency still counts from the first send.
+func (r *stepRun) openJoiners(ctx context.Context) (failed int, err error) {
+	r.conns, failed, err = openAll(ctx, r.e.d, r.p.joins, func(i int) (string, string, string) {
+		return r.joiners[i].user, "s", ""
+	}, func(i int, ws *websocket.Conn) {
+		c := r.joiners[i]
+		c.ws = ws
+		r.readers.Add(1)
+		go func() {
+			defer r.readers.Done()
+			for {
+				_, data, err := ws.ReadMessage()
+				if err != nil {
+					if !r.closing.Load() {
+						r.l.joinerLost()
+					}
+					return
+				}
+				if d := r.l.joinerFrame(c.user, data, time.Now()); d > 0 {
+					r.retries.schedule(c, d)
+				}
+			}
+		}()
+	})
+	return failed, err
+}
+
+// sendJoins sends join i at start + i/rate: an absolute schedule, so a
+// late send does not push the later ones back. It returns start.
+func (r *stepRun) sendJoins(ctx context.Context, res *stepResult) time.Time {
+	interval := time.Duration(float64(time.Second) / r.p.rate)
 	start := time.Now()
 	var last time.Time
-	for i, c := range joiners {
+	for i, c := range r.joiners {
 		at := start.Add(time.Duration(i) * interval)
 		if wait := time.Until(at); wait > 0 {
 			select {
@@ -340,7 +367,7 @@ func (e *latencyEnv) runStep(ctx context.Context, p stepPlan) (stepResult, error
 		}
 		now := time.Now()
 		res.maxLag = max(res.maxLag, now.Sub(at))
-		l.send(c.user, now)
+		r.l.send(c.user, now)
 		if err := c.write(joinFrame(c.room, 1)); err != nil {
 			res.writeErrs++
 		}
@@ -350,64 +377,93 @@ func (e *latencyEnv) runStep(ctx context.Context, p stepPlan) (stepResult, error
 	if res.sent > 0 {
 		res.achieved = float64(res.sent) / (last.Sub(start) + interval).Seconds()
 	}
+	return start
+}
 
-	// Stragglers: poll until every join has its outcome on both paths,
-	// or the bound passes. Late events enter the percentiles.
+// waitStragglers polls until every join has its outcome on both paths,
+// or the bound passes. Late events enter the percentiles.
+func (r *stepRun) waitStragglers(ctx context.Context, res *stepResult) {
 	sendEnd := time.Now()
-	deadline := sendEnd.Add(e.o.straggle)
-	for !l.settled() && time.Now().Before(deadline) && ctx.Err() == nil {
+	deadline := sendEnd.Add(r.e.o.straggle)
+	for !r.l.settled() && time.Now().Before(deadline) && ctx.Err() == nil {
 		select {
 		case <-time.After(20 * time.Millisecond):
 		case <-ctx.Done():
 		}
 	}
 	res.straggle = time.Since(sendEnd)
-	res.pendingReply, res.pendingNATS, res.pendingWS = l.pending()
-	endRetries()
-	cpu1 := readMeters(e.meters)
-	res.window = time.Since(start)
-	res.cpu = cpuDelta(cpu0, cpu1)
-	if m1, err := scrape(e.o.metrics); err == nil && m0 != nil {
-		res.resyncs = m1["presence_node_resyncs_total"] - m0["presence_node_resyncs_total"]
-		res.rejected = m1["presence_node_rejected_frames_total"] - m0["presence_node_rejected_frames_total"]
-	}
-	if n, err := e.sub.Dropped(); err == nil {
-		res.natsDropped = n - dropped0
-	}
-	res.natsBad = e.rt.bad.Load() - bad0
+}
 
-	res.sum = l.summarize(e.o.late)
-
-	closing.Store(true)
-	closeAll(watchers)
-	closeAll(conns)
-	readers.Wait()
-	if e.o.quiesce > 0 {
-		// Let the node finish with this run before the next one: every
-		// user this run brought online (joiners and watchers) goes offline
-		// after the grace, and the node must have dropped the connections.
-		want := res.sum.nats.seen + rooms - failedW
-		q0 := time.Now()
-		conns := -1.0
-		for time.Since(q0) < e.o.quiesce && ctx.Err() == nil {
-			if m, err := scrape(e.o.metrics); err == nil {
-				conns = m["presence_node_connections"]
-			}
-			if l.offlineCount() >= want && conns >= 0 && conns <= e.o.baseConns {
-				break
-			}
-			select {
-			case <-time.After(100 * time.Millisecond):
-			case <-ctx.Done():
-			}
+// quiesce lets the node finish with this run before the next one: every
+// user this run brought online (joiners and watchers) goes offline after
+// the grace, and the node must have dropped the connections.
+func (r *stepRun) quiesce(ctx context.Context, res *stepResult, failedW int) {
+	o := r.e.o
+	want := res.sum.nats.seen + r.rooms - failedW
+	q0 := time.Now()
+	conns := -1.0
+	for time.Since(q0) < o.quiesce && ctx.Err() == nil {
+		if m, err := scrape(o.metrics); err == nil {
+			conns = m["presence_node_connections"]
 		}
-		res.quiet = time.Since(q0)
-		if got := l.offlineCount(); got < want || conns > e.o.baseConns {
-			res.notQuiet = fmt.Sprintf("not quiet %v after the run: %d of %d offline events seen, node connections %.0f (%.0f before the runs)",
-				e.o.quiesce, got, want, conns, e.o.baseConns)
+		if r.l.offlineCount() >= want && conns >= 0 && conns <= o.baseConns {
+			break
+		}
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
 		}
 	}
-	return res, ctx.Err()
+	res.quiet = time.Since(q0)
+	if got := r.l.offlineCount(); got < want || conns > o.baseConns {
+		res.notQuiet = fmt.Sprintf("not quiet %v after the run: %d of %d offline events seen, node connections %.0f (%.0f before the runs)",
+			o.quiesce, got, want, conns, o.baseConns)
+	}
+}
+
+// joinRetries holds the joins refused with retry_after_ms, each sent again
+// from a timer. Retries still scheduled when the run ends are dropped (the
+// join counts as refused).
+type joinRetries struct {
+	l      *ledger
+	mu     sync.Mutex
+	timers map[*time.Timer]string // user of each scheduled retry
+	over   bool
+}
+
+// schedule sends c's join again after d, unless the run has ended.
+func (j *joinRetries) schedule(c *client, d time.Duration) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.over {
+		j.l.retryDropped(c.user)
+		return
+	}
+	var t *time.Timer
+	t = time.AfterFunc(d, func() {
+		j.mu.Lock()
+		_, ok := j.timers[t]
+		delete(j.timers, t)
+		j.mu.Unlock()
+		if ok {
+			n := j.l.send(c.user, time.Now())
+			_ = c.write(joinFrame(c.room, n))
+		}
+	})
+	j.timers[t] = c.user
+}
+
+// end drops every retry still scheduled. A timer that already fired finds
+// itself removed and sends nothing.
+func (j *joinRetries) end() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.over = true
+	for t, user := range j.timers {
+		t.Stop()
+		j.l.retryDropped(user)
+	}
+	clear(j.timers)
 }
 
 func joinFrame(room string, attempt int) []byte {

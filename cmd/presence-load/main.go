@@ -230,7 +230,7 @@ func joinRoom(ws *websocket.Conn, room string) error {
 		return err
 	}
 	_ = ws.SetReadDeadline(time.Now().Add(30 * time.Second))
-	defer ws.SetReadDeadline(time.Time{})
+	defer func() { _ = ws.SetReadDeadline(time.Time{}) }()
 	for {
 		_, data, err := ws.ReadMessage()
 		if err != nil {
@@ -315,8 +315,19 @@ func idle(ctx context.Context, o options, out io.Writer) error {
 	}
 	perSession := (rss1 - rss0) / float64(open)
 	fmt.Fprintf(out, "node RSS with %d sessions: %.1f MiB; per session: %.1f KiB\n", open, rss1/(1<<20), perSession/1024)
-	// CPU of each process over the same window, as % of one core, and
-	// the same per 10k sessions; the sum is node + Redis + NATS.
+	if err := reportIdleCPU(out, cpu, window, open); err != nil {
+		return err
+	}
+	if failed > 0 {
+		return fmt.Errorf("FAIL: %d of %d sessions failed to open", failed, o.sessions)
+	}
+	return nil
+}
+
+// reportIdleCPU prints the CPU of each process over the window, as % of
+// one core, and the same per 10k of the open sessions; the sum is node +
+// Redis + NATS.
+func reportIdleCPU(out io.Writer, cpu []cpuReading, window time.Duration, open int) error {
 	var sum float64
 	var per []string
 	for _, r := range cpu {
@@ -339,9 +350,6 @@ func idle(ctx context.Context, o options, out io.Writer) error {
 	fmt.Fprintf(out, "context, %% of one core: %s\n", fmtCPU(cpu, window))
 	if pct, ok := otherCPU(cpu, window); ok && pct > disturbedCPU {
 		fmt.Fprintf(out, "warning: other processes used %.0f%% of a core during the window; the CPU figures may be disturbed\n", pct)
-	}
-	if failed > 0 {
-		return fmt.Errorf("FAIL: %d of %d sessions failed to open", failed, o.sessions)
 	}
 	return nil
 }

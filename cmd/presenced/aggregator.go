@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -25,106 +26,154 @@ import (
 // runAggregatorCommand runs one aggregator until ctx is done. Run two or
 // more (one per region, say): one leads, the others take over.
 func runAggregatorCommand(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("presenced aggregator", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var (
-		natsURL, regions, cluster, logLevel, logFormat, listen string
-		natsCreds, natsCA                                      string
-		cadence, grace, downAfter, dropAfter                   time.Duration
-		replicas, maxFullBytes                                 int
-	)
-	fs.StringVar(&natsURL, "nats", "nats://127.0.0.1:4222", "NATS server URL (the supercluster)")
-	fs.StringVar(&natsCreds, "nats-creds", "", "NATS .creds file (user JWT and seed), for a secured NATS")
-	fs.StringVar(&natsCA, "nats-ca", "", "PEM CA of the NATS servers' certificates (tls:// URLs)")
-	fs.DurationVar(&cadence, "cadence", global.DefaultCadence, "the regions' publication cadence")
-	durationFlag(fs, &grace, "grace", "global offline grace (default 3 cadences)")
-	durationFlag(fs, &downAfter, "down-after", "a region silent this long is held (default 5 cadences)")
-	durationFlag(fs, &dropAfter, "drop-after", "a region silent this long is dropped: its users go offline, region_lost (default 60s)")
-	fs.StringVar(&regions, "regions", "", "comma-separated regions expected to publish; publications of any other are dropped (optional, advised)")
-	fs.IntVar(&maxFullBytes, "max-full-bytes", global.DefaultMaxFullBytes, "largest full snapshot of one region, in bytes; a larger one is dropped")
-	fs.StringVar(&cluster, "stream-cluster", "", "NATS cluster that holds the global stream (optional)")
-	fs.IntVar(&replicas, "replicas", 1, "replicas of the global stream and lease")
-	fs.StringVar(&listen, "listen", "", "serve /metrics and /healthz on this address (e.g. :9090); off when empty")
-	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&logFormat, "log-format", "text", "text or json")
-	if err := parseFlags(fs, args); err != nil {
+	c := &aggregatorCommand{}
+	if err := c.parse(args, stderr); err != nil {
 		if err == flag.ErrHelp {
 			return nil
 		}
 		return err
 	}
-	lg, err := newLogger(stderr, logLevel, logFormat)
+	defer c.close()
+	return c.run(ctx)
+}
+
+// aggregatorCommand is one run of an aggregator: parse, then the steps of
+// run in order, and one cleanup path (close) for whatever they started,
+// as nodeServer does for a node.
+type aggregatorCommand struct {
+	cleanups
+
+	natsURL, regions, cluster, logLevel, logFormat, listen string
+	natsCreds, natsCA                                      string
+	cadence, grace, downAfter, dropAfter                   time.Duration
+	replicas, maxFullBytes                                 int
+
+	lg      *slog.Logger
+	nc      *nats.Conn
+	agg     *global.Aggregator
+	reg     *prometheus.Registry
+	started atomic.Bool // Start returned: health says "ok", not "starting"
+}
+
+// parse reads the flags; -h is flag.ErrHelp.
+func (c *aggregatorCommand) parse(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("presenced aggregator", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.natsURL, "nats", "nats://127.0.0.1:4222", "NATS server URL (the supercluster)")
+	fs.StringVar(&c.natsCreds, "nats-creds", "", "NATS .creds file (user JWT and seed), for a secured NATS")
+	fs.StringVar(&c.natsCA, "nats-ca", "", "PEM CA of the NATS servers' certificates (tls:// URLs)")
+	fs.DurationVar(&c.cadence, "cadence", global.DefaultCadence, "the regions' publication cadence")
+	durationFlag(fs, &c.grace, "grace", "global offline grace (default 3 cadences)")
+	durationFlag(fs, &c.downAfter, "down-after", "a region silent this long is held (default 5 cadences)")
+	durationFlag(fs, &c.dropAfter, "drop-after", "a region silent this long is dropped: its users go offline, region_lost (default 60s)")
+	fs.StringVar(&c.regions, "regions", "", "comma-separated regions expected to publish; publications of any other are dropped (optional, advised)")
+	fs.IntVar(&c.maxFullBytes, "max-full-bytes", global.DefaultMaxFullBytes, "largest full snapshot of one region, in bytes; a larger one is dropped")
+	fs.StringVar(&c.cluster, "stream-cluster", "", "NATS cluster that holds the global stream (optional)")
+	fs.IntVar(&c.replicas, "replicas", 1, "replicas of the global stream and lease")
+	fs.StringVar(&c.listen, "listen", "", "serve /metrics and /healthz on this address (e.g. :9090); off when empty")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	lg, err := newLogger(stderr, c.logLevel, c.logFormat)
+	c.lg = lg
+	return err
+}
+
+// run connects NATS, makes the aggregator and its metrics, serves health
+// at once (when --listen is set), starts the aggregator and runs it until
+// ctx is done.
+func (c *aggregatorCommand) run(ctx context.Context) error {
+	for _, step := range []func() error{c.connectNATS, c.newAggregator, c.serveHTTP} {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	if err := c.agg.Start(ctx); err != nil {
+		if ctx.Err() != nil {
+			c.lg.Info("presenced: aggregator stopped while starting")
+			return nil // a signal, not a failure
+		}
+		return err
+	}
+	c.onClose(c.agg.Close)
+	c.started.Store(true)
+	c.lg.Info("presenced: aggregator running", "nats", c.natsURL, "cadence", c.cadence)
+	<-ctx.Done()
+	c.lg.Info("presenced: aggregator stopping")
+	return nil
+}
+
+// connectNATS connects the supercluster; once connected, reconnects are
+// forever.
+func (c *aggregatorCommand) connectNATS() error {
+	opts, err := natsAuth(c.natsCreds, c.natsCA)
 	if err != nil {
 		return err
 	}
-	opts, err := natsAuth(natsCreds, natsCA)
+	nc, err := nats.Connect(c.natsURL, append(opts, nats.Name("presenced aggregator"), nats.MaxReconnects(-1))...)
 	if err != nil {
-		return err
+		return fmt.Errorf("nats %s: %w", c.natsURL, err)
 	}
-	nc, err := nats.Connect(natsURL, append(opts, nats.Name("presenced aggregator"), nats.MaxReconnects(-1))...)
-	if err != nil {
-		return fmt.Errorf("nats %s: %w", natsURL, err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
+	c.nc = nc
+	c.onClose(nc.Close)
+	return nil
+}
+
+// newAggregator makes the aggregator and the registry of its metrics; a
+// bad configuration is a usage error.
+func (c *aggregatorCommand) newAggregator() error {
+	js, err := jetstream.New(c.nc)
 	if err != nil {
 		return err
 	}
 	cfg := global.AggregatorConfig{
-		NATS: nc, JetStream: js, Cadence: cadence, Grace: grace, DownAfter: downAfter, DropAfter: dropAfter,
-		Replicas: replicas, MaxFullBytes: maxFullBytes, Logger: lg,
+		NATS: c.nc, JetStream: js, Cadence: c.cadence, Grace: c.grace, DownAfter: c.downAfter, DropAfter: c.dropAfter,
+		Replicas: c.replicas, MaxFullBytes: c.maxFullBytes, Logger: c.lg,
 	}
-	if regions != "" {
-		cfg.Regions = strings.Split(regions, ",")
+	if c.regions != "" {
+		cfg.Regions = strings.Split(c.regions, ",")
 	} else {
-		lg.Warn("presenced: aggregator without --regions takes publications of any region name; list the regions")
+		c.lg.Warn("presenced: aggregator without --regions takes publications of any region name; list the regions")
 	}
-	if cluster != "" {
-		cfg.Placement = &jetstream.Placement{Cluster: cluster}
+	if c.cluster != "" {
+		cfg.Placement = &jetstream.Placement{Cluster: c.cluster}
 	}
 	a, err := global.NewAggregator(cfg)
 	if err != nil {
 		return &usageError{err.Error()}
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if err := registerAggregatorMetrics(reg, a); err != nil {
+	c.agg = a
+	c.reg = prometheus.NewRegistry()
+	c.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := registerAggregatorMetrics(c.reg, a); err != nil {
 		return err
 	}
-	if err := registerAggregatorSafety(reg, a); err != nil {
-		return err
+	return registerAggregatorSafety(c.reg, a)
+}
+
+// serveHTTP serves /metrics and /healthz when --listen is set. Health is
+// served from the start: while JetStream does not answer (a partition, a
+// stream another aggregator is creating) Start waits and retries, and
+// /healthz says "starting".
+func (c *aggregatorCommand) serveHTTP() error {
+	if c.listen == "" {
+		return nil
 	}
-	// Health is served from the start: while JetStream does not answer
-	// (a partition, a stream another aggregator is creating) Start waits
-	// and retries, and /healthz says "starting".
-	var started atomic.Bool
-	if listen != "" {
-		ln, err := net.Listen("tcp", listen)
-		if err != nil {
-			return fmt.Errorf("--listen %s: %w", listen, err)
-		}
-		mux := http.NewServeMux()
-		mux.Handle(node.PathMetrics, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc(node.PathHealth, func(w http.ResponseWriter, _ *http.Request) {
-			serveAggregatorHealth(w, nc, a, started.Load())
-		})
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
-		defer srv.Close()
-		lg.Info("presenced: aggregator http", "addr", ln.Addr().String())
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", c.listen, err)
 	}
-	if err := a.Start(ctx); err != nil {
-		if ctx.Err() != nil {
-			lg.Info("presenced: aggregator stopped while starting")
-			return nil // a signal, not a failure
-		}
-		return err
-	}
-	defer a.Close()
-	started.Store(true)
-	lg.Info("presenced: aggregator running", "nats", natsURL, "cadence", cadence)
-	<-ctx.Done()
-	lg.Info("presenced: aggregator stopping")
+	mux := http.NewServeMux()
+	mux.Handle(node.PathMetrics, promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc(node.PathHealth, func(w http.ResponseWriter, _ *http.Request) {
+		serveAggregatorHealth(w, c.nc, c.agg, c.started.Load())
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	c.onClose(func() { _ = srv.Close() })
+	c.lg.Info("presenced: aggregator http", "addr", ln.Addr().String())
 	return nil
 }
 

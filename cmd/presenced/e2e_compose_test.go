@@ -30,6 +30,7 @@ type compose struct {
 // services' host names pointed at local servers. It must come up healthy
 // and serve a client, and every PRESENCE_ variable must name a flag.
 func TestE2EComposeServices(t *testing.T) {
+	skipIfShort(t, "compose: every service of docker-compose.yml")
 	raw, err := os.ReadFile("../../docker-compose.yml")
 	if err != nil {
 		t.Fatal(err)

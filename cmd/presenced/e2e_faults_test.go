@@ -121,17 +121,12 @@ type member struct {
 // join dials addr as user and joins room, retrying while the node says
 // unavailable (a dependency is out) for up to within.
 func join(t *testing.T, addr, user, room string, within time.Duration) (*member, error) {
-	deadline := time.Now().Add(within)
-	for {
-		m, err := tryJoin(t, addr, user, room)
-		if err == nil {
-			return m, nil
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("%s could not join %s: %w", user, room, err)
-		}
-		time.Sleep(200 * time.Millisecond)
+	var m *member
+	var err error
+	if poll(within, 200*time.Millisecond, func() bool { m, err = tryJoin(t, addr, user, room); return err == nil }) {
+		return m, nil
 	}
+	return nil, fmt.Errorf("%s could not join %s: %w", user, room, err)
 }
 
 func tryJoin(t *testing.T, addr, user, room string) (*member, error) {
@@ -370,8 +365,7 @@ func (o *observer) converge(within time.Duration, want []string) {
 	o.t.Helper()
 	want = slices.Sorted(slices.Values(want))
 	var core, rep, query []string
-	deadline := time.Now().Add(within)
-	for {
+	agree := poll(within, 100*time.Millisecond, func() bool {
 		o.mu.Lock()
 		core, rep = o.core.users(), o.replay.users()
 		o.mu.Unlock()
@@ -380,13 +374,10 @@ func (o *observer) converge(within time.Duration, want []string) {
 		for _, m := range s.Members {
 			query = append(query, m.User)
 		}
-		if slices.Equal(core, want) && slices.Equal(rep, want) && slices.Equal(query, want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			o.t.Fatalf("after %v the readers disagree with the truth:\ntruth  %v\ncore   %v\nstream %v\nquery  %v", within, want, core, rep, query)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return slices.Equal(core, want) && slices.Equal(rep, want) && slices.Equal(query, want)
+	})
+	if !agree {
+		o.t.Fatalf("after %v the readers disagree with the truth:\ntruth  %v\ncore   %v\nstream %v\nquery  %v", within, want, core, rep, query)
 	}
 }
 
@@ -464,6 +455,7 @@ func (w *world) mustPeople(prefix, room string, n int) ([]*member, []string) {
 // longer than the TTL; some users leave meanwhile. Nobody connected
 // throughout is announced offline; each leaver is announced once, after.
 func TestE2EFaultRedisStall(t *testing.T) {
+	skipIfShort(t, "faults: outages and floods against real nodes")
 	cases := []struct {
 		name           string
 		timing         faultTiming
@@ -509,6 +501,7 @@ func TestE2EFaultRedisStall(t *testing.T) {
 // restore their sessions silently, each leaver is announced once, and
 // readers following BUS.md end with exactly who is connected.
 func TestE2EFaultRedisRestartedEmpty(t *testing.T) {
+	skipIfShort(t, "faults: outages and floods against real nodes")
 	stay, leave := 12, 3
 	if long() {
 		stay, leave = 190, 10
@@ -542,6 +535,7 @@ func TestE2EFaultRedisRestartedEmpty(t *testing.T) {
 // transitions, make the stream again, and every transition reaches the
 // stream, and subscribers, once.
 func TestE2EFaultNATSStoreLost(t *testing.T) {
+	skipIfShort(t, "faults: outages and floods against real nodes")
 	w := newWorld(t, shortTiming, 2)
 	o := w.observe("r")
 	staying, stayers := w.mustPeople("stay", "r", 12)
@@ -568,7 +562,7 @@ func TestE2EFaultNATSStoreLost(t *testing.T) {
 		_, names, err := w.people("join", "r", 4) // refused until NATS is back
 		joined <- result{names, err}
 	}()
-	time.Sleep(4*time.Second - time.Since(start))
+	time.Sleep(4*time.Second - time.Since(start)) // the outage lasts 4s: its length is the scenario
 	w.startNATS(true)
 	res := <-joined
 	if res.err != nil {
@@ -631,6 +625,7 @@ func readAll(t *testing.T, s jetstream.Stream) [][]byte {
 // NATS is out for a while and a whole room leaves meanwhile, more users
 // than an outbox used to keep. No departure is lost.
 func TestE2EFaultLongNATSOutage(t *testing.T) {
+	skipIfShort(t, "faults: outages and floods against real nodes")
 	n, outage := 300, 5*time.Second
 	if long() {
 		n, outage = 1100, 20*time.Second
@@ -648,7 +643,7 @@ func TestE2EFaultLongNATSOutage(t *testing.T) {
 		go func() { defer wg.Done(); m.leave() }()
 	}
 	wg.Wait()
-	time.Sleep(outage - time.Since(start))
+	time.Sleep(outage - time.Since(start)) // the outage's length is the scenario
 	w.startNATS(false)
 	o.converge(w.timing.grace+60*time.Second, nil)
 	recovered := time.Since(start) - outage
@@ -671,6 +666,7 @@ func openFiles(t *testing.T, pid int) int {
 // check each: the node keeps at most MaxHTTPConns of them, and real
 // clients still connect and join.
 func TestE2EFaultIdleFlood(t *testing.T) {
+	skipIfShort(t, "faults: outages and floods against real nodes")
 	flood := 2000
 	if long() {
 		flood = 18000

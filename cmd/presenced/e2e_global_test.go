@@ -23,6 +23,7 @@ import (
 // global view, and a subscriber to presence.global.> sees one online per
 // user.
 func TestE2EGlobalViewAcrossRegions(t *testing.T) {
+	skipIfShort(t, "global: two regions on a NATS supercluster")
 	sc := testnats.StartSuperCluster(t, "a", "b")
 	sc.WaitConnected(t, 10*time.Second)
 	sc.WaitJetStream(t, 20*time.Second)
@@ -247,6 +248,7 @@ func (v *seenRoom) is(region string, users ...string) bool {
 // aggregator started in the cut-off region waits for the heal (health
 // "starting") instead of exiting.
 func TestE2EGlobalNodeServesItsRegionWithoutTheGlobalView(t *testing.T) {
+	skipIfShort(t, "global: two regions on a NATS supercluster")
 	sc := testnats.StartSuperCluster(t, "a", "b")
 	regions := map[string]*env{}
 	for _, name := range []string{"a", "b"} {

@@ -375,3 +375,26 @@ func (w *watcher) count(kind presence.Kind, user string) int {
 // announced (grace plus a few reap intervals): the window in which a
 // test asserts that nothing was.
 func pastGrace(from time.Time) { time.Sleep(time.Until(from.Add(e2eGrace + 5*e2eReap))) }
+
+// skipIfShort skips a slow end-to-end test under -short, the fast loop
+// (make test-short); the full suite runs it.
+func skipIfShort(t *testing.T, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(what + "; skipped with -short")
+	}
+}
+
+// poll checks cond every interval until it holds or within has passed,
+// and reports whether it held: a wait on a condition for callers that
+// judge the outcome themselves (waitFor fails the test instead).
+func poll(within, every time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(every)
+	}
+	return true
+}

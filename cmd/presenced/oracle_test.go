@@ -413,10 +413,7 @@ func runOracle(t *testing.T, sc oracle.Scenario, opts oracleOpts) (*oracle.Run, 
 	stream := h.readStream(nc)
 	// The core subscriber has seen the stream's last messages, or never
 	// will: poll with a deadline.
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) && !h.coreHas(stream) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	poll(5*time.Second, 20*time.Millisecond, func() bool { return h.coreHas(stream) })
 	dropped, _ := sub.Dropped()
 	_ = sub.Unsubscribe()
 
@@ -600,41 +597,32 @@ func (h *harness) final() oracle.Final {
 	want := oracle.FinalMembers(&oracle.Run{Timing: h.plan.Scenario.Timing, Nodes: h.nodesCopy(), Conns: h.connRecords()})
 	// poll reads until the read equals want or the deadline passes; the
 	// last read is what is judged.
-	poll := func(read func() (map[string]oracle.Members, error), skip string) (map[string]oracle.Members, error) {
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			got, err := read()
-			if err == nil && len(oracle.DiffMembers(want, got, skip)) == 0 || time.Now().After(deadline) {
-				return got, err
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+	pollRead := func(read func() (map[string]oracle.Members, error), skip string) (got map[string]oracle.Members, err error) {
+		poll(5*time.Second, 100*time.Millisecond, func() bool {
+			got, err = read()
+			return err == nil && len(oracle.DiffMembers(want, got, skip)) == 0
+		})
+		return got, err
 	}
 	var err error
-	if f.Query, err = poll(query, ""); err != nil {
+	if f.Query, err = pollRead(query, ""); err != nil {
 		f.Errors = append(f.Errors, err.Error())
 	}
 	if obs != nil {
-		if f.Fresh, err = poll(fresh, ""); err != nil {
+		if f.Fresh, err = pollRead(fresh, ""); err != nil {
 			f.Errors = append(f.Errors, err.Error())
 		}
 	}
 	if f.Fresh != nil {
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		poll(5*time.Second, 100*time.Millisecond, func() bool {
 			f.Views = h.views(obs)
-			same := true
 			for _, v := range f.Views {
 				if len(oracle.DiffMembers(map[string]oracle.Members{v.Room: f.Fresh[v.Room]}, map[string]oracle.Members{v.Room: v.Members}, oracleObserver)) > 0 {
-					same = false
-					break
+					return false
 				}
 			}
-			if same || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return true
+		})
 	}
 	f.At = h.now()
 	return f
@@ -827,10 +815,7 @@ func (a *actor) do(op oracle.Op) {
 			// A return: keep the planned gap from the real end of the
 			// connection (the close sent, or the kill).
 			h.until(op.At)
-			deadline := time.Now().Add(5 * time.Second)
-			for a.conn.alive() && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
-			}
+			poll(5*time.Second, 10*time.Millisecond, func() bool { return !a.conn.alive() })
 			if a.conn.alive() {
 				h.note(a.conn.id, "planned return while still connected: handover instead")
 				a.handover(op)

@@ -125,12 +125,26 @@ func serve(ctx context.Context, cfg serverConfig) error {
 	return s.run(ctx)
 }
 
+// cleanups is a command's one cleanup path: what its steps started,
+// undone by close, last first.
+type cleanups struct{ fs []func() }
+
+func (c *cleanups) onClose(f func()) { c.fs = append(c.fs, f) }
+
+// close undoes what the steps started, last first.
+func (c *cleanups) close() {
+	for i := len(c.fs) - 1; i >= 0; i-- {
+		c.fs[i]()
+	}
+}
+
 // nodeServer is one run of an edge node: the steps of run in order, and
 // one cleanup path (close) for whatever they started.
 type nodeServer struct {
-	cfg      serverConfig
-	lg       *slog.Logger
-	cleanups []func()
+	cleanups
+
+	cfg serverConfig
+	lg  *slog.Logger
 
 	tlsConf   *tls.Config
 	ln        net.Listener
@@ -148,15 +162,6 @@ type nodeServer struct {
 	global    node.Snapshotter
 	node      *node.Node
 	running   atomic.Pointer[node.Node] // node, for the server's goroutines
-}
-
-func (s *nodeServer) onClose(f func()) { s.cleanups = append(s.cleanups, f) }
-
-// close undoes what run started, last first.
-func (s *nodeServer) close() {
-	for i := len(s.cleanups) - 1; i >= 0; i-- {
-		s.cleanups[i]()
-	}
 }
 
 // run checks the configuration, listens at once (health says "starting"

@@ -219,9 +219,8 @@ func (c *checker) presence() {
 }
 
 func (c *checker) judgeKey(key Key, ss []Span) {
-	t, m := c.t, c.t.Margin
 	ps := Periods(ss)
-	gs := t.Gaps(ss, ps)
+	k := &keyJudge{c: c, key: key, ss: ss, ps: ps, gs: c.t.Gaps(ss, ps)}
 	var offs, ons []Event
 	for _, e := range c.byKey[key] {
 		switch e.Kind {
@@ -231,49 +230,87 @@ func (c *checker) judgeKey(key Key, ss []Span) {
 			ons = append(ons, e)
 		}
 	}
-	// The gap an offline belongs to: the last one that starts (less a
-	// margin) at or before it and whose return is not acknowledged (plus a
-	// margin) before it.
-	gapOf := func(at time.Duration) int {
-		best := -1
-		for gi, g := range gs {
-			p := ps[g.After]
-			if at < p.End-m {
-				continue
-			}
-			if g.Next >= 0 && at > ps[g.Next].Start+m {
-				continue
-			}
-			best = gi
+	gapOffs := k.placeOffs(offs)
+	startOns := k.placeOns(ons)
+	// The first period's start must be announced once.
+	if len(ps) > 0 {
+		if n := len(startOns[0]); n != 1 && !(n == 0 && c.uncertainBefore(ss, ps[0])) {
+			c.rep.add(Violation{Class: C4Online, Key: key, At: ps[0].Start, Detail: fmt.Sprintf("first join (sent %s, acked %s) announced %d times", fmtT(ps[0].Send), fmtT(ps[0].Start), n)})
 		}
-		return best
 	}
-	inUncertain := func(at time.Duration) bool {
-		for _, s := range ss {
-			if !s.Certain && at >= s.Send-m && (s.End == None || at <= s.End+t.Settled()) {
-				return true
-			}
+	for gi, g := range k.gs {
+		c.judgeGap(key, ss, ps, g, gapOffs[gi], startOnsOf(startOns, g.Next))
+	}
+}
+
+// keyJudge is what judgeKey knows of one key: its spans, the periods they
+// make and the gaps between them.
+type keyJudge struct {
+	c   *checker
+	key Key
+	ss  []Span
+	ps  []Period
+	gs  []Gap
+}
+
+// gapOf returns the gap an offline at at belongs to: the last one that
+// starts (less a margin) at or before it and whose return is not
+// acknowledged (plus a margin) before it; -1 if none.
+func (k *keyJudge) gapOf(at time.Duration) int {
+	m := k.c.t.Margin
+	best := -1
+	for gi, g := range k.gs {
+		p := k.ps[g.After]
+		if at < p.End-m {
+			continue
 		}
-		return false
+		if g.Next >= 0 && at > k.ps[g.Next].Start+m {
+			continue
+		}
+		best = gi
 	}
-	gapOffs := make([][]Event, len(gs))
+	return best
+}
+
+// inUncertain reports whether at lies in an unacknowledged join's span.
+func (k *keyJudge) inUncertain(at time.Duration) bool {
+	t, m := k.c.t, k.c.t.Margin
+	for _, s := range k.ss {
+		if !s.Certain && at >= s.Send-m && (s.End == None || at <= s.End+t.Settled()) {
+			return true
+		}
+	}
+	return false
+}
+
+// placeOffs sorts the key's offlines into the gaps they belong to,
+// reporting those that belong to none (or lie inside a held period).
+func (k *keyJudge) placeOffs(offs []Event) [][]Event {
+	c, key, ps, m := k.c, k.key, k.ps, k.c.t.Margin
+	gapOffs := make([][]Event, len(k.gs))
 	for _, e := range offs {
 		if pi := heldAt(ps, e.At, m); pi >= 0 {
 			c.rep.add(Violation{Class: C2LiveOffline, Key: key, At: e.At, Detail: fmt.Sprintf("%s %s while held since %s (%s)", e.Kind, e.Reason, fmtT(ps[pi].Start), e.ID)})
 			continue
 		}
-		if gi := gapOf(e.At); gi >= 0 {
+		if gi := k.gapOf(e.At); gi >= 0 {
 			gapOffs[gi] = append(gapOffs[gi], e)
 			continue
 		}
-		if inUncertain(e.At) {
+		if k.inUncertain(e.At) {
 			c.rep.ambiguous("offline near an unacknowledged join", key, e.ID)
 			continue
 		}
 		c.rep.add(Violation{Class: C4Duplicate, Key: key, At: e.At, Detail: fmt.Sprintf("offline %s with no departure in progress (%s)", e.Reason, e.ID)})
 	}
-	// The period an online announces: its first join sent (less a margin)
-	// to its first acknowledgement (plus a margin).
+	return gapOffs
+}
+
+// placeOns sorts the key's onlines into the periods they announce: a
+// period from its first join sent (less a margin) to its first
+// acknowledgement (plus a margin). Those that announce none are reported.
+func (k *keyJudge) placeOns(ons []Event) [][]Event {
+	c, key, ps, m := k.c, k.key, k.ps, k.c.t.Margin
 	startOns := make([][]Event, len(ps))
 	for _, e := range ons {
 		// The first period whose start it can announce, preferring one not
@@ -294,21 +331,13 @@ func (c *checker) judgeKey(key Key, ss []Span) {
 		if heldAt(ps, e.At, m) >= 0 {
 			continue // the user was online already: class 1r has it
 		}
-		if inUncertain(e.At) {
+		if k.inUncertain(e.At) {
 			c.rep.ambiguous("online of an unacknowledged join", key, e.ID)
 			continue
 		}
 		c.rep.add(Violation{Class: C4Online, Key: key, At: e.At, Detail: fmt.Sprintf("online with no join (%s)", e.ID)})
 	}
-	// The first period's start must be announced once.
-	if len(ps) > 0 {
-		if n := len(startOns[0]); n != 1 && !(n == 0 && c.uncertainBefore(ss, ps[0])) {
-			c.rep.add(Violation{Class: C4Online, Key: key, At: ps[0].Start, Detail: fmt.Sprintf("first join (sent %s, acked %s) announced %d times", fmtT(ps[0].Send), fmtT(ps[0].Start), n)})
-		}
-	}
-	for gi, g := range gs {
-		c.judgeGap(key, ss, ps, g, gapOffs[gi], startOnsOf(startOns, g.Next))
-	}
+	return startOns
 }
 
 func startOnsOf(s [][]Event, i int) []Event {
@@ -386,53 +415,63 @@ func (c *checker) judgeGap(key Key, ss []Span, ps []Period, g Gap, offs, ons []E
 		c.rep.add(Violation{Class: C4Duplicate, Key: key, At: offs[1].At, Detail: fmt.Sprintf("%d offlines (%s, %s) after %s", len(offs), offs[0].ID, offs[1].ID, what)})
 	}
 	if len(offs) > 0 {
-		e := offs[0]
-		arr := e.Arrived
-		if arr == None {
-			arr = e.At
-		}
-		announced := arr
-		if e.Stored != None && e.Stored < announced {
-			announced = e.Stored
-		}
-		if !w.Reasons.Has(e.Reason) {
-			c.rep.add(Violation{Class: C4Reason, Key: key, At: e.At, Detail: fmt.Sprintf("offline %s, want %s, after %s (%s)", e.Reason, w.Reasons, what, e.ID)})
-		}
-		if e.At < w.Lo {
-			c.rep.add(Violation{Class: C4Early, Key: key, At: e.At, Detail: fmt.Sprintf("offline %s at %s, window %s, after %s (%s)", e.Reason, fmtT(e.At), w, what, e.ID)})
-		}
-		if announced > w.Hi && c.diedNear(e.At) && announced <= e.At+c.t.Lease+c.t.Reap+c.t.Margin {
-			// Settled in time by a node that died before publishing it: a
-			// reaper publishes it after the lease, as designed.
-			c.rep.ambiguous("offline published after the lease, its producer killed", key, e.ID)
-		} else if announced > w.Hi {
-			c.rep.add(Violation{Class: C4Late, Key: key, At: e.At, Detail: fmt.Sprintf("offline %s stored %s arrived %s, window %s, after %s (%s)", e.Reason, fmtT(e.Stored), fmtT(e.Arrived), w, what, e.ID)})
-		}
-		if w.Certain && w.Reasons.Has(e.Reason) {
-			switch p.Kind {
-			case Release:
-				c.rep.LatencyLeft = append(c.rep.LatencyLeft, arr-p.End)
-			case Abandon:
-				if c.killedAt(p.End) {
-					c.rep.LatencyKilled = append(c.rep.LatencyKilled, arr-p.End)
-				}
+		c.judgeOffline(key, p, w, what, offs[0])
+	}
+	if g.Next >= 0 {
+		c.judgeReturn(key, ps[g.Next], ret, what, offs, ons)
+	}
+}
+
+// judgeOffline judges the first offline e of a departure: its reason,
+// its time against the window w, and its latency when w is certain.
+func (c *checker) judgeOffline(key Key, p Period, w Window, what string, e Event) {
+	arr := e.Arrived
+	if arr == None {
+		arr = e.At
+	}
+	announced := arr
+	if e.Stored != None && e.Stored < announced {
+		announced = e.Stored
+	}
+	if !w.Reasons.Has(e.Reason) {
+		c.rep.add(Violation{Class: C4Reason, Key: key, At: e.At, Detail: fmt.Sprintf("offline %s, want %s, after %s (%s)", e.Reason, w.Reasons, what, e.ID)})
+	}
+	if e.At < w.Lo {
+		c.rep.add(Violation{Class: C4Early, Key: key, At: e.At, Detail: fmt.Sprintf("offline %s at %s, window %s, after %s (%s)", e.Reason, fmtT(e.At), w, what, e.ID)})
+	}
+	if announced > w.Hi && c.diedNear(e.At) && announced <= e.At+c.t.Lease+c.t.Reap+c.t.Margin {
+		// Settled in time by a node that died before publishing it: a
+		// reaper publishes it after the lease, as designed.
+		c.rep.ambiguous("offline published after the lease, its producer killed", key, e.ID)
+	} else if announced > w.Hi {
+		c.rep.add(Violation{Class: C4Late, Key: key, At: e.At, Detail: fmt.Sprintf("offline %s stored %s arrived %s, window %s, after %s (%s)", e.Reason, fmtT(e.Stored), fmtT(e.Arrived), w, what, e.ID)})
+	}
+	if w.Certain && w.Reasons.Has(e.Reason) {
+		switch p.Kind {
+		case Release:
+			c.rep.LatencyLeft = append(c.rep.LatencyLeft, arr-p.End)
+		case Abandon:
+			if c.killedAt(p.End) {
+				c.rep.LatencyKilled = append(c.rep.LatencyKilled, arr-p.End)
 			}
 		}
 	}
-	if g.Next >= 0 {
-		// A return after an announced departure is announced once; one
-		// after a cancelled departure not at all.
-		want := min(len(offs), 1)
-		if ret == Flicker {
-			want = 1
+}
+
+// judgeReturn judges the onlines of the return n after a departure: a
+// return after an announced departure is announced once; one after a
+// cancelled departure not at all.
+func (c *checker) judgeReturn(key Key, n Period, ret ReturnKind, what string, offs, ons []Event) {
+	want := min(len(offs), 1)
+	if ret == Flicker {
+		want = 1
+	}
+	if len(ons) != want {
+		at := n.Start
+		if len(ons) > 0 {
+			at = ons[0].At
 		}
-		if len(ons) != want {
-			at := ps[g.Next].Start
-			if len(ons) > 0 {
-				at = ons[0].At
-			}
-			c.rep.add(Violation{Class: C4Online, Key: key, At: at, Detail: fmt.Sprintf("return announced %d times after %d offlines (want %d): %s", len(ons), len(offs), want, what)})
-		}
+		c.rep.add(Violation{Class: C4Online, Key: key, At: at, Detail: fmt.Sprintf("return announced %d times after %d offlines (want %d): %s", len(ons), len(offs), want, what)})
 	}
 }
 

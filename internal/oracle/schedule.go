@@ -553,31 +553,9 @@ func (g *gen) op(tab int, forced OpKind) {
 	}
 	switch kind {
 	case OpJoin:
-		var cand []string
-		for _, r := range g.plan.Rooms {
-			if !slices.Contains(tb.rooms, r) && g.returnOK(g.key(r, tab), t) {
-				cand = append(cand, r)
-			}
-		}
-		if len(cand) == 0 || len(tb.rooms) >= g.sc.MaxRooms {
-			break
-		}
-		r := cand[g.rng.IntN(len(cand))]
-		tb.rooms = append(tb.rooms, r)
-		g.emit(tab, Op{At: t, Kind: OpJoin, Room: r, State: tb.states[r]})
-		g.hold(r, tab)
+		g.opJoin(tab, t)
 	case OpLeave:
-		if len(tb.rooms) == 0 {
-			break
-		}
-		i := g.rng.IntN(len(tb.rooms))
-		r := tb.rooms[i]
-		if !g.endOK(tab, []string{r}, t) {
-			break
-		}
-		tb.rooms = slices.Delete(tb.rooms, i, i+1)
-		g.emit(tab, Op{At: t, Kind: OpLeave, Room: r})
-		g.release(tab, []string{r}, t, Release)
+		g.opLeave(tab, t)
 	case OpState:
 		if len(tb.rooms) == 0 {
 			break
@@ -587,35 +565,88 @@ func (g *gen) op(tab int, forced OpKind) {
 		tb.states[r] = s
 		g.emit(tab, Op{At: t, Kind: OpState, Room: r, State: s})
 	case OpClose, OpReset:
-		if !g.endOK(tab, tb.rooms, t) {
-			break
+		if g.opEnd(tab, kind, t) {
+			return // its return is planned
 		}
-		g.emit(tab, Op{At: t, Kind: kind})
-		tb.node, tb.ended = -1, t
-		g.release(tab, tb.rooms, t, Release)
-		if t > g.sc.Duration-3*time.Second && g.rng.IntN(100) < 15 {
-			tb.gen++ // gone for good: the end of the run has tabs closed too
-			return
-		}
-		w := g.t.ReleaseWindow(t)
-		away := time.Duration(0)
-		if g.sc.Duration > time.Minute && g.rng.IntN(100) < 4 {
-			away = g.uniform(10*time.Second, 30*time.Second) // a long absence
-		}
-		g.planReturn(tab, w.Lo-t-g.sc.JoinAllowance, w.Hi-t, away)
-		return
 	case OpHandover:
-		nodes := g.eligible(t, tb.node)
-		if len(nodes) == 0 {
-			break
+		if g.opHandover(tab, t) {
+			return // its next op is planned
 		}
-		n := nodes[g.rng.IntN(len(nodes))]
-		g.emit(tab, Op{At: t, Kind: OpHandover, Node: n, Rooms: slices.Clone(tb.rooms), States: g.roomStates(tb)})
-		tb.node = n
-		g.nextOp(tab, t+g.sc.JoinAllowance)
-		return
 	}
 	g.nextOp(tab, t)
+}
+
+// opJoin joins tab to a room it may return to, if any and under its cap.
+func (g *gen) opJoin(tab int, t time.Duration) {
+	tb := g.tabs[tab]
+	var cand []string
+	for _, r := range g.plan.Rooms {
+		if !slices.Contains(tb.rooms, r) && g.returnOK(g.key(r, tab), t) {
+			cand = append(cand, r)
+		}
+	}
+	if len(cand) == 0 || len(tb.rooms) >= g.sc.MaxRooms {
+		return
+	}
+	r := cand[g.rng.IntN(len(cand))]
+	tb.rooms = append(tb.rooms, r)
+	g.emit(tab, Op{At: t, Kind: OpJoin, Room: r, State: tb.states[r]})
+	g.hold(r, tab)
+}
+
+// opLeave leaves one of tab's rooms, when its departure may start now.
+func (g *gen) opLeave(tab int, t time.Duration) {
+	tb := g.tabs[tab]
+	if len(tb.rooms) == 0 {
+		return
+	}
+	i := g.rng.IntN(len(tb.rooms))
+	r := tb.rooms[i]
+	if !g.endOK(tab, []string{r}, t) {
+		return
+	}
+	tb.rooms = slices.Delete(tb.rooms, i, i+1)
+	g.emit(tab, Op{At: t, Kind: OpLeave, Room: r})
+	g.release(tab, []string{r}, t, Release)
+}
+
+// opEnd closes or resets tab's connection, when its departures may start
+// now, and plans its return (or none, near the end of the run). It
+// reports whether it did.
+func (g *gen) opEnd(tab int, kind OpKind, t time.Duration) bool {
+	tb := g.tabs[tab]
+	if !g.endOK(tab, tb.rooms, t) {
+		return false
+	}
+	g.emit(tab, Op{At: t, Kind: kind})
+	tb.node, tb.ended = -1, t
+	g.release(tab, tb.rooms, t, Release)
+	if t > g.sc.Duration-3*time.Second && g.rng.IntN(100) < 15 {
+		tb.gen++ // gone for good: the end of the run has tabs closed too
+		return true
+	}
+	w := g.t.ReleaseWindow(t)
+	away := time.Duration(0)
+	if g.sc.Duration > time.Minute && g.rng.IntN(100) < 4 {
+		away = g.uniform(10*time.Second, 30*time.Second) // a long absence
+	}
+	g.planReturn(tab, w.Lo-t-g.sc.JoinAllowance, w.Hi-t, away)
+	return true
+}
+
+// opHandover moves tab to another eligible node, if any, and plans its
+// next op once the joins there are allowed for. It reports whether it did.
+func (g *gen) opHandover(tab int, t time.Duration) bool {
+	tb := g.tabs[tab]
+	nodes := g.eligible(t, tb.node)
+	if len(nodes) == 0 {
+		return false
+	}
+	n := nodes[g.rng.IntN(len(nodes))]
+	g.emit(tab, Op{At: t, Kind: OpHandover, Node: n, Rooms: slices.Clone(tb.rooms), States: g.roomStates(tb)})
+	tb.node = n
+	g.nextOp(tab, t+g.sc.JoinAllowance)
+	return true
 }
 
 // pick chooses an operation by weight.

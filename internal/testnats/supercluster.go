@@ -263,16 +263,24 @@ func startGatewayServer(tb testing.TB, n, advertise string, remotes []*server.Re
 		fatal := &fatalLog{ch: make(chan string, 1)}
 		s.SetLogger(fatal, false, false)
 		go s.Start()
-		if lastErr = waitReady(s, fatal.ch, 10*time.Second); lastErr == "" {
+		if lastErr = waitReady(s, fatal.ch, readyTimeout); lastErr == "" {
 			tb.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 			return s
 		}
 		s.Shutdown()
 		s.WaitForShutdown()
+		retried(n, lastErr)
 	}
 	tb.Fatalf("nats-server %s: %s", n, lastErr)
 	return nil
 }
+
+// readyTimeout bounds the wait for a server that neither accepts
+// connections nor reports a fatal error.
+const readyTimeout = 10 * time.Second
+
+// notReady is waitReady's answer when the timeout passed.
+const notReady = "not ready in "
 
 // waitReady waits until s accepts connections and returns "", or returns
 // why it will not: a fatal error it logged or the timeout.
@@ -285,7 +293,7 @@ func waitReady(s *server.Server, fatal <-chan string, timeout time.Duration) str
 		default:
 		}
 		if time.Now().After(deadline) {
-			return fmt.Sprintf("not ready in %v", timeout)
+			return fmt.Sprintf(notReady+"%v", timeout)
 		}
 	}
 	return ""
@@ -309,6 +317,10 @@ func (*fatalLog) Tracef(string, ...any)  {}
 
 // pickPort is freePort; a test replaces it to force a taken port.
 var pickPort = freePort
+
+// retried is told why each failed start of a cluster's server is retried;
+// a test replaces it to see the cause.
+var retried = func(cluster, why string) {}
 
 // freePort returns a port that was free a moment ago.
 func freePort(tb testing.TB) int {

@@ -7,6 +7,9 @@
 package testnats
 
 import (
+	"errors"
+	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -59,4 +62,27 @@ func Connect(tb testing.TB, s *server.Server) *nats.Conn {
 	}
 	tb.Cleanup(nc.Close)
 	return nc
+}
+
+// Run starts a nats-server as Start does, for code that has no testing.TB
+// (an example function): stop shuts it down and removes its store.
+func Run() (s *server.Server, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "testnats-")
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err = server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true, JetStream: true, StoreDir: dir,
+	})
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, nil, fmt.Errorf("nats-server: %w", err)
+	}
+	go s.Start()
+	stop = func() { s.Shutdown(); s.WaitForShutdown(); _ = os.RemoveAll(dir) }
+	if !s.ReadyForConnections(10 * time.Second) {
+		stop()
+		return nil, nil, errors.New("nats-server not ready in 10s")
+	}
+	return s, stop, nil
 }
