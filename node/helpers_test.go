@@ -330,7 +330,7 @@ func (c *client) ping() {
 func (c *client) closeNormally() {
 	c.t.Helper()
 	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye"), time.Now().Add(time.Second))
-	c.waitEnd()
+	_ = c.waitEnd() // the close code is the caller's to check, if it cares
 }
 
 // waitEnd waits for the connection to end and returns the reader error,

@@ -299,8 +299,13 @@ func TestDrainClosesWith1012AndKeepsSessions(t *testing.T) {
 	if _, resp, err := dialRaw(n1.wsURL("session=x"), http.Header{"Authorization": {"Bearer " + tokA}}); err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("dial after drain: %v %v, want 503", err, resp)
 	}
-	if resp, err := http.Get(n1.srv.URL + PathHealth); err != nil || resp.StatusCode != http.StatusServiceUnavailable {
-		t.Fatalf("health after drain: %v %v", resp, err)
+	resp, err := http.Get(n1.srv.URL + PathHealth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("health after drain: %v", resp.Status)
 	}
 
 	// jo reconnects elsewhere inside the TTL; kim never comes back.
@@ -465,8 +470,12 @@ func TestUnknownOriginAndBadRequests(t *testing.T) {
 		t.Fatalf("no session: %v %v", err, resp)
 	}
 	resp, err := http.Get(n.srv.URL + PathWebSocket)
-	if err != nil || resp.StatusCode != http.StatusBadRequest {
-		t.Fatalf("plain GET: %v %v", resp, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("plain GET: %v", resp.Status)
 	}
 }
 
@@ -479,8 +488,12 @@ func TestHealthAndMetrics(t *testing.T) {
 	c.expectError(CodeUnknownType, "")
 
 	resp, err := http.Get(n.srv.URL + PathHealth)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("health: %v %v", resp, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("health: %v", resp.Status)
 	}
 	var h Health
 	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil || h.Status != "ok" || h.Connections != 1 || h.Sessions != 1 || h.Rooms != 1 {
@@ -492,6 +505,7 @@ func TestHealthAndMetrics(t *testing.T) {
 			return false
 		}
 		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
 		s := string(b)
 		for _, want := range []string{
 			"presence_node_connections 1", "presence_node_sessions 1", "presence_node_rooms 1", "presence_node_joins_total 1",

@@ -61,8 +61,8 @@ func newProcessEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait() // killed: its exit status says nothing
 	})
 	url := "nats://127.0.0.1:" + strconv.Itoa(port)
 	var nc *nats.Conn
