@@ -4,6 +4,10 @@
 //
 // # Subjects
 //
+// subject.go builds every subject of the project (transitions, ingest,
+// queries, the global view's sync and the nodes' control subjects) and
+// lists the whole namespace. Transitions:
+//
 //	presence.<region>.<room>.<kind>.<user>   a region's transitions
 //	presence.global.<room>.<kind>.<user>     the cross-region view's transitions
 //

@@ -70,6 +70,26 @@ func TestSubjects(t *testing.T) {
 	if err := ValidateRegion("global"); err == nil {
 		t.Fatal("global accepted as a region")
 	}
+	// The whole namespace, byte for byte: other services and the NATS
+	// permissions (deploy/nats) spell these out.
+	g := presence.Transition{Region: GlobalRegion, Room: "lobby", Kind: presence.Online, User: "ann"}
+	for got, want := range map[string]string{
+		EventSubject(g):         "presence.global.lobby.online.ann",
+		IngestSubject(g):        "presence-in.global.lobby.online.ann",
+		IngestFilter("eu"):      "presence-in.eu.>",
+		RegionFilter("eu"):      "presence.eu.>",
+		SyncDeltaSubject("eu"):  "presence-sync.eu.delta",
+		SyncFullSubject("eu"):   "presence-sync.eu.full",
+		SyncResyncSubject("eu"): "presence-sync.eu.resync",
+		SyncResyncAllSubject:    "presence-sync.resync",
+		GlobalIngestSubject(g):  "presence-sync.global.lobby.online.ann",
+		GlobalIngestRoot + ".>": "presence-sync.global.>",
+		TakeoverSubject("eu"):   "presence-ctl.eu.takeover",
+	} {
+		if got != want {
+			t.Errorf("subject %q, want %q", got, want)
+		}
+	}
 }
 
 // at always has three fractional digits, trailing zeros included.

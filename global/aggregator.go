@@ -158,8 +158,8 @@ func (a *Aggregator) StreamConfig() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:              StreamName,
 		Description:       "presence: the announced cross-region view",
-		Subjects:          []string{ingestRoot + ".>"},
-		SubjectTransform:  &jetstream.SubjectTransformConfig{Source: ingestRoot + ".>", Destination: glob},
+		Subjects:          []string{bus.GlobalIngestRoot + ".>"},
+		SubjectTransform:  &jetstream.SubjectTransformConfig{Source: bus.GlobalIngestRoot + ".>", Destination: glob},
 		RePublish:         &jetstream.RePublish{Source: glob, Destination: glob},
 		Retention:         jetstream.LimitsPolicy,
 		Discard:           jetstream.DiscardOld,
@@ -190,7 +190,7 @@ func (a *Aggregator) Start(ctx context.Context) error {
 		return err
 	}
 	nc := a.cfg.NATS
-	for _, subj := range []string{DeltaSubject("*"), FullSubject("*")} {
+	for _, subj := range []string{bus.SyncDeltaSubject("*"), bus.SyncFullSubject("*")} {
 		sub, err := nc.ChanSubscribe(subj, a.syncCh)
 		if err != nil {
 			a.unsubscribe()
@@ -214,7 +214,7 @@ func (a *Aggregator) Start(ctx context.Context) error {
 		a.unsubscribe()
 		return err
 	}
-	_ = nc.Publish(ResyncAllSubject, a.resyncBody())
+	_ = nc.Publish(bus.SyncResyncAllSubject, a.resyncBody())
 	a.mu.Lock()
 	a.c.ann = ann
 	a.mu.Unlock()
@@ -434,7 +434,7 @@ func (a *Aggregator) onPublication(m *nats.Msg) touchSet {
 			"region", p.Region, "gen", p.Gen, "seq", p.Seq, "max_full_bytes", a.cfg.MaxFullBytes)
 	}
 	if ask {
-		_ = a.cfg.NATS.Publish(ResyncSubject(p.Region), a.resyncBody())
+		_ = a.cfg.NATS.Publish(bus.SyncResyncSubject(p.Region), a.resyncBody())
 	}
 	return touched
 }
@@ -828,7 +828,7 @@ func (a *Aggregator) prepare(intents []intent, now time.Time) []write {
 			continue
 		}
 		a.next++
-		w := write{t: t, seq: a.next, msg: &nats.Msg{Subject: ingestSubject(t), Data: data, Header: nats.Header{}}}
+		w := write{t: t, seq: a.next, msg: &nats.Msg{Subject: bus.GlobalIngestSubject(t), Data: data, Header: nats.Header{}}}
 		w.prev = a.c.ann.apply(t, w.seq, now)
 		round = append(round, w)
 	}

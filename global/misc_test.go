@@ -27,14 +27,14 @@ func TestMalformedInputIsDroppedAndCounted(t *testing.T) {
 	t.Cleanup(func() { dump(t, "agg", agg) })
 	nc := w.sc.Connect(t, "eu")
 	junk := []struct{ subject, body string }{
-		{global.DeltaSubject("eu"), `not json`},
-		{global.DeltaSubject("eu"), `{"v":2,"kind":"delta","region":"eu","gen":1,"inst":"x","seq":1,"rooms":[]}`},
-		{global.DeltaSubject("eu"), `{"v":1,"kind":"delta","region":"us","gen":1,"inst":"x","seq":1,"rooms":[]}`},
-		{global.DeltaSubject("eu"), `{"v":1,"kind":"delta","region":"eu","gen":0,"inst":"x","seq":1,"rooms":[]}`},
-		{global.DeltaSubject("eu"), `{"v":1,"kind":"delta","region":"eu","gen":1,"inst":"x","seq":1,"rooms":[{"room":"a.b"}]}`},
-		{global.FullSubject("eu"), `{"v":1,"kind":"full","region":"eu","gen":1,"inst":"x","seq":1,"part":3,"parts":2,"rooms":[]}`},
-		{global.FullSubject("eu"), `{"v":1,"kind":"full","region":"eu","gen":1,"inst":"x","seq":1,"part":1,"parts":99999999,"rooms":[]}`},
-		{global.FullSubject("eu"), `[]`},
+		{bus.SyncDeltaSubject("eu"), `not json`},
+		{bus.SyncDeltaSubject("eu"), `{"v":2,"kind":"delta","region":"eu","gen":1,"inst":"x","seq":1,"rooms":[]}`},
+		{bus.SyncDeltaSubject("eu"), `{"v":1,"kind":"delta","region":"us","gen":1,"inst":"x","seq":1,"rooms":[]}`},
+		{bus.SyncDeltaSubject("eu"), `{"v":1,"kind":"delta","region":"eu","gen":0,"inst":"x","seq":1,"rooms":[]}`},
+		{bus.SyncDeltaSubject("eu"), `{"v":1,"kind":"delta","region":"eu","gen":1,"inst":"x","seq":1,"rooms":[{"room":"a.b"}]}`},
+		{bus.SyncFullSubject("eu"), `{"v":1,"kind":"full","region":"eu","gen":1,"inst":"x","seq":1,"part":3,"parts":2,"rooms":[]}`},
+		{bus.SyncFullSubject("eu"), `{"v":1,"kind":"full","region":"eu","gen":1,"inst":"x","seq":1,"part":1,"parts":99999999,"rooms":[]}`},
+		{bus.SyncFullSubject("eu"), `[]`},
 		{"presence-sync.eu.other", `{}`}, // not subscribed: not counted
 	}
 	for _, j := range junk {
@@ -46,7 +46,7 @@ func TestMalformedInputIsDroppedAndCounted(t *testing.T) {
 
 	// An impostor with a valid delta from an unknown generation only makes
 	// the aggregator ask eu for a full.
-	_ = nc.Publish(global.DeltaSubject("eu"), []byte(`{"v":1,"kind":"delta","region":"eu","gen":999,"inst":"x","seq":5,"rooms":[{"room":"room","set":{"ghost":["s"]}}]}`))
+	_ = nc.Publish(bus.SyncDeltaSubject("eu"), []byte(`{"v":1,"kind":"delta","region":"eu","gen":999,"inst":"x","seq":5,"rooms":[{"room":"room","set":{"ghost":["s"]}}]}`))
 
 	// Garbage in the global stream itself.
 	js, _ := jetstream.New(nc)

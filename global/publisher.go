@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -89,7 +90,7 @@ func (p *RegionPublisher) Start(ctx context.Context) error {
 		return err
 	}
 	p.lease = newLease(p.cfg.JetStream, kv, p.cfg.LeaseBucket, "publisher", p.cfg.Instance, p.cfg.LeaseTTL)
-	for _, subj := range []string{ResyncSubject(p.cfg.Region), ResyncAllSubject} {
+	for _, subj := range []string{bus.SyncResyncSubject(p.cfg.Region), bus.SyncResyncAllSubject} {
 		sub, err := p.cfg.NATS.Subscribe(subj, func(*nats.Msg) { p.requestFull() })
 		if err != nil {
 			p.unsubscribe()
@@ -217,7 +218,7 @@ func (p *RegionPublisher) cadence(ctx context.Context) {
 			parts = [][]RoomOps{nil}
 		}
 		for i, ops := range parts {
-			sendErr = errors.Join(sendErr, p.send(FullSubject(p.cfg.Region), Publication{
+			sendErr = errors.Join(sendErr, p.send(bus.SyncFullSubject(p.cfg.Region), Publication{
 				Kind: KindFull, Seq: p.seq, Part: i + 1, Parts: len(parts), Rooms: ops,
 			}))
 		}
@@ -230,7 +231,7 @@ func (p *RegionPublisher) cadence(ctx context.Context) {
 		}
 		for _, ops := range chunks {
 			p.seq++
-			sendErr = errors.Join(sendErr, p.send(DeltaSubject(p.cfg.Region), Publication{Kind: KindDelta, Seq: p.seq, Rooms: ops}))
+			sendErr = errors.Join(sendErr, p.send(bus.SyncDeltaSubject(p.cfg.Region), Publication{Kind: KindDelta, Seq: p.seq, Rooms: ops}))
 			p.stats.Deltas.Add(1)
 		}
 		p.sinceFull++

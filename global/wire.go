@@ -14,44 +14,28 @@ import (
 	"github.com/presence-dev/presence/presence"
 )
 
-// SyncRoot is the first token of the internal subjects regions and
-// aggregators talk on. It is outside presence.>, so a subscriber to
-// presence.> sees transitions only.
-const SyncRoot = "presence-sync"
-
 // SyncVersion is the version of the publication encoding. An aggregator
 // drops (and counts) a version it does not know.
 const SyncVersion = 1
 
-// Publication kinds; each is also the last token of its subject.
+// Publication kinds; each is also the last token of its subject (see
+// bus.SyncDeltaSubject, bus.SyncFullSubject).
 const (
-	KindDelta  = "delta"
-	KindFull   = "full"
-	kindResync = "resync"
+	KindDelta = "delta"
+	KindFull  = "full"
 )
 
-// DeltaSubject is where region publishes its deltas (and liveness).
-func DeltaSubject(region string) string { return SyncRoot + "." + region + "." + KindDelta }
+// DeltaSubject is bus.SyncDeltaSubject.
+//
+// Deprecated: the subject namespace lives in package bus; use
+// bus.SyncDeltaSubject.
+func DeltaSubject(region string) string { return bus.SyncDeltaSubject(region) }
 
-// FullSubject is where region publishes its full snapshots.
-func FullSubject(region string) string { return SyncRoot + "." + region + "." + KindFull }
-
-// ResyncSubject asks region's active publisher for a full snapshot.
-func ResyncSubject(region string) string { return SyncRoot + "." + region + "." + kindResync }
-
-// ResyncAllSubject asks every region's active publisher for a full
-// snapshot; an aggregator sends it when it starts.
-const ResyncAllSubject = SyncRoot + "." + kindResync
-
-// ingestRoot is where the leading aggregator sends global transitions;
-// the global stream stores them as presence.global.> and republishes them
-// there once stored.
-const ingestRoot = SyncRoot + "." + bus.GlobalRegion
-
-// ingestSubject is the subject an aggregator publishes t on.
-func ingestSubject(t presence.Transition) string {
-	return ingestRoot + "." + t.Room + "." + string(t.Kind) + "." + t.User
-}
+// FullSubject is bus.SyncFullSubject.
+//
+// Deprecated: the subject namespace lives in package bus; use
+// bus.SyncFullSubject.
+func FullSubject(region string) string { return bus.SyncFullSubject(region) }
 
 // Publication is one message of a region's publication stream (version
 // 1). A delta applies to the state after Seq-1; a full (Parts messages
@@ -113,11 +97,11 @@ func DecodePublication(subject string, data []byte) (*Publication, error) {
 	}
 	switch p.Kind {
 	case KindDelta:
-		if subject != DeltaSubject(p.Region) || p.Part != 0 || p.Parts != 0 {
+		if subject != bus.SyncDeltaSubject(p.Region) || p.Part != 0 || p.Parts != 0 {
 			return nil, fmt.Errorf("global: decode publication: delta of %s on %q", p.Region, subject)
 		}
 	case KindFull:
-		if subject != FullSubject(p.Region) {
+		if subject != bus.SyncFullSubject(p.Region) {
 			return nil, fmt.Errorf("global: decode publication: full of %s on %q", p.Region, subject)
 		}
 		if p.Parts < 1 || p.Parts > maxParts || p.Part < 1 || p.Part > p.Parts {

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/presence-dev/presence/bus"
 )
 
 func TestDiffApplyRoundTrip(t *testing.T) {
@@ -91,7 +93,7 @@ func TestTruthDiffCarriesStates(t *testing.T) {
 	for i, c := range chunkOps(now.Ops(), 64) {
 		back.Apply(c)
 		body := mustJSON(t, Publication{V: 1, Kind: KindDelta, Region: "eu", Gen: 1, Inst: "i", Seq: uint64(i + 1), Rooms: c})
-		if _, err := DecodePublication(DeltaSubject("eu"), body); err != nil {
+		if _, err := DecodePublication(bus.SyncDeltaSubject("eu"), body); err != nil {
 			t.Fatalf("chunk %d: %v", i, err)
 		}
 	}
@@ -111,38 +113,38 @@ func mustJSON(t *testing.T, v any) []byte {
 
 func TestDecodePublicationRejects(t *testing.T) {
 	good := `{"v":1,"kind":"delta","region":"eu","gen":1,"inst":"i","seq":1,"at":0,"rooms":[{"room":"r","set":{"u":["s"]},"st":{"u":{"s":{"a":1}}},"del":["x"]}]}`
-	if _, err := DecodePublication(DeltaSubject("eu"), []byte(good)); err != nil {
+	if _, err := DecodePublication(bus.SyncDeltaSubject("eu"), []byte(good)); err != nil {
 		t.Fatalf("good delta: %v", err)
 	}
 	goodFull := `{"v":1,"kind":"full","region":"eu","gen":1,"inst":"i","seq":1,"part":1,"parts":1,"rooms":[]}`
-	if _, err := DecodePublication(FullSubject("eu"), []byte(goodFull)); err != nil {
+	if _, err := DecodePublication(bus.SyncFullSubject("eu"), []byte(goodFull)); err != nil {
 		t.Fatalf("good full: %v", err)
 	}
 	bad := map[string]struct{ subject, body string }{
-		"not JSON":            {DeltaSubject("eu"), `{`},
-		"version":             {DeltaSubject("eu"), strings.Replace(good, `"v":1`, `"v":2`, 1)},
-		"region reserved":     {DeltaSubject("global"), strings.Replace(good, `"eu"`, `"global"`, 1)},
+		"not JSON":            {bus.SyncDeltaSubject("eu"), `{`},
+		"version":             {bus.SyncDeltaSubject("eu"), strings.Replace(good, `"v":1`, `"v":2`, 1)},
+		"region reserved":     {bus.SyncDeltaSubject("global"), strings.Replace(good, `"eu"`, `"global"`, 1)},
 		"region invalid":      {"presence-sync.e u.delta", strings.Replace(good, `"eu"`, `"e u"`, 1)},
-		"subject mismatch":    {DeltaSubject("ap"), good},
-		"kind mismatch":       {FullSubject("eu"), good},
-		"unknown kind":        {DeltaSubject("eu"), strings.Replace(good, `"delta"`, `"beat"`, 1)},
-		"no gen":              {DeltaSubject("eu"), strings.Replace(good, `"gen":1`, `"gen":0`, 1)},
-		"no seq":              {DeltaSubject("eu"), strings.Replace(good, `"seq":1`, `"seq":0`, 1)},
-		"no instance":         {DeltaSubject("eu"), strings.Replace(good, `"inst":"i"`, `"inst":""`, 1)},
-		"bad room":            {DeltaSubject("eu"), strings.Replace(good, `"room":"r"`, `"room":"a.b"`, 1)},
-		"bad user":            {DeltaSubject("eu"), strings.Replace(good, `{"u":`, `{"u*":`, 1)},
-		"bad session":         {DeltaSubject("eu"), strings.Replace(good, `["s"]`, `["s>"]`, 1)},
-		"bad deleted user":    {DeltaSubject("eu"), strings.Replace(good, `["x"]`, `[""]`, 1)},
-		"part of a delta":     {DeltaSubject("eu"), strings.Replace(good, `"at":0`, `"at":0,"part":1,"parts":1`, 1)},
-		"part 0":              {FullSubject("eu"), strings.Replace(goodFull, `"part":1`, `"part":0`, 1)},
-		"part beyond parts":   {FullSubject("eu"), strings.Replace(goodFull, `"part":1`, `"part":2`, 1)},
-		"too many parts":      {FullSubject("eu"), strings.Replace(goodFull, `"parts":1`, `"parts":1000000`, 1)},
-		"full deletes":        {FullSubject("eu"), strings.Replace(goodFull, `"rooms":[]`, `"rooms":[{"room":"r","del":["u"]}]`, 1)},
-		"wrong type":          {DeltaSubject("eu"), strings.Replace(good, `"seq":1`, `"seq":"1"`, 1)},
-		"state of no user":    {DeltaSubject("eu"), strings.Replace(good, `"st":{"u":`, `"st":{"v":`, 1)},
-		"state of no session": {DeltaSubject("eu"), strings.Replace(good, `{"s":{"a":1}}`, `{"t":{"a":1}}`, 1)},
-		"null state":          {DeltaSubject("eu"), strings.Replace(good, `{"a":1}`, `null`, 1)},
-		"state too big":       {DeltaSubject("eu"), strings.Replace(good, `{"a":1}`, `"`+strings.Repeat("x", 1100)+`"`, 1)},
+		"subject mismatch":    {bus.SyncDeltaSubject("ap"), good},
+		"kind mismatch":       {bus.SyncFullSubject("eu"), good},
+		"unknown kind":        {bus.SyncDeltaSubject("eu"), strings.Replace(good, `"delta"`, `"beat"`, 1)},
+		"no gen":              {bus.SyncDeltaSubject("eu"), strings.Replace(good, `"gen":1`, `"gen":0`, 1)},
+		"no seq":              {bus.SyncDeltaSubject("eu"), strings.Replace(good, `"seq":1`, `"seq":0`, 1)},
+		"no instance":         {bus.SyncDeltaSubject("eu"), strings.Replace(good, `"inst":"i"`, `"inst":""`, 1)},
+		"bad room":            {bus.SyncDeltaSubject("eu"), strings.Replace(good, `"room":"r"`, `"room":"a.b"`, 1)},
+		"bad user":            {bus.SyncDeltaSubject("eu"), strings.Replace(good, `{"u":`, `{"u*":`, 1)},
+		"bad session":         {bus.SyncDeltaSubject("eu"), strings.Replace(good, `["s"]`, `["s>"]`, 1)},
+		"bad deleted user":    {bus.SyncDeltaSubject("eu"), strings.Replace(good, `["x"]`, `[""]`, 1)},
+		"part of a delta":     {bus.SyncDeltaSubject("eu"), strings.Replace(good, `"at":0`, `"at":0,"part":1,"parts":1`, 1)},
+		"part 0":              {bus.SyncFullSubject("eu"), strings.Replace(goodFull, `"part":1`, `"part":0`, 1)},
+		"part beyond parts":   {bus.SyncFullSubject("eu"), strings.Replace(goodFull, `"part":1`, `"part":2`, 1)},
+		"too many parts":      {bus.SyncFullSubject("eu"), strings.Replace(goodFull, `"parts":1`, `"parts":1000000`, 1)},
+		"full deletes":        {bus.SyncFullSubject("eu"), strings.Replace(goodFull, `"rooms":[]`, `"rooms":[{"room":"r","del":["u"]}]`, 1)},
+		"wrong type":          {bus.SyncDeltaSubject("eu"), strings.Replace(good, `"seq":1`, `"seq":"1"`, 1)},
+		"state of no user":    {bus.SyncDeltaSubject("eu"), strings.Replace(good, `"st":{"u":`, `"st":{"v":`, 1)},
+		"state of no session": {bus.SyncDeltaSubject("eu"), strings.Replace(good, `{"s":{"a":1}}`, `{"t":{"a":1}}`, 1)},
+		"null state":          {bus.SyncDeltaSubject("eu"), strings.Replace(good, `{"a":1}`, `null`, 1)},
+		"state too big":       {bus.SyncDeltaSubject("eu"), strings.Replace(good, `{"a":1}`, `"`+strings.Repeat("x", 1100)+`"`, 1)},
 	}
 	for name, c := range bad {
 		if _, err := DecodePublication(c.subject, []byte(c.body)); err == nil {
