@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/presence-dev/presence/presence"
 )
 
 // Embedded server defaults.
@@ -48,13 +50,13 @@ func (c EmbeddedConfig) WithDefaults() EmbeddedConfig {
 // Validate checks c as given: call WithDefaults first to fill zero fields.
 func (c EmbeddedConfig) Validate() error {
 	if c.Host == "" {
-		return &ConfigError{"host", "must not be empty"}
+		return &presence.ConfigError{Field: "host", Rule: "must not be empty"}
 	}
 	if c.Port < -1 || c.Port == 0 || c.Port > 65535 {
-		return &ConfigError{"port", fmt.Sprintf("must be -1 (any free port) or 1 to 65535, got %d", c.Port)}
+		return &presence.ConfigError{Field: "port", Rule: fmt.Sprintf("must be -1 (any free port) or 1 to 65535, got %d", c.Port)}
 	}
 	if c.StoreDir == "" {
-		return &ConfigError{"store dir", "must not be empty"}
+		return &presence.ConfigError{Field: "store dir", Rule: "must not be empty"}
 	}
 	return nil
 }

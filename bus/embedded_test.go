@@ -100,8 +100,8 @@ func TestEmbeddedConfig(t *testing.T) {
 	}
 	for _, bad := range []bus.EmbeddedConfig{{Port: -2}, {Port: 70000}} {
 		_, err := bus.StartEmbedded(bad)
-		var ce *bus.ConfigError
-		if !errors.As(err, &ce) || ce.Field != "port" || !strings.HasPrefix(err.Error(), "bus: config: port") {
+		var ce *presence.ConfigError
+		if !errors.As(err, &ce) || ce.Field != "port" || !strings.HasPrefix(err.Error(), "presence: config: port") {
 			t.Errorf("%+v: %v", bad, err)
 		}
 	}

@@ -295,8 +295,8 @@ func TestConfigValidation(t *testing.T) {
 
 func checkConfigErr(t *testing.T, err error, field string) {
 	t.Helper()
-	var ce *global.ConfigError
-	if !errors.As(err, &ce) || ce.Field != field || !strings.HasPrefix(err.Error(), "global: config: "+field+": ") {
+	var ce *presence.ConfigError
+	if !errors.As(err, &ce) || ce.Field != field || !strings.HasPrefix(err.Error(), "presence: config: "+field+": ") {
 		t.Errorf("got %v, want a config error on %s", err, field)
 	}
 }
