@@ -190,77 +190,91 @@ func (c *core) publication(p *Publication, now time.Time) (touchSet, bool) {
 	}
 	switch p.Kind {
 	case KindDelta:
-		switch {
-		case current && r.synced && p.Seq == r.seq+1:
-			touched := touchSet{}
-			touched.addOps(p.Rooms)
-			r.rooms.Apply(p.Rooms)
-			r.states.Apply(p.Rooms)
-			r.seq, r.heard = p.Seq, now
-			c.stats.Publications.Add(1)
-			return touched, false
-		case current && p.Seq <= r.seq:
-			return nil, false // a duplicate
-		case r.asm != nil && p.Gen == r.asm.gen && p.Inst == r.asm.inst && p.Seq == r.asm.seq+1:
-			// Follows a full whose parts did not all arrive.
-			r.asm = nil
+		return c.delta(r, p, current, now)
+	case KindFull:
+		return c.full(r, p, current, now)
+	}
+	return nil, false
+}
+
+// delta applies a delta of r: in sequence from the current publisher it
+// is applied; a duplicate is ignored; anything else leaves r unsynced,
+// holding what it has, until a full arrives.
+func (c *core) delta(r *regionState, p *Publication, current bool, now time.Time) (touchSet, bool) {
+	switch {
+	case current && r.synced && p.Seq == r.seq+1:
+		touched := touchSet{}
+		touched.addOps(p.Rooms)
+		r.rooms.Apply(p.Rooms)
+		r.states.Apply(p.Rooms)
+		r.seq, r.heard = p.Seq, now
+		c.stats.Publications.Add(1)
+		return touched, false
+	case current && p.Seq <= r.seq:
+		return nil, false // a duplicate
+	case r.asm != nil && p.Gen == r.asm.gen && p.Inst == r.asm.inst && p.Seq == r.asm.seq+1:
+		// Follows a full whose parts did not all arrive.
+		r.asm = nil
+		c.stats.DroppedFulls.Add(1)
+	}
+	if r.synced {
+		c.stats.Gaps.Add(1)
+	}
+	r.synced = false // hold what we have; wait for a full
+	return nil, c.ask(r, now)
+}
+
+// full adds a part of a full snapshot of r to its assembly; the last part
+// replaces r's view and makes p's publisher r's current one. A lost part
+// drops the assembly and asks for another full.
+func (c *core) full(r *regionState, p *Publication, current bool, now time.Time) (touchSet, bool) {
+	if current && r.synced && p.Seq <= r.seq {
+		return nil, false // a duplicate
+	}
+	if (fullID{p.Gen, p.Inst, p.Seq}) == r.refused {
+		return nil, false // the rest of a full too large to hold
+	}
+	if p.Part == 1 {
+		if r.asm != nil {
+			c.stats.DroppedFulls.Add(1) // replaced before it completed
+		}
+		r.asm = &assembly{gen: p.Gen, inst: p.Inst, seq: p.Seq, next: 1, last: p.Parts, view: RegionView{}, states: StateView{}, started: now}
+	}
+	a := r.asm
+	if a == nil || a.gen != p.Gen || a.inst != p.Inst || a.seq != p.Seq || a.next != p.Part || a.last != p.Parts {
+		if a != nil {
 			c.stats.DroppedFulls.Add(1)
 		}
+		r.asm = nil // a lost part; the next full starts over
 		if r.synced {
 			c.stats.Gaps.Add(1)
 		}
-		r.synced = false // hold what we have; wait for a full
+		r.synced = false
 		return nil, c.ask(r, now)
-	case KindFull:
-		if current && r.synced && p.Seq <= r.seq {
-			return nil, false // a duplicate
-		}
-		if (fullID{p.Gen, p.Inst, p.Seq}) == r.refused {
-			return nil, false // the rest of a full too large to hold
-		}
-		if p.Part == 1 {
-			if r.asm != nil {
-				c.stats.DroppedFulls.Add(1) // replaced before it completed
-			}
-			r.asm = &assembly{gen: p.Gen, inst: p.Inst, seq: p.Seq, next: 1, last: p.Parts, view: RegionView{}, states: StateView{}, started: now}
-		}
-		a := r.asm
-		if a == nil || a.gen != p.Gen || a.inst != p.Inst || a.seq != p.Seq || a.next != p.Part || a.last != p.Parts {
-			if a != nil {
-				c.stats.DroppedFulls.Add(1)
-			}
-			r.asm = nil // a lost part; the next full starts over
-			if r.synced {
-				c.stats.Gaps.Add(1)
-			}
-			r.synced = false
-			return nil, c.ask(r, now)
-		}
-		// An assembly holds at most maxFullBytes of publications: past
-		// that it is dropped, not asked for again (a region that big
-		// needs a larger MaxFullBytes, which asking cannot fix).
-		if a.bytes += p.size; a.bytes > c.maxFullBytes {
-			r.asm, r.refused = nil, fullID{a.gen, a.inst, a.seq}
-			c.stats.DroppedFulls.Add(1)
-			c.stats.OversizeFulls.Add(1)
-			return nil, false
-		}
-		a.view.Apply(p.Rooms)
-		a.states.Apply(p.Rooms)
-		a.next++
-		if p.Part < p.Parts {
-			return nil, false
-		}
-		touched := touchSet{}
-		touched.addView(r.rooms)
-		touched.addView(a.view)
-		r.rooms, r.states, r.asm = a.view, a.states, nil
-		r.gen, r.inst, r.seq = p.Gen, p.Inst, p.Seq
-		r.synced, r.dropped, r.heard, r.spoke = true, false, now, now
-		c.stats.Publications.Add(1)
-		return touched, false
 	}
-	return nil, false
+	// An assembly holds at most maxFullBytes of publications: past
+	// that it is dropped, not asked for again (a region that big
+	// needs a larger MaxFullBytes, which asking cannot fix).
+	if a.bytes += p.size; a.bytes > c.maxFullBytes {
+		r.asm, r.refused = nil, fullID{a.gen, a.inst, a.seq}
+		c.stats.DroppedFulls.Add(1)
+		c.stats.OversizeFulls.Add(1)
+		return nil, false
+	}
+	a.view.Apply(p.Rooms)
+	a.states.Apply(p.Rooms)
+	a.next++
+	if p.Part < p.Parts {
+		return nil, false
+	}
+	touched := touchSet{}
+	touched.addView(r.rooms)
+	touched.addView(a.view)
+	r.rooms, r.states, r.asm = a.view, a.states, nil
+	r.gen, r.inst, r.seq = p.Gen, p.Inst, p.Seq
+	r.synced, r.dropped, r.heard, r.spoke = true, false, now, now
+	c.stats.Publications.Add(1)
+	return touched, false
 }
 
 // ask reports whether to request a full from r now: at most once a
