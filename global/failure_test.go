@@ -45,10 +45,12 @@ func TestPartition(t *testing.T) {
 	waitFor(t, 10*time.Second, "eu live again", func() bool {
 		return regionState(aggUS, "eu") == global.RegionLive && regionState(aggAP, "eu") == global.RegionLive
 	})
-	time.Sleep(grace + 2*cadence)
-	if n := len(rec.events()); n != 4 {
-		t.Fatalf("a short partition caused global transitions: %v", rec.events()[4:])
-	}
+	holds(t, grace+2*cadence, func() error {
+		if ev := rec.events(); len(ev) != 4 {
+			return fmt.Errorf("a short partition caused global transitions: %v", ev[4:])
+		}
+		return nil
+	})
 
 	// Long: eu is dropped.
 	cut := time.Now()
@@ -65,7 +67,7 @@ func TestPartition(t *testing.T) {
 	}
 	w.sc.Heal("eu")
 	waitFor(t, 20*time.Second, "users back", func() bool { return len(rec.events()) == 8 })
-	time.Sleep(grace + 2*cadence)
+	holds(t, grace+2*cadence, rec.exactly(8))
 	for _, u := range []string{"only-eu-1", "only-eu-2"} {
 		if got := rec.of("room", u); !slices.Equal(got, []string{"online joined", "offline region_lost", "online joined"}) {
 			t.Errorf("%s: %q", u, got)
@@ -128,7 +130,8 @@ func TestAggregatorFailover(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(2500 * time.Millisecond)
+	// Kill the leader mid-run: once a third of the transitions are out.
+	waitFor(t, 10*time.Second, "a third of the transitions", func() bool { return len(rec.events()) >= 12 })
 	killedAt := len(rec.events())
 	leaderNC.Close() // a crash: no lease release, no goodbye
 	leader.Close()
@@ -136,7 +139,7 @@ func TestAggregatorFailover(t *testing.T) {
 	wg.Wait()
 
 	waitFor(t, 15*time.Second, "every transition", func() bool { return len(rec.events()) == 24+12 })
-	time.Sleep(grace + 2*cadence)
+	holds(t, grace+2*cadence, rec.exactly(24+12))
 	for _, p := range plans {
 		want := []string{"online joined"}
 		if p.leave > 0 {
@@ -193,7 +196,7 @@ func TestConvergenceAfterRestart(t *testing.T) {
 		t.Errorf("converged after %v, more than two cadences", took)
 	}
 	waitFor(t, 10*time.Second, "new online and goes offline", func() bool { return len(rec.events()) == 4 })
-	time.Sleep(grace + 2*cadence)
+	holds(t, grace+2*cadence, rec.exactly(4))
 	if got := rec.of("room", "goes"); !slices.Equal(got, []string{"online joined", "offline left"}) {
 		t.Errorf("goes: %q", got)
 	}
@@ -311,7 +314,7 @@ func TestPartitionWithTheLeaderAwayFromTheStream(t *testing.T) {
 		return true
 	})
 	waitFor(t, 10*time.Second, "eu-only back", func() bool { return len(rec.events()) == 7 })
-	time.Sleep(grace + 2*cadence) // anything else due would be out by now
+	holds(t, grace+2*cadence, rec.exactly(7)) // anything else due would be out by now
 	if got := rec.of("room", "eu-only"); !slices.Equal(got, []string{"online joined", "offline region_lost", "online joined"}) {
 		t.Errorf("eu-only: %q", got)
 	}

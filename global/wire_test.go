@@ -147,19 +147,23 @@ func TestDecodePublicationRejects(t *testing.T) {
 		"state too big":       {bus.SyncDeltaSubject("eu"), strings.Replace(good, `{"a":1}`, `"`+strings.Repeat("x", 1100)+`"`, 1)},
 	}
 	for name, c := range bad {
-		if _, err := DecodePublication(c.subject, []byte(c.body)); err == nil {
-			t.Errorf("%s: accepted", name)
-		} else if !strings.HasPrefix(err.Error(), "global: decode publication") {
-			t.Errorf("%s: error %v", name, err)
-		}
+		t.Run(name, func(t *testing.T) {
+			if _, err := DecodePublication(c.subject, []byte(c.body)); err == nil {
+				t.Errorf("%s: accepted", name)
+			} else if !strings.HasPrefix(err.Error(), "global: decode publication") {
+				t.Errorf("%s: error %v", name, err)
+			}
+		})
 	}
 }
 
 func TestKeyEscape(t *testing.T) {
 	for in, want := range map[string]string{"eu-west": "eu-west", "a_b": "a_5Fb", "x@y+z~w=v": "x_40y_2Bz_7Ew_3Dv"} {
-		if got := keyEscape(in); got != want {
-			t.Errorf("keyEscape(%q) = %q, want %q", in, got, want)
-		}
+		t.Run(in, func(t *testing.T) {
+			if got := keyEscape(in); got != want {
+				t.Errorf("keyEscape(%q) = %q, want %q", in, got, want)
+			}
+		})
 	}
 	if err := checkBucket("b", LeaseBucket("a@b_c")); err != nil {
 		t.Fatal(err)
