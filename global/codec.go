@@ -11,18 +11,18 @@ import (
 	"github.com/presence-dev/presence/presence"
 )
 
-// SyncVersion is the version of the publication encoding. An aggregator
+// syncVersion is the version of the publication encoding. An aggregator
 // drops (and counts) a version it does not know.
-const SyncVersion = 1
+const syncVersion = 1
 
 // Publication kinds; each is also the last token of its subject (see
 // bus.SyncDeltaSubject, bus.SyncFullSubject).
 const (
-	KindDelta = "delta"
-	KindFull  = "full"
+	kindDelta = "delta"
+	kindFull  = "full"
 )
 
-// Publication is one message of a region's publication stream (version
+// publication is one message of a region's publication stream (version
 // 1). A delta applies to the state after Seq-1; a full (Parts messages
 // sharing one Seq) replaces the state. Gen is the revision of the lease
 // that made this publisher active; with Inst it names the publisher's
@@ -36,7 +36,7 @@ const (
 // (empty: the user is inside the regional offline grace, still present);
 // del removes the user from the room in this region. An empty delta is
 // the region's liveness signal.
-type Publication struct {
+type publication struct {
 	V      int       `json:"v"`
 	Kind   string    `json:"kind"`
 	Region string    `json:"region"`
@@ -46,15 +46,15 @@ type Publication struct {
 	Part   int       `json:"part,omitempty"`  // full only: 1..Parts
 	Parts  int       `json:"parts,omitempty"` // full only
 	At     int64     `json:"at"`              // publisher clock, unix ms; informational
-	Rooms  []RoomOps `json:"rooms"`
+	Rooms  []roomOps `json:"rooms"`
 
 	size int // encoded bytes, as received; bounds a full's assembly
 }
 
-// RoomOps is the part of a publication about one room. A user in Set is
+// roomOps is the part of a publication about one room. A user in Set is
 // given whole: their session ids, and in St the states of those of their
 // sessions that have one (a user in Set but not in St has none).
-type RoomOps struct {
+type roomOps struct {
 	Room string                                `json:"room"`
 	Set  map[string][]string                   `json:"set,omitempty"`
 	St   map[string]map[string]json.RawMessage `json:"st,omitempty"`
@@ -67,25 +67,25 @@ type RoomOps struct {
 // more parts than it could ever fill is refused at once.
 const maxParts = 10000
 
-// DecodePublication parses and checks a publication received on subject.
+// decodePublication parses and checks a publication received on subject.
 // A publication whose body disagrees with its subject is malformed.
-func DecodePublication(subject string, data []byte) (*Publication, error) {
-	var p Publication
+func decodePublication(subject string, data []byte) (*publication, error) {
+	var p publication
 	if err := json.Unmarshal(data, &p); err != nil {
 		return nil, fmt.Errorf("global: decode publication: %w", err)
 	}
-	if p.V != SyncVersion {
-		return nil, fmt.Errorf("global: decode publication: version %d, this build reads %d", p.V, SyncVersion)
+	if p.V != syncVersion {
+		return nil, fmt.Errorf("global: decode publication: version %d, this build reads %d", p.V, syncVersion)
 	}
 	if err := bus.ValidateRegion(p.Region); err != nil {
 		return nil, fmt.Errorf("global: decode publication: %w", err)
 	}
 	switch p.Kind {
-	case KindDelta:
+	case kindDelta:
 		if subject != bus.SyncDeltaSubject(p.Region) || p.Part != 0 || p.Parts != 0 {
 			return nil, fmt.Errorf("global: decode publication: delta of %s on %q", p.Region, subject)
 		}
-	case KindFull:
+	case kindFull:
 		if subject != bus.SyncFullSubject(p.Region) {
 			return nil, fmt.Errorf("global: decode publication: full of %s on %q", p.Region, subject)
 		}
@@ -126,7 +126,7 @@ func DecodePublication(subject string, data []byte) (*Publication, error) {
 				}
 			}
 		}
-		if p.Kind == KindFull && len(r.Del) > 0 {
+		if p.Kind == kindFull && len(r.Del) > 0 {
 			return nil, errors.New("global: decode publication: a full has no deletions")
 		}
 		for _, u := range r.Del {
@@ -143,17 +143,17 @@ func DecodePublication(subject string, data []byte) (*Publication, error) {
 // splitting a large room across groups. Entry sizes are an upper bound of
 // their JSON (ids need no escaping), so no group exceeds the budget
 // unless one user alone does.
-func chunkOps(ops []RoomOps, budget int) [][]RoomOps {
+func chunkOps(ops []roomOps, budget int) [][]roomOps {
 	var (
-		out  [][]RoomOps
-		cur  []RoomOps
+		out  [][]roomOps
+		cur  []roomOps
 		size int
 	)
 	for _, op := range ops {
 		roomCost := len(op.Room) + 32
-		// place returns the RoomOps of op.Room in the current group,
+		// place returns the roomOps of op.Room in the current group,
 		// starting a new group when cost would not fit.
-		place := func(cost int) *RoomOps {
+		place := func(cost int) *roomOps {
 			open := len(cur) > 0 && cur[len(cur)-1].Room == op.Room
 			need := cost
 			if !open {
@@ -164,7 +164,7 @@ func chunkOps(ops []RoomOps, budget int) [][]RoomOps {
 				cur, size, open, need = nil, 0, false, cost+roomCost
 			}
 			if !open {
-				cur = append(cur, RoomOps{Room: op.Room})
+				cur = append(cur, roomOps{Room: op.Room})
 			}
 			size += need
 			return &cur[len(cur)-1]

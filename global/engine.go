@@ -65,7 +65,7 @@ func (a *Aggregator) engine(ctx context.Context) {
 }
 
 func (a *Aggregator) onPublication(m *nats.Msg) touchSet {
-	p, err := DecodePublication(m.Subject, m.Data)
+	p, err := decodePublication(m.Subject, m.Data)
 	if err != nil {
 		a.stats.Malformed.Add(1)
 		a.log.Debug("global: dropping a malformed publication", "subject", m.Subject, "err", err)

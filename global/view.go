@@ -6,31 +6,31 @@ import (
 	"sort"
 )
 
-// RegionView is a region's presence as publications carry it:
+// regionView is a region's presence as publications carry it:
 // room -> user -> sorted live session ids. A user with no sessions is
 // inside the regional offline grace and still present.
-type RegionView map[string]map[string][]string
+type regionView map[string]map[string][]string
 
-// StateView holds session states: room -> user -> session -> state
+// stateView holds session states: room -> user -> session -> state
 // (JSON). Only sessions with a state are in it.
-type StateView map[string]map[string]map[string]string
+type stateView map[string]map[string]map[string]string
 
-// Truth is a region's presence as a publisher reads it: members with
+// truth is a region's presence as a publisher reads it: members with
 // their sessions, and the sessions' states.
-type Truth struct {
-	Members RegionView
-	States  StateView
+type truth struct {
+	Members regionView
+	States  stateView
 }
 
 // Diff returns the operations that turn old into v, rooms and users in
-// sorted order. Session states are not compared (see Truth.Diff).
-func (v RegionView) Diff(old RegionView) []RoomOps {
-	return Truth{Members: v}.Diff(Truth{Members: old})
+// sorted order. Session states are not compared (see truth.Diff).
+func (v regionView) Diff(old regionView) []roomOps {
+	return truth{Members: v}.Diff(truth{Members: old})
 }
 
 // Diff returns the operations that turn old into t, rooms and users in
 // sorted order. A user whose sessions or states changed is set whole.
-func (t Truth) Diff(old Truth) []RoomOps {
+func (t truth) Diff(old truth) []roomOps {
 	v := t.Members
 	rooms := map[string]struct{}{}
 	for r := range v {
@@ -39,10 +39,10 @@ func (t Truth) Diff(old Truth) []RoomOps {
 	for r := range old.Members {
 		rooms[r] = struct{}{}
 	}
-	var out []RoomOps
+	var out []roomOps
 	for _, r := range sortedKeys(rooms) {
 		now, was := v[r], old.Members[r]
-		ops := RoomOps{Room: r}
+		ops := roomOps{Room: r}
 		for _, u := range sortedKeys(now) {
 			st := t.States[r][u]
 			if prev, ok := was[u]; !ok || !equalStrings(prev, now[u]) || !maps.Equal(st, old.States[r][u]) {
@@ -75,14 +75,14 @@ func (t Truth) Diff(old Truth) []RoomOps {
 }
 
 // Ops returns v as operations from nothing, as a full carries it.
-func (v RegionView) Ops() []RoomOps { return v.Diff(nil) }
+func (v regionView) Ops() []roomOps { return v.Diff(nil) }
 
 // Ops returns t as operations from nothing, as a full carries it.
-func (t Truth) Ops() []RoomOps { return t.Diff(Truth{}) }
+func (t truth) Ops() []roomOps { return t.Diff(truth{}) }
 
 // Apply applies the state part of ops to v in place: a user set is given
 // whole, so their states are replaced (or cleared when St omits them).
-func (v StateView) Apply(ops []RoomOps) {
+func (v stateView) Apply(ops []roomOps) {
 	for _, op := range ops {
 		room := v[op.Room]
 		if room == nil {
@@ -110,7 +110,7 @@ func (v StateView) Apply(ops []RoomOps) {
 }
 
 // Apply applies ops to v in place.
-func (v RegionView) Apply(ops []RoomOps) {
+func (v regionView) Apply(ops []roomOps) {
 	for _, op := range ops {
 		room := v[op.Room]
 		if room == nil {

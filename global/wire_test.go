@@ -11,10 +11,10 @@ import (
 )
 
 func TestDiffApplyRoundTrip(t *testing.T) {
-	old := RegionView{"r1": {"u1": {"a"}, "u2": {"b", "c"}}, "r2": {"u3": {}}}
-	now := RegionView{"r1": {"u1": {"a"}, "u2": {"c"}, "u4": {}}, "r3": {"u5": {"d"}}}
+	old := regionView{"r1": {"u1": {"a"}, "u2": {"b", "c"}}, "r2": {"u3": {}}}
+	now := regionView{"r1": {"u1": {"a"}, "u2": {"c"}, "u4": {}}, "r3": {"u5": {"d"}}}
 	ops := now.Diff(old)
-	got := RegionView{"r1": {"u1": {"a"}, "u2": {"b", "c"}}, "r2": {"u3": {}}}
+	got := regionView{"r1": {"u1": {"a"}, "u2": {"b", "c"}}, "r2": {"u3": {}}}
 	got.Apply(ops)
 	if !reflect.DeepEqual(got, now) {
 		t.Fatalf("apply(diff) = %v, want %v", got, now)
@@ -30,7 +30,7 @@ func TestDiffApplyRoundTrip(t *testing.T) {
 }
 
 func TestChunkOpsStaysUnderBudget(t *testing.T) {
-	v := RegionView{}
+	v := regionView{}
 	for r := range 7 {
 		room := map[string][]string{}
 		for u := range 300 {
@@ -43,7 +43,7 @@ func TestChunkOpsStaysUnderBudget(t *testing.T) {
 	if len(chunks) < 10 {
 		t.Fatalf("%d chunks for ~%dKiB", len(chunks), len(mustJSON(t, v.Ops()))>>10)
 	}
-	back := RegionView{}
+	back := regionView{}
 	for _, c := range chunks {
 		if n := len(mustJSON(t, c)); n > budget {
 			t.Fatalf("chunk of %d bytes over the %d budget", n, budget)
@@ -53,7 +53,7 @@ func TestChunkOpsStaysUnderBudget(t *testing.T) {
 	if !reflect.DeepEqual(back, v) {
 		t.Fatal("chunks do not add up to the view")
 	}
-	dels := chunkOps([]RoomOps{{Room: "r", Del: []string{"a", "b"}}}, budget)
+	dels := chunkOps([]roomOps{{Room: "r", Del: []string{"a", "b"}}}, budget)
 	if len(dels) != 1 || len(dels[0][0].Del) != 2 {
 		t.Fatalf("deletions: %v", dels)
 	}
@@ -62,19 +62,19 @@ func TestChunkOpsStaysUnderBudget(t *testing.T) {
 // States travel with their user: a change of state alone sets the user
 // whole, chunks keep them, and applying the ops gives the states back.
 func TestTruthDiffCarriesStates(t *testing.T) {
-	old := Truth{
-		Members: RegionView{"r": {"u1": {"a", "b"}, "u2": {"c"}}},
-		States:  StateView{"r": {"u1": {"a": `"away"`}}},
+	old := truth{
+		Members: regionView{"r": {"u1": {"a", "b"}, "u2": {"c"}}},
+		States:  stateView{"r": {"u1": {"a": `"away"`}}},
 	}
-	now := Truth{
-		Members: RegionView{"r": {"u1": {"a", "b"}, "u2": {"c"}}},
-		States:  StateView{"r": {"u1": {"b": `"typing"`}, "u2": {"c": `{"x":"<&>"}`}}},
+	now := truth{
+		Members: regionView{"r": {"u1": {"a", "b"}, "u2": {"c"}}},
+		States:  stateView{"r": {"u1": {"b": `"typing"`}, "u2": {"c": `{"x":"<&>"}`}}},
 	}
 	ops := now.Diff(old)
 	if len(ops) != 1 || len(ops[0].Set) != 2 || string(ops[0].St["u1"]["b"]) != `"typing"` || ops[0].St["u1"]["a"] != nil {
 		t.Fatalf("ops %s", mustJSON(t, ops))
 	}
-	got := StateView{"r": {"u1": {"a": `"away"`}}}
+	got := stateView{"r": {"u1": {"a": `"away"`}}}
 	got.Apply(ops)
 	if !reflect.DeepEqual(got, now.States) {
 		t.Fatalf("apply(diff) = %v, want %v", got, now.States)
@@ -83,17 +83,17 @@ func TestTruthDiffCarriesStates(t *testing.T) {
 		t.Fatalf("diff of equal truths: %v", d)
 	}
 	// Cleared: u1 set without st.
-	cleared := Truth{Members: now.Members, States: StateView{"r": {"u2": now.States["r"]["u2"]}}}
+	cleared := truth{Members: now.Members, States: stateView{"r": {"u2": now.States["r"]["u2"]}}}
 	got.Apply(cleared.Diff(now))
 	if !reflect.DeepEqual(got, cleared.States) {
 		t.Fatalf("after clearing: %v", got)
 	}
 	// Chunked small, the states still add up, and every chunk decodes.
-	back := StateView{}
+	back := stateView{}
 	for i, c := range chunkOps(now.Ops(), 64) {
 		back.Apply(c)
-		body := mustJSON(t, Publication{V: 1, Kind: KindDelta, Region: "eu", Gen: 1, Inst: "i", Seq: uint64(i + 1), Rooms: c})
-		if _, err := DecodePublication(bus.SyncDeltaSubject("eu"), body); err != nil {
+		body := mustJSON(t, publication{V: 1, Kind: kindDelta, Region: "eu", Gen: 1, Inst: "i", Seq: uint64(i + 1), Rooms: c})
+		if _, err := decodePublication(bus.SyncDeltaSubject("eu"), body); err != nil {
 			t.Fatalf("chunk %d: %v", i, err)
 		}
 	}
@@ -113,11 +113,11 @@ func mustJSON(t *testing.T, v any) []byte {
 
 func TestDecodePublicationRejects(t *testing.T) {
 	good := `{"v":1,"kind":"delta","region":"eu","gen":1,"inst":"i","seq":1,"at":0,"rooms":[{"room":"r","set":{"u":["s"]},"st":{"u":{"s":{"a":1}}},"del":["x"]}]}`
-	if _, err := DecodePublication(bus.SyncDeltaSubject("eu"), []byte(good)); err != nil {
+	if _, err := decodePublication(bus.SyncDeltaSubject("eu"), []byte(good)); err != nil {
 		t.Fatalf("good delta: %v", err)
 	}
 	goodFull := `{"v":1,"kind":"full","region":"eu","gen":1,"inst":"i","seq":1,"part":1,"parts":1,"rooms":[]}`
-	if _, err := DecodePublication(bus.SyncFullSubject("eu"), []byte(goodFull)); err != nil {
+	if _, err := decodePublication(bus.SyncFullSubject("eu"), []byte(goodFull)); err != nil {
 		t.Fatalf("good full: %v", err)
 	}
 	bad := map[string]struct{ subject, body string }{
@@ -148,7 +148,7 @@ func TestDecodePublicationRejects(t *testing.T) {
 	}
 	for name, c := range bad {
 		t.Run(name, func(t *testing.T) {
-			if _, err := DecodePublication(c.subject, []byte(c.body)); err == nil {
+			if _, err := decodePublication(c.subject, []byte(c.body)); err == nil {
 				t.Errorf("%s: accepted", name)
 			} else if !strings.HasPrefix(err.Error(), "global: decode publication") {
 				t.Errorf("%s: error %v", name, err)
