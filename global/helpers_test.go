@@ -415,12 +415,16 @@ func waitLeader(t testing.TB, aggs ...*global.Aggregator) *global.Aggregator {
 }
 
 func regionState(a *global.Aggregator, name string) global.RegionState {
+	return regionStatus(a, name).State
+}
+
+func regionStatus(a *global.Aggregator, name string) global.RegionStatus {
 	for _, s := range a.RegionStatuses() {
 		if s.Region == name {
-			return s.State
+			return s
 		}
 	}
-	return ""
+	return global.RegionStatus{}
 }
 
 func fmtMembers(m map[string][]string) string {
