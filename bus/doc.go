@@ -1,8 +1,13 @@
 // Package bus carries presence over NATS: the subject tree, the versioned
-// event encoding, the JetStream stream that keeps transitions, the query
-// service and the embedded nats-server used when no NATS URL is given.
+// event encoding, the JetStream stream that keeps transitions and the
+// query service. It is a NATS client only: the embedded nats-server
+// presenced runs without a NATS URL is internal/embedded.
 //
 // # Subjects
+//
+// subject.go builds every subject of the project (transitions, ingest,
+// queries, the global view's sync and the nodes' control subjects) and
+// lists the whole namespace. Transitions:
 //
 //	presence.<region>.<room>.<kind>.<user>   a region's transitions
 //	presence.global.<room>.<kind>.<user>     the cross-region view's transitions
@@ -30,7 +35,7 @@
 // Publisher stores a region's transitions in it, deduplicated on the
 // Nats-Msg-Id header (the transition id); StartService answers queries from
 // a Reader; WatchRoom follows a room live over core NATS; Replay follows it
-// from a snapshot through the stream, each transition once and in order;
-// StartEmbedded runs an in-process nats-server. docs/BUS.md describes the
-// wire formats and the snapshot + replay contract.
+// from a snapshot through the stream, each transition once and in order.
+// docs/BUS.md describes the wire formats and the snapshot + replay
+// contract.
 package bus

@@ -42,9 +42,11 @@ func TestDecodeRejects(t *testing.T) {
 		`{"v":1,"id":"x","kind":"away","region":"eu","room":"r","user":"u"}`,
 		`{"v":1,"id":"x","kind":"online","region":"eu","room":"r.1","user":"u"}`,
 	} {
-		if _, err := DecodeEvent([]byte(bad)); err == nil || !strings.HasPrefix(err.Error(), "bus: decode event: ") {
-			t.Errorf("DecodeEvent(%s) = %v", bad, err)
-		}
+		t.Run(bad, func(t *testing.T) {
+			if _, err := DecodeEvent([]byte(bad)); err == nil || !strings.HasPrefix(err.Error(), "bus: decode event: ") {
+				t.Errorf("DecodeEvent(%s) = %v", bad, err)
+			}
+		})
 	}
 	if _, err := EncodeEvent(presence.Transition{Kind: "x"}); err == nil {
 		t.Error("encoded a transition without id")
@@ -70,6 +72,26 @@ func TestSubjects(t *testing.T) {
 	if err := ValidateRegion("global"); err == nil {
 		t.Fatal("global accepted as a region")
 	}
+	// The whole namespace, byte for byte: other services and the NATS
+	// permissions (deploy/nats) spell these out.
+	g := presence.Transition{Region: GlobalRegion, Room: "lobby", Kind: presence.Online, User: "ann"}
+	for got, want := range map[string]string{
+		EventSubject(g):         "presence.global.lobby.online.ann",
+		IngestSubject(g):        "presence-in.global.lobby.online.ann",
+		IngestFilter("eu"):      "presence-in.eu.>",
+		RegionFilter("eu"):      "presence.eu.>",
+		SyncDeltaSubject("eu"):  "presence-sync.eu.delta",
+		SyncFullSubject("eu"):   "presence-sync.eu.full",
+		SyncResyncSubject("eu"): "presence-sync.eu.resync",
+		SyncResyncAllSubject:    "presence-sync.resync",
+		GlobalIngestSubject(g):  "presence-sync.global.lobby.online.ann",
+		GlobalIngestRoot + ".>": "presence-sync.global.>",
+		TakeoverSubject("eu"):   "presence-ctl.eu.takeover",
+	} {
+		if got != want {
+			t.Errorf("subject %q, want %q", got, want)
+		}
+	}
 }
 
 // at always has three fractional digits, trailing zeros included.
@@ -79,13 +101,15 @@ func TestEventTimeHasMilliseconds(t *testing.T) {
 		time.Date(2026, 11, 29, 12, 41, 22, 0, time.UTC):                          `"at":"2026-11-29T12:41:22.000Z"`,
 		time.Date(2026, 11, 29, 13, 41, 22, 123456789, time.FixedZone("x", 3600)): `"at":"2026-11-29T12:41:22.123Z"`,
 	} {
-		b, err := EncodeEvent(presence.Transition{ID: "eu/r/1/1", Region: "eu", Room: "r", User: "u", Kind: presence.Online, At: at})
-		if err != nil || !strings.Contains(string(b), want) {
-			t.Fatalf("%v: %s %v, want %s", at, b, err, want)
-		}
-		back, err := DecodeEvent(b)
-		if err != nil || !back.At.Equal(at.Truncate(time.Millisecond)) {
-			t.Fatalf("round trip of %v: %v %v", at, back.At, err)
-		}
+		t.Run(want, func(t *testing.T) {
+			b, err := EncodeEvent(presence.Transition{ID: "eu/r/1/1", Region: "eu", Room: "r", User: "u", Kind: presence.Online, At: at})
+			if err != nil || !strings.Contains(string(b), want) {
+				t.Fatalf("%v: %s %v, want %s", at, b, err, want)
+			}
+			back, err := DecodeEvent(b)
+			if err != nil || !back.At.Equal(at.Truncate(time.Millisecond)) {
+				t.Fatalf("round trip of %v: %v %v", at, back.At, err)
+			}
+		})
 	}
 }

@@ -3,7 +3,6 @@ package bus_test
 import (
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,24 +10,18 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testnats"
 	"github.com/presence-dev/presence/presence"
 )
 
 // recorder is a core subscription that keeps what it receives.
-type recorder struct {
-	mu   sync.Mutex
-	msgs []*nats.Msg
-}
+type recorder struct{ testkit.Recorder[*nats.Msg] }
 
 func record(tb testing.TB, nc *nats.Conn, subject string) *recorder {
 	tb.Helper()
 	r := &recorder{}
-	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
-		r.mu.Lock()
-		r.msgs = append(r.msgs, m)
-		r.mu.Unlock()
-	})
+	sub, err := nc.Subscribe(subject, r.Add)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -40,19 +33,12 @@ func record(tb testing.TB, nc *nats.Conn, subject string) *recorder {
 }
 
 func (r *recorder) subjects() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]string, len(r.msgs))
-	for i, m := range r.msgs {
+	msgs := r.All()
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
 		out[i] = m.Subject
 	}
 	return out
-}
-
-func (r *recorder) len() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.msgs)
 }
 
 func TestPublisherStoresOnceAndFansOut(t *testing.T) {
@@ -105,9 +91,8 @@ func TestPublisherStoresOnceAndFansOut(t *testing.T) {
 
 	// Core subscribers see what the stream stored, once each, retries
 	// and all: the stream republishes each message it stores.
-	waitFor(t, 5*time.Second, "core deliveries", func() bool { return all.len() == 3+1+1+1 })
-	all.mu.Lock()
-	for _, m := range all.msgs {
+	waitFor(t, 5*time.Second, "core deliveries", func() bool { return all.Len() == 3+1+1+1 })
+	for _, m := range all.All() {
 		tr, err := bus.DecodeEvent(m.Data)
 		if err != nil {
 			t.Errorf("undecodable event on %s: %v", m.Subject, err)
@@ -120,11 +105,10 @@ func TestPublisherStoresOnceAndFansOut(t *testing.T) {
 			t.Errorf("Nats-Msg-Id %q, event id %q", m.Header.Get(jetstream.MsgIDHeader), tr.ID)
 		}
 	}
-	all.mu.Unlock()
 
 	want42 := "presence.eu.room42.online.u1 presence.eu.room42.online.u2 presence.eu.room42.offline.u1 " +
 		"presence.eu.room42.offline.u2 presence.us.room42.online.u4"
-	waitFor(t, 5*time.Second, "room42 deliveries", func() bool { return room42.len() == 5 })
+	waitFor(t, 5*time.Second, "room42 deliveries", func() bool { return room42.Len() == 5 })
 	if got := strings.Join(room42.subjects(), " "); got != want42 {
 		t.Fatalf("presence.*.room42.> got\n%s\nwant\n%s", got, want42)
 	}
@@ -143,9 +127,11 @@ func TestPublisherRejects(t *testing.T) {
 		"no id":        {{Region: "eu", Room: "r", User: "u", Kind: presence.Online}},
 		"bad kind":     {{ID: "x", Region: "eu", Room: "r", User: "u", Kind: "away"}},
 	} {
-		if _, err := e.pub.Publish(t.Context(), ts); err == nil || !strings.HasPrefix(err.Error(), "bus: publish") {
-			t.Errorf("%s: %v", name, err)
-		}
+		t.Run(name, func(t *testing.T) {
+			if _, err := e.pub.Publish(t.Context(), ts); err == nil || !strings.HasPrefix(err.Error(), "bus: publish") {
+				t.Errorf("%s: %v", name, err)
+			}
+		})
 	}
 	if info := streamInfo(t, e.stream); info.State.Msgs != 0 {
 		t.Fatalf("rejected batches stored %d messages", info.State.Msgs)
@@ -180,8 +166,8 @@ func TestPublisherRecreatesAMissingStream(t *testing.T) {
 	if info := streamInfo(t, st); info.State.Msgs != 2 || info.Config.MaxAge != 3*time.Hour {
 		t.Fatalf("recreated stream: %+v %+v", info.State, info.Config)
 	}
-	waitFor(t, 5*time.Second, "both events", func() bool { return all.len() >= 2 })
-	if n := all.len(); n != 2 {
+	waitFor(t, 5*time.Second, "both events", func() bool { return all.Len() >= 2 })
+	if n := all.Len(); n != 2 {
 		t.Fatalf("%d deliveries, want 2", n)
 	}
 }

@@ -194,11 +194,13 @@ func TestServiceBadRequests(t *testing.T) {
 		{"user", `{"room":"r>","user":"u u"}`, "invalid room id"},
 		{"user", `{"room":"r","user":"` + strings.Repeat("u", 65) + `"}`, "longer than 64 bytes"},
 	} {
-		data, code, desc := request(t, e.nc, bus.APISubject("eu", c.endpoint), c.body)
-		var er bus.ErrorReply
-		if code != "400" || !strings.Contains(desc, c.want) || json.Unmarshal(data, &er) != nil || er.Code != "400" || er.Error != desc {
-			t.Errorf("%s %s: code %q desc %q body %s, want 400 mentioning %s", c.endpoint, c.body, code, desc, data, c.want)
-		}
+		t.Run(c.endpoint+" "+c.body, func(t *testing.T) {
+			data, code, desc := request(t, e.nc, bus.APISubject("eu", c.endpoint), c.body)
+			var er bus.ErrorReply
+			if code != "400" || !strings.Contains(desc, c.want) || json.Unmarshal(data, &er) != nil || er.Code != "400" || er.Error != desc {
+				t.Errorf("%s %s: code %q desc %q body %s, want 400 mentioning %s", c.endpoint, c.body, code, desc, data, c.want)
+			}
+		})
 	}
 	if n := r.calls.Load(); n != 0 {
 		t.Fatalf("bad requests reached the backend %d times", n)
@@ -215,20 +217,22 @@ func TestServiceBackendErrors(t *testing.T) {
 		"hang":  {&fakeReader{hang: true}, "timed out after 200ms"},
 		"panic": {&fakeReader{panic: true}, "internal error"},
 	} {
-		svc := startService(t, e, c.r, bus.WithRequestTimeout(200*time.Millisecond), bus.WithLogger(slog.New(slog.DiscardHandler)))
-		for _, q := range []struct{ endpoint, body string }{
-			{"members", `{"room":"r"}`}, {"count", `{"room":"r"}`}, {"user", `{"room":"r","user":"u"}`},
-		} {
-			start := time.Now()
-			data, code, desc := request(t, e.nc, bus.APISubject("eu", q.endpoint), q.body)
-			if code != "500" || !strings.Contains(desc, c.want) {
-				t.Errorf("%s %s: code %q desc %q body %s", name, q.endpoint, code, desc, data)
+		t.Run(name, func(t *testing.T) {
+			svc := startService(t, e, c.r, bus.WithRequestTimeout(200*time.Millisecond), bus.WithLogger(slog.New(slog.DiscardHandler)))
+			for _, q := range []struct{ endpoint, body string }{
+				{"members", `{"room":"r"}`}, {"count", `{"room":"r"}`}, {"user", `{"room":"r","user":"u"}`},
+			} {
+				start := time.Now()
+				data, code, desc := request(t, e.nc, bus.APISubject("eu", q.endpoint), q.body)
+				if code != "500" || !strings.Contains(desc, c.want) {
+					t.Errorf("%s %s: code %q desc %q body %s", name, q.endpoint, code, desc, data)
+				}
+				// The backend detail stays in the log, not in the reply.
+				if strings.Contains(desc, "redis") || time.Since(start) > 2*time.Second {
+					t.Errorf("%s %s: desc %q after %v", name, q.endpoint, desc, time.Since(start))
+				}
 			}
-			// The backend detail stays in the log, not in the reply.
-			if strings.Contains(desc, "redis") || time.Since(start) > 2*time.Second {
-				t.Errorf("%s %s: desc %q after %v", name, q.endpoint, desc, time.Since(start))
-			}
-		}
-		_ = svc.Stop()
+			_ = svc.Stop()
+		})
 	}
 }

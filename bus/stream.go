@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/presence-dev/presence/presence"
 )
 
 // StreamPrefix starts the name of every region's stream: PRESENCE_<region>.
@@ -35,17 +37,6 @@ type StreamConfig struct {
 	Storage  jetstream.StorageType // FileStorage (the zero value) or MemoryStorage
 }
 
-// ConfigError names the setting that is wrong and the rule it breaks.
-type ConfigError struct {
-	Field string
-	Rule  string
-}
-
-// Error implements error.
-func (e *ConfigError) Error() string {
-	return fmt.Sprintf("bus: config: %s: %s", e.Field, e.Rule)
-}
-
 // WithDefaults returns c with every zero field set to its default.
 func (c StreamConfig) WithDefaults() StreamConfig {
 	if c.MaxAge == 0 {
@@ -60,17 +51,17 @@ func (c StreamConfig) WithDefaults() StreamConfig {
 // Validate checks c as given: call WithDefaults first to fill zero fields.
 func (c StreamConfig) Validate() error {
 	if err := ValidateRegion(c.Region); err != nil {
-		return &ConfigError{"region", err.Error()}
+		return &presence.ConfigError{Field: "region", Rule: err.Error()}
 	}
 	// The server refuses a duplicate window longer than the max age.
 	if c.MaxAge < DuplicateWindow {
-		return &ConfigError{"max age", fmt.Sprintf("must be at least the duplicate window (%v), got %v", DuplicateWindow, c.MaxAge)}
+		return &presence.ConfigError{Field: "max age", Rule: fmt.Sprintf("must be at least the duplicate window (%v), got %v", DuplicateWindow, c.MaxAge)}
 	}
 	if c.Replicas < 1 || c.Replicas > 5 {
-		return &ConfigError{"replicas", fmt.Sprintf("must be between 1 and 5, got %d", c.Replicas)}
+		return &presence.ConfigError{Field: "replicas", Rule: fmt.Sprintf("must be between 1 and 5, got %d", c.Replicas)}
 	}
 	if c.Storage != jetstream.FileStorage && c.Storage != jetstream.MemoryStorage {
-		return &ConfigError{"storage", fmt.Sprintf("must be file or memory, got %d", int(c.Storage))}
+		return &presence.ConfigError{Field: "storage", Rule: fmt.Sprintf("must be file or memory, got %d", int(c.Storage))}
 	}
 	return nil
 }
@@ -105,7 +96,7 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg StreamConfig)
 		return nil, err
 	}
 	if js == nil {
-		return nil, &ConfigError{"jetstream", "is required"}
+		return nil, &presence.ConfigError{Field: "jetstream", Rule: "is required"}
 	}
 	s, err := js.CreateOrUpdateStream(ctx, cfg.JetStream())
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/internal/testnats"
+	"github.com/presence-dev/presence/presence"
 )
 
 func TestStreamConfigDefaults(t *testing.T) {
@@ -46,15 +47,17 @@ func TestStreamConfigValidate(t *testing.T) {
 		{bus.StreamConfig{Region: "eu", Replicas: -1}, "replicas", "between 1 and 5"},
 		{bus.StreamConfig{Region: "eu", Storage: 7}, "storage", "file or memory"},
 	} {
-		err := c.cfg.WithDefaults().Validate()
-		var ce *bus.ConfigError
-		if !errors.As(err, &ce) || ce.Field != c.field || !strings.Contains(err.Error(), c.rule) || !strings.HasPrefix(err.Error(), "bus: config: ") {
-			t.Errorf("%+v: got %v, want %s: %s", c.cfg, err, c.field, c.rule)
-		}
-		// EnsureStream rejects it before any request.
-		if _, err := bus.EnsureStream(t.Context(), nil, c.cfg); !errors.As(err, &ce) {
-			t.Errorf("EnsureStream(%+v) = %v", c.cfg, err)
-		}
+		t.Run(c.field+" "+c.rule, func(t *testing.T) {
+			err := c.cfg.WithDefaults().Validate()
+			var ce *presence.ConfigError
+			if !errors.As(err, &ce) || ce.Field != c.field || !strings.Contains(err.Error(), c.rule) || !strings.HasPrefix(err.Error(), "presence: config: ") {
+				t.Errorf("%+v: got %v, want %s: %s", c.cfg, err, c.field, c.rule)
+			}
+			// EnsureStream rejects it before any request.
+			if _, err := bus.EnsureStream(t.Context(), nil, c.cfg); !errors.As(err, &ce) {
+				t.Errorf("EnsureStream(%+v) = %v", c.cfg, err)
+			}
+		})
 	}
 }
 

@@ -7,6 +7,25 @@ import (
 	"github.com/presence-dev/presence/presence"
 )
 
+// The subject namespace. Every subject the project uses is built here;
+// each root is its own top-level token, so a permission or a wildcard on
+// one never reaches another.
+//
+//	presence.<region>.<room>.<kind>.<user>        a region's stored transitions (republished by its stream)
+//	presence.global.<room>.<kind>.<user>          the cross-region view's stored transitions
+//	presence-in.<region>.<room>.<kind>.<user>     nodes publish transitions here; only PRESENCE_<region> listens
+//	presence-api.<region>.members|count|user      the query service of a region (or of global)
+//	presence-sync.<region>.delta                  a region's deltas and liveness, to the aggregators
+//	presence-sync.<region>.full                   a region's full snapshots, in parts
+//	presence-sync.<region>.resync                 asks that region's active publisher for a full
+//	presence-sync.resync                          asks every region for one (an aggregator starting)
+//	presence-sync.global.<room>.<kind>.<user>     the leading aggregator's writes into PRESENCE_global
+//	presence-ctl.<region>.takeover                a node of the region took a session over
+//
+// Only presence.> carries transitions: a subscriber to it sees nothing
+// else. kind is online, offline or update; ids are single tokens (package
+// presence validates them).
+
 // Root is the first token of every transition subject.
 const Root = "presence"
 
@@ -23,6 +42,50 @@ const APIRoot = "presence-api"
 // there: subscribers of presence.> see each stored transition once, in
 // stream order, and nothing that was not stored.
 const IngestRoot = "presence-in"
+
+// SyncRoot is the first token of the subjects regions and aggregators
+// talk on to build the cross-region view (package global).
+const SyncRoot = "presence-sync"
+
+// CtlRoot is the first token of the nodes' control subjects.
+const CtlRoot = "presence-ctl"
+
+// Last tokens of the sync subjects of a region.
+const (
+	syncDelta  = "delta"
+	syncFull   = "full"
+	syncResync = "resync"
+)
+
+// SyncDeltaSubject is where region's active publisher sends its deltas
+// (and its liveness).
+func SyncDeltaSubject(region string) string { return SyncRoot + "." + region + "." + syncDelta }
+
+// SyncFullSubject is where region's active publisher sends its full
+// snapshots.
+func SyncFullSubject(region string) string { return SyncRoot + "." + region + "." + syncFull }
+
+// SyncResyncSubject asks region's active publisher for a full snapshot.
+func SyncResyncSubject(region string) string { return SyncRoot + "." + region + "." + syncResync }
+
+// SyncResyncAllSubject asks every region's active publisher for a full
+// snapshot.
+const SyncResyncAllSubject = SyncRoot + "." + syncResync
+
+// GlobalIngestRoot is where the leading aggregator sends global
+// transitions: the global stream stores them as presence.global.> and
+// republishes them there once stored.
+const GlobalIngestRoot = SyncRoot + "." + GlobalRegion
+
+// GlobalIngestSubject is the subject an aggregator publishes the global
+// transition t on.
+func GlobalIngestSubject(t presence.Transition) string {
+	return GlobalIngestRoot + "." + t.Room + "." + string(t.Kind) + "." + t.User
+}
+
+// TakeoverSubject is where the nodes of a region say they took sessions
+// over.
+func TakeoverSubject(region string) string { return CtlRoot + "." + region + ".takeover" }
 
 // ValidateRegion checks a region name for use on the bus: a valid id that
 // is not the reserved global token.

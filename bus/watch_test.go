@@ -1,37 +1,27 @@
 package bus_test
 
 import (
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
 )
 
+// collected keeps what a watcher (or a replay, in replay_test.go) was
+// handed.
 type collected struct {
-	mu sync.Mutex
-	ts []presence.Transition
+	testkit.Recorder[presence.Transition]
 }
 
-func (c *collected) add(t presence.Transition) {
-	c.mu.Lock()
-	c.ts = append(c.ts, t)
-	c.mu.Unlock()
-}
-
-func (c *collected) all() []presence.Transition {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return slices.Clone(c.ts)
-}
+func (c *collected) add(t presence.Transition)  { c.Add(t) }
+func (c *collected) all() []presence.Transition { return c.All() }
 
 func (c *collected) seqs() []uint64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]uint64, len(c.ts))
-	for i, t := range c.ts {
+	ts := c.All()
+	out := make([]uint64, len(ts))
+	for i, t := range ts {
 		out[i] = t.Seq
 	}
 	return out

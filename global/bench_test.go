@@ -202,13 +202,13 @@ func BenchmarkCrossRegionBytes(b *testing.B) {
 	// subscriber in the aggregator's cluster.
 	us := w.sc.Connect(b, "us")
 	var recv atomic.Int64
-	s, err := us.Subscribe(global.SyncRoot+".eu.refresh", func(*nats.Msg) { recv.Add(1) })
+	s, err := us.Subscribe(bus.SyncRoot+".eu.refresh", func(*nats.Msg) { recv.Add(1) })
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer s.Unsubscribe()
 	_ = us.Flush()
-	subject := global.SyncRoot + ".eu.refresh"
+	subject := bus.SyncRoot + ".eu.refresh"
 	waitFor(b, 10*time.Second, "the subscriber's interest in eu", func() bool {
 		_ = eu.nc.Publish(subject, []byte(probeBody))
 		_ = eu.nc.Flush()

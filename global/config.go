@@ -63,15 +63,6 @@ const StreamName = bus.StreamPrefix + bus.GlobalRegion
 // from the others.
 func LeaseBucket(region string) string { return "PRESENCE_sync_" + keyEscape(region) }
 
-// ConfigError names the setting that is wrong and the rule it breaks.
-type ConfigError struct {
-	Field string
-	Rule  string
-}
-
-// Error implements error.
-func (e *ConfigError) Error() string { return fmt.Sprintf("global: config: %s: %s", e.Field, e.Rule) }
-
 func defDur(d *time.Duration, v time.Duration) {
 	if *d == 0 {
 		*d = v
@@ -84,12 +75,12 @@ func leaseDefault(cadence time.Duration) time.Duration {
 
 func checkBucket(field, name string) error {
 	if name == "" {
-		return &ConfigError{field, "must not be empty"}
+		return &presence.ConfigError{Field: field, Rule: "must not be empty"}
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return &ConfigError{field, fmt.Sprintf("%q: only letters, digits, - and _ are allowed", name)}
+			return &presence.ConfigError{Field: field, Rule: fmt.Sprintf("%q: only letters, digits, - and _ are allowed", name)}
 		}
 	}
 	return nil
@@ -97,7 +88,7 @@ func checkBucket(field, name string) error {
 
 func checkStorage(s jetstream.StorageType) error {
 	if s != jetstream.FileStorage && s != jetstream.MemoryStorage {
-		return &ConfigError{"storage", fmt.Sprintf("must be file or memory, got %d", int(s))}
+		return &presence.ConfigError{Field: "storage", Rule: fmt.Sprintf("must be file or memory, got %d", int(s))}
 	}
 	return nil
 }
@@ -152,29 +143,29 @@ func (c PublisherConfig) WithDefaults() PublisherConfig {
 // Validate checks c as given: call WithDefaults first to fill zero fields.
 func (c PublisherConfig) Validate() error {
 	if err := bus.ValidateRegion(c.Region); err != nil {
-		return &ConfigError{"region", err.Error()}
+		return &presence.ConfigError{Field: "region", Rule: err.Error()}
 	}
 	switch {
 	case c.Source == nil:
-		return &ConfigError{"source", "is required: the region's truth is read from it"}
+		return &presence.ConfigError{Field: "source", Rule: "is required: the region's truth is read from it"}
 	case c.NATS == nil:
-		return &ConfigError{"nats", "is required"}
+		return &presence.ConfigError{Field: "nats", Rule: "is required"}
 	case c.JetStream == nil:
-		return &ConfigError{"jetstream", "is required: the publisher lease lives in a KV bucket"}
+		return &presence.ConfigError{Field: "jetstream", Rule: "is required: the publisher lease lives in a KV bucket"}
 	case c.Cadence < MinCadence:
-		return &ConfigError{"cadence", fmt.Sprintf("must be at least %v, got %v", MinCadence, c.Cadence)}
+		return &presence.ConfigError{Field: "cadence", Rule: fmt.Sprintf("must be at least %v, got %v", MinCadence, c.Cadence)}
 	case c.FullEvery < 1:
-		return &ConfigError{"full every", fmt.Sprintf("must be at least 1 cadence, got %d", c.FullEvery)}
+		return &presence.ConfigError{Field: "full every", Rule: fmt.Sprintf("must be at least 1 cadence, got %d", c.FullEvery)}
 	case c.ResyncInterval <= 0:
-		return &ConfigError{"resync interval", fmt.Sprintf("must be positive, got %v", c.ResyncInterval)}
+		return &presence.ConfigError{Field: "resync interval", Rule: fmt.Sprintf("must be positive, got %v", c.ResyncInterval)}
 	case c.ReadTimeout <= 0 || c.ReadTimeout > c.Cadence:
-		return &ConfigError{"read timeout", fmt.Sprintf("must be positive and at most the cadence (%v), got %v", c.Cadence, c.ReadTimeout)}
+		return &presence.ConfigError{Field: "read timeout", Rule: fmt.Sprintf("must be positive and at most the cadence (%v), got %v", c.Cadence, c.ReadTimeout)}
 	case c.PageSize < 1 || c.PageSize > 10000:
-		return &ConfigError{"page size", fmt.Sprintf("must be between 1 and 10000, got %d", c.PageSize)}
+		return &presence.ConfigError{Field: "page size", Rule: fmt.Sprintf("must be between 1 and 10000, got %d", c.PageSize)}
 	case c.LeaseTTL < MinLeaseTTL:
-		return &ConfigError{"lease TTL", fmt.Sprintf("must be at least %v (JetStream's smallest message TTL), got %v", MinLeaseTTL, c.LeaseTTL)}
+		return &presence.ConfigError{Field: "lease TTL", Rule: fmt.Sprintf("must be at least %v (JetStream's smallest message TTL), got %v", MinLeaseTTL, c.LeaseTTL)}
 	case c.Instance == "":
-		return &ConfigError{"instance", "must not be empty"}
+		return &presence.ConfigError{Field: "instance", Rule: "must not be empty"}
 	}
 	if err := checkBucket("lease bucket", c.LeaseBucket); err != nil {
 		return err
@@ -257,37 +248,37 @@ func (c AggregatorConfig) WithDefaults() AggregatorConfig {
 func (c AggregatorConfig) Validate() error {
 	switch {
 	case c.NATS == nil:
-		return &ConfigError{"nats", "is required"}
+		return &presence.ConfigError{Field: "nats", Rule: "is required"}
 	case c.JetStream == nil:
-		return &ConfigError{"jetstream", "is required: the global view is kept in a stream"}
+		return &presence.ConfigError{Field: "jetstream", Rule: "is required: the global view is kept in a stream"}
 	case c.Cadence < MinCadence:
-		return &ConfigError{"cadence", fmt.Sprintf("must be at least %v, got %v", MinCadence, c.Cadence)}
+		return &presence.ConfigError{Field: "cadence", Rule: fmt.Sprintf("must be at least %v, got %v", MinCadence, c.Cadence)}
 	case c.Grace < 2*c.Cadence:
-		return &ConfigError{"grace", fmt.Sprintf("(%v) must be at least two cadences (%v): a move between regions reaches the aggregator as a leave and a join up to a cadence apart", c.Grace, 2*c.Cadence)}
+		return &presence.ConfigError{Field: "grace", Rule: fmt.Sprintf("(%v) must be at least two cadences (%v): a move between regions reaches the aggregator as a leave and a join up to a cadence apart", c.Grace, 2*c.Cadence)}
 	case c.DownAfter < 2*c.Cadence:
-		return &ConfigError{"down after", fmt.Sprintf("(%v) must be at least two cadences (%v), so one lost publication is not an outage", c.DownAfter, 2*c.Cadence)}
+		return &presence.ConfigError{Field: "down after", Rule: fmt.Sprintf("(%v) must be at least two cadences (%v), so one lost publication is not an outage", c.DownAfter, 2*c.Cadence)}
 	case c.DropAfter <= c.DownAfter:
-		return &ConfigError{"drop after", fmt.Sprintf("(%v) must be longer than down after (%v)", c.DropAfter, c.DownAfter)}
+		return &presence.ConfigError{Field: "drop after", Rule: fmt.Sprintf("(%v) must be longer than down after (%v)", c.DropAfter, c.DownAfter)}
 	case c.OfflineRetention < time.Second:
-		return &ConfigError{"offline retention", fmt.Sprintf("must be at least 1s (JetStream's smallest message TTL), got %v", c.OfflineRetention)}
+		return &presence.ConfigError{Field: "offline retention", Rule: fmt.Sprintf("must be at least 1s (JetStream's smallest message TTL), got %v", c.OfflineRetention)}
 	case c.AckTimeout <= 0:
-		return &ConfigError{"ack timeout", fmt.Sprintf("must be positive, got %v", c.AckTimeout)}
+		return &presence.ConfigError{Field: "ack timeout", Rule: fmt.Sprintf("must be positive, got %v", c.AckTimeout)}
 	case c.LeaseTTL < MinLeaseTTL:
-		return &ConfigError{"lease TTL", fmt.Sprintf("must be at least %v (JetStream's smallest message TTL), got %v", MinLeaseTTL, c.LeaseTTL)}
+		return &presence.ConfigError{Field: "lease TTL", Rule: fmt.Sprintf("must be at least %v (JetStream's smallest message TTL), got %v", MinLeaseTTL, c.LeaseTTL)}
 	case c.Replicas < 1 || c.Replicas > 5:
-		return &ConfigError{"replicas", fmt.Sprintf("must be between 1 and 5, got %d", c.Replicas)}
+		return &presence.ConfigError{Field: "replicas", Rule: fmt.Sprintf("must be between 1 and 5, got %d", c.Replicas)}
 	case c.MaxFullBytes < minFullBytes:
-		return &ConfigError{"max full bytes", fmt.Sprintf("must be at least %d (64 KiB), got %d", minFullBytes, c.MaxFullBytes)}
+		return &presence.ConfigError{Field: "max full bytes", Rule: fmt.Sprintf("must be at least %d (64 KiB), got %d", minFullBytes, c.MaxFullBytes)}
 	case c.Instance == "":
-		return &ConfigError{"instance", "must not be empty"}
+		return &presence.ConfigError{Field: "instance", Rule: "must not be empty"}
 	}
 	seen := map[string]bool{}
 	for _, r := range c.Regions {
 		if err := bus.ValidateRegion(r); err != nil {
-			return &ConfigError{"regions", err.Error()}
+			return &presence.ConfigError{Field: "regions", Rule: err.Error()}
 		}
 		if seen[r] {
-			return &ConfigError{"regions", fmt.Sprintf("%q is listed twice", r)}
+			return &presence.ConfigError{Field: "regions", Rule: fmt.Sprintf("%q is listed twice", r)}
 		}
 		seen[r] = true
 	}

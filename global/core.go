@@ -20,8 +20,8 @@ type regionState struct {
 	heard   time.Time // last publication applied; zero: never
 	spoke   time.Time // last publication of the current publisher, applied or not
 	dropped bool
-	rooms   RegionView
-	states  StateView
+	rooms   regionView
+	states  stateView
 	asm     *assembly // full snapshot being received
 	refused fullID    // a full dropped as too large: its other parts are ignored
 	asked   time.Time // last resync request
@@ -40,8 +40,8 @@ type assembly struct {
 	inst       string
 	seq        uint64
 	next, last int
-	view       RegionView
-	states     StateView
+	view       regionView
+	states     stateView
 	started    time.Time // part 1 arrived
 	bytes      int       // encoded size of the parts so far
 }
@@ -92,7 +92,7 @@ func (t touchSet) add(room, user string) {
 	m[user] = struct{}{}
 }
 
-func (t touchSet) addView(v RegionView) {
+func (t touchSet) addView(v regionView) {
 	for room, users := range v {
 		for u := range users {
 			t.add(room, u)
@@ -100,7 +100,7 @@ func (t touchSet) addView(v RegionView) {
 	}
 }
 
-func (t touchSet) addOps(ops []RoomOps) {
+func (t touchSet) addOps(ops []roomOps) {
 	for _, op := range ops {
 		for u := range op.Set {
 			t.add(op.Room, u)
@@ -142,7 +142,7 @@ func newCore(cfg AggregatorConfig, start time.Time, stats *AggregatorStats) *cor
 		c.maxFullBytes = DefaultMaxFullBytes
 	}
 	for _, r := range cfg.Regions {
-		c.regions[r] = &regionState{name: r, expected: true, rooms: RegionView{}, states: StateView{}}
+		c.regions[r] = &regionState{name: r, expected: true, rooms: regionView{}, states: stateView{}}
 	}
 	return c
 }
@@ -157,7 +157,7 @@ const takeoverCadences = 2
 func (c *core) region(name string) *regionState {
 	r := c.regions[name]
 	if r == nil && !c.listed {
-		r = &regionState{name: name, rooms: RegionView{}, states: StateView{}}
+		r = &regionState{name: name, rooms: regionView{}, states: stateView{}}
 		c.regions[name] = r
 	}
 	return r
@@ -174,7 +174,7 @@ func (c *core) region(name string) *regionState {
 // never waits long; a publication with a forged or far-ahead generation
 // cannot lock the real publisher out, and cannot displace it while it
 // publishes.
-func (c *core) publication(p *Publication, now time.Time) (touchSet, bool) {
+func (c *core) publication(p *publication, now time.Time) (touchSet, bool) {
 	r := c.region(p.Region)
 	if r == nil {
 		c.stats.UnknownRegions.Add(1)
@@ -189,78 +189,92 @@ func (c *core) publication(p *Publication, now time.Time) (touchSet, bool) {
 		return nil, false
 	}
 	switch p.Kind {
-	case KindDelta:
-		switch {
-		case current && r.synced && p.Seq == r.seq+1:
-			touched := touchSet{}
-			touched.addOps(p.Rooms)
-			r.rooms.Apply(p.Rooms)
-			r.states.Apply(p.Rooms)
-			r.seq, r.heard = p.Seq, now
-			c.stats.Publications.Add(1)
-			return touched, false
-		case current && p.Seq <= r.seq:
-			return nil, false // a duplicate
-		case r.asm != nil && p.Gen == r.asm.gen && p.Inst == r.asm.inst && p.Seq == r.asm.seq+1:
-			// Follows a full whose parts did not all arrive.
-			r.asm = nil
+	case kindDelta:
+		return c.delta(r, p, current, now)
+	case kindFull:
+		return c.full(r, p, current, now)
+	}
+	return nil, false
+}
+
+// delta applies a delta of r: in sequence from the current publisher it
+// is applied; a duplicate is ignored; anything else leaves r unsynced,
+// holding what it has, until a full arrives.
+func (c *core) delta(r *regionState, p *publication, current bool, now time.Time) (touchSet, bool) {
+	switch {
+	case current && r.synced && p.Seq == r.seq+1:
+		touched := touchSet{}
+		touched.addOps(p.Rooms)
+		r.rooms.Apply(p.Rooms)
+		r.states.Apply(p.Rooms)
+		r.seq, r.heard = p.Seq, now
+		c.stats.Publications.Add(1)
+		return touched, false
+	case current && p.Seq <= r.seq:
+		return nil, false // a duplicate
+	case r.asm != nil && p.Gen == r.asm.gen && p.Inst == r.asm.inst && p.Seq == r.asm.seq+1:
+		// Follows a full whose parts did not all arrive.
+		r.asm = nil
+		c.stats.DroppedFulls.Add(1)
+	}
+	if r.synced {
+		c.stats.Gaps.Add(1)
+	}
+	r.synced = false // hold what we have; wait for a full
+	return nil, c.ask(r, now)
+}
+
+// full adds a part of a full snapshot of r to its assembly; the last part
+// replaces r's view and makes p's publisher r's current one. A lost part
+// drops the assembly and asks for another full.
+func (c *core) full(r *regionState, p *publication, current bool, now time.Time) (touchSet, bool) {
+	if current && r.synced && p.Seq <= r.seq {
+		return nil, false // a duplicate
+	}
+	if (fullID{p.Gen, p.Inst, p.Seq}) == r.refused {
+		return nil, false // the rest of a full too large to hold
+	}
+	if p.Part == 1 {
+		if r.asm != nil {
+			c.stats.DroppedFulls.Add(1) // replaced before it completed
+		}
+		r.asm = &assembly{gen: p.Gen, inst: p.Inst, seq: p.Seq, next: 1, last: p.Parts, view: regionView{}, states: stateView{}, started: now}
+	}
+	a := r.asm
+	if a == nil || a.gen != p.Gen || a.inst != p.Inst || a.seq != p.Seq || a.next != p.Part || a.last != p.Parts {
+		if a != nil {
 			c.stats.DroppedFulls.Add(1)
 		}
+		r.asm = nil // a lost part; the next full starts over
 		if r.synced {
 			c.stats.Gaps.Add(1)
 		}
-		r.synced = false // hold what we have; wait for a full
+		r.synced = false
 		return nil, c.ask(r, now)
-	case KindFull:
-		if current && r.synced && p.Seq <= r.seq {
-			return nil, false // a duplicate
-		}
-		if (fullID{p.Gen, p.Inst, p.Seq}) == r.refused {
-			return nil, false // the rest of a full too large to hold
-		}
-		if p.Part == 1 {
-			if r.asm != nil {
-				c.stats.DroppedFulls.Add(1) // replaced before it completed
-			}
-			r.asm = &assembly{gen: p.Gen, inst: p.Inst, seq: p.Seq, next: 1, last: p.Parts, view: RegionView{}, states: StateView{}, started: now}
-		}
-		a := r.asm
-		if a == nil || a.gen != p.Gen || a.inst != p.Inst || a.seq != p.Seq || a.next != p.Part || a.last != p.Parts {
-			if a != nil {
-				c.stats.DroppedFulls.Add(1)
-			}
-			r.asm = nil // a lost part; the next full starts over
-			if r.synced {
-				c.stats.Gaps.Add(1)
-			}
-			r.synced = false
-			return nil, c.ask(r, now)
-		}
-		// An assembly holds at most maxFullBytes of publications: past
-		// that it is dropped, not asked for again (a region that big
-		// needs a larger MaxFullBytes, which asking cannot fix).
-		if a.bytes += p.size; a.bytes > c.maxFullBytes {
-			r.asm, r.refused = nil, fullID{a.gen, a.inst, a.seq}
-			c.stats.DroppedFulls.Add(1)
-			c.stats.OversizeFulls.Add(1)
-			return nil, false
-		}
-		a.view.Apply(p.Rooms)
-		a.states.Apply(p.Rooms)
-		a.next++
-		if p.Part < p.Parts {
-			return nil, false
-		}
-		touched := touchSet{}
-		touched.addView(r.rooms)
-		touched.addView(a.view)
-		r.rooms, r.states, r.asm = a.view, a.states, nil
-		r.gen, r.inst, r.seq = p.Gen, p.Inst, p.Seq
-		r.synced, r.dropped, r.heard, r.spoke = true, false, now, now
-		c.stats.Publications.Add(1)
-		return touched, false
 	}
-	return nil, false
+	// An assembly holds at most maxFullBytes of publications: past
+	// that it is dropped, not asked for again (a region that big
+	// needs a larger MaxFullBytes, which asking cannot fix).
+	if a.bytes += p.size; a.bytes > c.maxFullBytes {
+		r.asm, r.refused = nil, fullID{a.gen, a.inst, a.seq}
+		c.stats.DroppedFulls.Add(1)
+		c.stats.OversizeFulls.Add(1)
+		return nil, false
+	}
+	a.view.Apply(p.Rooms)
+	a.states.Apply(p.Rooms)
+	a.next++
+	if p.Part < p.Parts {
+		return nil, false
+	}
+	touched := touchSet{}
+	touched.addView(r.rooms)
+	touched.addView(a.view)
+	r.rooms, r.states, r.asm = a.view, a.states, nil
+	r.gen, r.inst, r.seq = p.Gen, p.Inst, p.Seq
+	r.synced, r.dropped, r.heard, r.spoke = true, false, now, now
+	c.stats.Publications.Add(1)
+	return touched, false
 }
 
 // ask reports whether to request a full from r now: at most once a
@@ -301,7 +315,7 @@ func (c *core) tick(now time.Time) touchSet {
 		}
 		r.dropped, r.synced, r.asm = true, false, nil
 		gone := r.rooms
-		r.rooms, r.states = RegionView{}, StateView{}
+		r.rooms, r.states = regionView{}, stateView{}
 		touched.addView(gone)
 		// Users whose last presence was in r are lost with it.
 		for room, users := range gone {

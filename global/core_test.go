@@ -35,18 +35,18 @@ func newRig(t *testing.T, regions ...string) *coreRig {
 
 // full sends a one-part full snapshot of region as a new publisher
 // generation when gen is true.
-func (r *coreRig) full(region string, view RegionView, newGen bool) []intent {
+func (r *coreRig) full(region string, view regionView, newGen bool) []intent {
 	if newGen || r.gen[region] == 0 {
 		r.gen[region]++
 	}
 	r.seq[region]++
-	touched, _ := r.c.publication(&Publication{V: 1, Kind: KindFull, Region: region, Gen: r.gen[region], Inst: "i", Seq: r.seq[region], Part: 1, Parts: 1, Rooms: view.Ops()}, r.now)
+	touched, _ := r.c.publication(&publication{V: 1, Kind: kindFull, Region: region, Gen: r.gen[region], Inst: "i", Seq: r.seq[region], Part: 1, Parts: 1, Rooms: view.Ops()}, r.now)
 	return r.settle(touched)
 }
 
-func (r *coreRig) delta(region string, ops ...RoomOps) []intent {
+func (r *coreRig) delta(region string, ops ...roomOps) []intent {
 	r.seq[region]++
-	touched, ask := r.c.publication(&Publication{V: 1, Kind: KindDelta, Region: region, Gen: r.gen[region], Inst: "i", Seq: r.seq[region], Rooms: ops}, r.now)
+	touched, ask := r.c.publication(&publication{V: 1, Kind: kindDelta, Region: region, Gen: r.gen[region], Inst: "i", Seq: r.seq[region], Rooms: ops}, r.now)
 	if ask {
 		r.t.Fatalf("delta %d of %s asked for a resync", r.seq[region], region)
 	}
@@ -88,8 +88,8 @@ func (r *coreRig) settle(touched touchSet) []intent {
 	return its
 }
 
-func set(room string, users map[string][]string) RoomOps { return RoomOps{Room: room, Set: users} }
-func del(room string, users ...string) RoomOps           { return RoomOps{Room: room, Del: users} }
+func set(room string, users map[string][]string) roomOps { return roomOps{Room: room, Set: users} }
+func del(room string, users ...string) roomOps           { return roomOps{Room: room, Del: users} }
 
 func want(t *testing.T, what string, got []intent, want ...string) {
 	t.Helper()
@@ -108,7 +108,7 @@ func want(t *testing.T, what string, got []intent, want ...string) {
 
 func TestCoreJoinLeaveAfterGrace(t *testing.T) {
 	r := newRig(t, "eu")
-	want(t, "empty full", r.full("eu", RegionView{}, false))
+	want(t, "empty full", r.full("eu", regionView{}, false))
 	want(t, "join", r.delta("eu", set("r", map[string][]string{"u1": {"s1"}})), "online r/u1 joined 1")
 	want(t, "refresh of the same", r.delta("eu", set("r", map[string][]string{"u1": {"s1"}})))
 	want(t, "leave", r.delta("eu", del("r", "u1")))
@@ -119,8 +119,8 @@ func TestCoreJoinLeaveAfterGrace(t *testing.T) {
 
 func TestCoreRegionMoveIsANonEvent(t *testing.T) {
 	r := newRig(t, "eu", "ap")
-	r.full("eu", RegionView{"r": {"u1": {"s1"}}}, false)
-	r.full("ap", RegionView{}, false)
+	r.full("eu", regionView{"r": {"u1": {"s1"}}}, false)
+	r.full("ap", regionView{}, false)
 	want(t, "history", r.all, "online r/u1 joined 1")
 	want(t, "leaves eu", r.delta("eu", del("r", "u1")))
 	want(t, "in between", r.advance(200*time.Millisecond, "eu", "ap"))
@@ -133,8 +133,8 @@ func TestCoreRegionMoveIsANonEvent(t *testing.T) {
 
 func TestCoreTwoTabsInTwoRegionsAreOneMember(t *testing.T) {
 	r := newRig(t, "eu", "ap")
-	r.full("eu", RegionView{"r": {"u1": {"tab1"}}}, false)
-	want(t, "second tab elsewhere", r.full("ap", RegionView{"r": {"u1": {"tab2"}}}, false))
+	r.full("eu", regionView{"r": {"u1": {"tab1"}}}, false)
+	want(t, "second tab elsewhere", r.full("ap", regionView{"r": {"u1": {"tab2"}}}, false))
 	want(t, "history", r.all, "online r/u1 joined 1")
 	if got := r.c.sessions("r", "u1"); !slices.Equal(got, []string{"tab1", "tab2"}) {
 		t.Fatalf("sessions %v", got)
@@ -150,7 +150,7 @@ func TestCoreTwoTabsInTwoRegionsAreOneMember(t *testing.T) {
 
 func TestCoreGraceMemberCountsAsPresent(t *testing.T) {
 	r := newRig(t, "eu")
-	r.full("eu", RegionView{"r": {"u1": {"s1"}}}, false)
+	r.full("eu", regionView{"r": {"u1": {"s1"}}}, false)
 	want(t, "regional grace: no sessions", r.delta("eu", set("r", map[string][]string{"u1": {}})))
 	want(t, "held by the regional grace", r.advance(time.Second, "eu"))
 	if !r.c.ann.member("r", "u1") {
@@ -160,8 +160,8 @@ func TestCoreGraceMemberCountsAsPresent(t *testing.T) {
 
 func TestCoreDownRegionIsHeldThenDropped(t *testing.T) {
 	r := newRig(t, "eu", "ap")
-	r.full("eu", RegionView{"r": {"only-eu": {"s1"}, "both": {"s2"}}}, false)
-	r.full("ap", RegionView{"r": {"both": {"s3"}}}, false)
+	r.full("eu", regionView{"r": {"only-eu": {"s1"}, "both": {"s2"}}}, false)
+	r.full("ap", regionView{"r": {"both": {"s3"}}}, false)
 	r.all = nil
 	// eu falls silent: down after 500ms (held), dropped after 2s.
 	want(t, "down but held", r.advance(1900*time.Millisecond, "ap"))
@@ -171,20 +171,20 @@ func TestCoreDownRegionIsHeldThenDropped(t *testing.T) {
 	want(t, "dropped", r.advance(200*time.Millisecond, "ap"), "offline r/only-eu region_lost 0")
 	want(t, "nothing more", r.advance(time.Second, "ap"))
 	// eu comes back: a full from its publisher.
-	want(t, "heal", r.full("eu", RegionView{"r": {"only-eu": {"s1"}, "both": {"s2"}}}, false), "online r/only-eu joined 1")
+	want(t, "heal", r.full("eu", regionView{"r": {"only-eu": {"s1"}, "both": {"s2"}}}, false), "online r/only-eu joined 1")
 	want(t, "settled", r.advance(time.Second, "eu", "ap"))
 }
 
 func TestCoreHeldRegionBringsNobodyOnline(t *testing.T) {
 	r := newRig(t, "eu")
-	r.full("eu", RegionView{}, false)
+	r.full("eu", regionView{}, false)
 	r.advance(600 * time.Millisecond) // eu is down now
 	// A delta still in order (it was late): applied, but eu is not live
 	// until heard again... it is heard by this very delta.
 	want(t, "late delta revives", r.delta("eu", set("r", map[string][]string{"u1": {"s1"}})), "online r/u1 joined 1")
 	// A region out of sync is held: its users neither come nor go.
 	r.seq["eu"]++ // a lost delta
-	touched, ask := r.c.publication(&Publication{V: 1, Kind: KindDelta, Region: "eu", Gen: r.gen["eu"], Inst: "i", Seq: r.seq["eu"] + 1, Rooms: []RoomOps{del("r", "u1"), set("r", map[string][]string{"u2": {"s2"}})}}, r.now)
+	touched, ask := r.c.publication(&publication{V: 1, Kind: kindDelta, Region: "eu", Gen: r.gen["eu"], Inst: "i", Seq: r.seq["eu"] + 1, Rooms: []roomOps{del("r", "u1"), set("r", map[string][]string{"u2": {"s2"}})}}, r.now)
 	if !ask || len(touched) != 0 {
 		t.Fatalf("gap: ask %v touched %v", ask, touched)
 	}
@@ -192,14 +192,14 @@ func TestCoreHeldRegionBringsNobodyOnline(t *testing.T) {
 	if r.c.stats.Gaps.Load() != 1 {
 		t.Fatalf("gaps %d", r.c.stats.Gaps.Load())
 	}
-	want(t, "resynced", r.full("eu", RegionView{"r": {"u2": {"s2"}}}, false), "online r/u2 joined 1")
+	want(t, "resynced", r.full("eu", regionView{"r": {"u2": {"s2"}}}, false), "online r/u2 joined 1")
 	want(t, "u1 left while we were out of sync", r.advance(400*time.Millisecond, "eu"), "offline r/u1 left 0")
 }
 
 // pub sends one publication as any publisher would, forged or not.
-func (r *coreRig) pub(region string, gen uint64, inst, kind string, seq uint64, ops ...RoomOps) (touchSet, bool) {
-	p := &Publication{V: 1, Kind: kind, Region: region, Gen: gen, Inst: inst, Seq: seq, Rooms: ops}
-	if kind == KindFull {
+func (r *coreRig) pub(region string, gen uint64, inst, kind string, seq uint64, ops ...roomOps) (touchSet, bool) {
+	p := &publication{V: 1, Kind: kind, Region: region, Gen: gen, Inst: inst, Seq: seq, Rooms: ops}
+	if kind == kindFull {
 		p.Part, p.Parts = 1, 1
 	}
 	return r.c.publication(p, r.now)
@@ -211,28 +211,28 @@ func (r *coreRig) pub(region string, gen uint64, inst, kind string, seq uint64, 
 // predecessor's lease ran out, so it never waits longer than that).
 func TestCoreGenerations(t *testing.T) {
 	r := newRig(t, "eu")
-	r.full("eu", RegionView{"r": {"u1": {"s1"}}}, false)
+	r.full("eu", regionView{"r": {"u1": {"s1"}}}, false)
 	old := r.gen["eu"]
 	// A newer generation while the current publisher speaks: ignored,
 	// and nobody is asked for anything.
-	touched, ask := r.pub("eu", old+1, "new", KindFull, 1, set("r", map[string][]string{"u2": {"s2"}}))
+	touched, ask := r.pub("eu", old+1, "new", kindFull, 1, set("r", map[string][]string{"u2": {"s2"}}))
 	if touched != nil || ask {
 		t.Fatalf("a second publisher displaced a live one: %v %v", touched, ask)
 	}
 	// The current one stops (its node died): two cadences later its
 	// successor's delta shows a gap, and its full takes the region over.
 	want(t, "silent for less than two cadences", r.advance(175*time.Millisecond))
-	if touched, _ := r.pub("eu", old+1, "new", KindDelta, 2); touched != nil {
+	if touched, _ := r.pub("eu", old+1, "new", kindDelta, 2); touched != nil {
 		t.Fatal("a delta of the successor applied before its full")
 	}
 	r.advance(50 * time.Millisecond)
-	if _, ask := r.pub("eu", old+1, "new", KindDelta, 3); !ask {
+	if _, ask := r.pub("eu", old+1, "new", kindDelta, 3); !ask {
 		t.Fatal("the successor was not asked for a full once its predecessor fell silent")
 	}
-	touched, _ = r.pub("eu", old+1, "new", KindFull, 4, set("r", map[string][]string{"u1": {"s1"}, "u2": {"s2"}}))
+	touched, _ = r.pub("eu", old+1, "new", kindFull, 4, set("r", map[string][]string{"u1": {"s1"}, "u2": {"s2"}}))
 	want(t, "the successor's full", r.settle(touched), "online r/u2 joined 1")
 	// The old publisher's late delta is ignored now: the successor speaks.
-	if touched, ask := r.pub("eu", old, "i", KindDelta, 99, del("r", "u2")); touched != nil || ask {
+	if touched, ask := r.pub("eu", old, "i", kindDelta, 99, del("r", "u2")); touched != nil || ask {
 		t.Fatalf("the predecessor's late delta applied: %v %v", touched, ask)
 	}
 	if r.c.stats.Contenders.Load() != 3 {
@@ -247,14 +247,14 @@ func TestCoreGenerations(t *testing.T) {
 func TestCoreFarAheadGenerationLocksNobodyOut(t *testing.T) {
 	const far = 1 << 62
 	r := newRig(t, "eu")
-	r.full("eu", RegionView{"r": {"u1": {"s1"}}}, false)
-	touched, _ := r.pub("eu", far, "forger", KindFull, 1, set("r", map[string][]string{"ghost": {"g"}}))
+	r.full("eu", regionView{"r": {"u1": {"s1"}}}, false)
+	touched, _ := r.pub("eu", far, "forger", kindFull, 1, set("r", map[string][]string{"ghost": {"g"}}))
 	want(t, "forged full while eu publishes", r.settle(touched))
 	want(t, "eu goes on", r.advance(time.Second, "eu"))
 
 	// The real publisher falls silent; the forger gets in...
 	r.advance(200 * time.Millisecond)
-	touched, _ = r.pub("eu", far, "forger", KindFull, 2, set("r", map[string][]string{"ghost": {"g"}}))
+	touched, _ = r.pub("eu", far, "forger", kindFull, 2, set("r", map[string][]string{"ghost": {"g"}}))
 	want(t, "forger in", r.settle(touched), "online r/ghost joined 1")
 	// ...and says nothing more. The real publisher, many generations
 	// behind, is ignored for two cadences, then asked, then back.
@@ -264,10 +264,10 @@ func TestCoreFarAheadGenerationLocksNobodyOut(t *testing.T) {
 		if r.now.Sub(t0) > time.Minute {
 			t.Fatal("the real publisher was never asked for a full")
 		}
-		_, asked = r.pub("eu", r.gen["eu"], "i", KindDelta, seq)
+		_, asked = r.pub("eu", r.gen["eu"], "i", kindDelta, seq)
 		r.seq["eu"] = seq
 	}
-	want(t, "the real full", r.full("eu", RegionView{"r": {"u1": {"s1"}}}, false))
+	want(t, "the real full", r.full("eu", regionView{"r": {"u1": {"s1"}}}, false))
 	want(t, "the ghost leaves after the grace", r.advance(400*time.Millisecond, "eu"), "offline r/ghost left 0")
 	if got := r.c.regions["eu"]; got.gen != r.gen["eu"] || got.inst != "i" {
 		t.Fatalf("eu's publisher is %d/%s", got.gen, got.inst)
@@ -278,27 +278,27 @@ func TestCoreFarAheadGenerationLocksNobodyOut(t *testing.T) {
 // state, no transition, no resync request.
 func TestCoreDropsUnlistedRegions(t *testing.T) {
 	r := newRig(t, "eu")
-	touched, ask := r.pub("xx", 1, "i", KindFull, 1, set("r", map[string][]string{"u1": {"s1"}}))
+	touched, ask := r.pub("xx", 1, "i", kindFull, 1, set("r", map[string][]string{"u1": {"s1"}}))
 	if touched != nil || ask || r.c.regions["xx"] != nil || r.c.stats.UnknownRegions.Load() != 1 {
 		t.Fatalf("unlisted region taken: %v %v %v", touched, ask, r.c.regions["xx"])
 	}
-	if _, ask := r.pub("xx", 1, "i", KindDelta, 5); ask {
+	if _, ask := r.pub("xx", 1, "i", kindDelta, 5); ask {
 		t.Fatal("an unlisted region's gap asked for a full")
 	}
 	// Without a list, any region is taken.
 	open := newRig(t)
-	want(t, "no list", open.full("xx", RegionView{"r": {"u1": {"s1"}}}, false), "online r/u1 joined 1")
+	want(t, "no list", open.full("xx", regionView{"r": {"u1": {"s1"}}}, false), "online r/u1 joined 1")
 }
 
 // A full is held while its parts arrive, within MaxFullBytes and for at
 // most DownAfter; past either it is dropped and its memory freed.
 func TestCoreBoundsFulls(t *testing.T) {
 	r := newRig(t, "eu")
-	r.full("eu", RegionView{"r": {"u1": {"s1"}}}, false)
+	r.full("eu", regionView{"r": {"u1": {"s1"}}}, false)
 	r.c.maxFullBytes = 1000
 	part := func(part, parts int, seq uint64, size int, user string) (touchSet, bool) {
-		p := &Publication{V: 1, Kind: KindFull, Region: "eu", Gen: r.gen["eu"], Inst: "i", Seq: seq, Part: part, Parts: parts,
-			Rooms: []RoomOps{set("r", map[string][]string{user: {"s"}})}, size: size}
+		p := &publication{V: 1, Kind: kindFull, Region: "eu", Gen: r.gen["eu"], Inst: "i", Seq: seq, Part: part, Parts: parts,
+			Rooms: []roomOps{set("r", map[string][]string{user: {"s"}})}, size: size}
 		return r.c.publication(p, r.now)
 	}
 	eu := r.c.regions["eu"]
@@ -336,8 +336,8 @@ func TestCoreBoundsFulls(t *testing.T) {
 // waited in the queue are applied after it.
 func TestCoreAStalledClockJudgesNobody(t *testing.T) {
 	r := newRig(t, "eu", "ap")
-	r.full("eu", RegionView{"r": {"only-eu": {"s1"}}}, false)
-	r.full("ap", RegionView{"r": {"only-ap": {"s2"}}}, false)
+	r.full("eu", regionView{"r": {"only-eu": {"s1"}}}, false)
+	r.full("ap", regionView{"r": {"only-ap": {"s2"}}}, false)
 	r.advance(time.Second, "eu", "ap")
 	r.now = r.now.Add(5 * time.Second) // more than DropAfter without a tick
 	want(t, "the first tick after the stall", r.settle(r.c.tick(r.now)))
@@ -359,7 +359,7 @@ func TestCoreFullInParts(t *testing.T) {
 	r := newRig(t, "eu")
 	r.gen["eu"] = 1
 	pub := func(part, parts int, seq uint64, users map[string][]string) (touchSet, bool) {
-		return r.c.publication(&Publication{V: 1, Kind: KindFull, Region: "eu", Gen: 1, Inst: "i", Seq: seq, Part: part, Parts: parts, Rooms: []RoomOps{set("r", users)}}, r.now)
+		return r.c.publication(&publication{V: 1, Kind: kindFull, Region: "eu", Gen: 1, Inst: "i", Seq: seq, Part: part, Parts: parts, Rooms: []roomOps{set("r", users)}}, r.now)
 	}
 	if tt, _ := pub(1, 2, 1, map[string][]string{"u1": {"s1"}}); tt != nil {
 		t.Fatal("applied a partial full")
@@ -384,7 +384,7 @@ func TestCoreUnattributedMembersWaitForEveryRegion(t *testing.T) {
 	r.c.ann.apply(presence.Transition{Room: "r", User: "u2", Kind: presence.Online, Epoch: 1, Seq: 2}, 2, t0)
 	r.next = 2
 	want(t, "the stream's view, as after a reload", r.settle(r.c.everyone()))
-	want(t, "eu", r.full("eu", RegionView{"r": {"u2": {"s2"}}}, false))
+	want(t, "eu", r.full("eu", regionView{"r": {"u2": {"s2"}}}, false))
 	want(t, "ap may hold u1 until dropped", r.advance(1900*time.Millisecond, "eu"))
 	want(t, "ap dropped", r.advance(200*time.Millisecond, "eu"), "offline r/u1 region_lost 0")
 }
@@ -394,7 +394,7 @@ func TestCoreUnattributedLeftWhenEveryRegionIsLive(t *testing.T) {
 	r.c.ann.apply(presence.Transition{Room: "r", User: "u1", Kind: presence.Online, Epoch: 1, Seq: 1}, 1, t0)
 	r.next = 1
 	want(t, "the stream's view, as after a reload", r.settle(r.c.everyone()))
-	r.full("eu", RegionView{}, false)
+	r.full("eu", regionView{}, false)
 	// Settled after DownAfter (500ms) with every region live; then the
 	// grace (300ms) from when the absence was first seen.
 	want(t, "before DownAfter", r.advance(475*time.Millisecond, "eu"))
@@ -430,8 +430,8 @@ func TestAnnouncedNumbering(t *testing.T) {
 }
 
 // withStates sets a user whole: sessions and the states of some.
-func withStates(room, user string, sessions []string, states map[string]string) RoomOps {
-	op := RoomOps{Room: room, Set: map[string][]string{user: sessions}}
+func withStates(room, user string, sessions []string, states map[string]string) roomOps {
+	op := roomOps{Room: room, Set: map[string][]string{user: sessions}}
 	if len(states) > 0 {
 		op.St = map[string]map[string]json.RawMessage{user: {}}
 		for s, st := range states {
@@ -446,8 +446,8 @@ func withStates(room, user string, sessions []string, states map[string]string) 
 // and a clear when a live session loses its state.
 func TestCoreCarriesSessionStates(t *testing.T) {
 	r := newRig(t, "eu", "ap")
-	r.full("eu", RegionView{}, false)
-	r.full("ap", RegionView{}, false)
+	r.full("eu", regionView{}, false)
+	r.full("ap", regionView{}, false)
 	s1 := []string{"s1"}
 	want(t, "join with a state", r.delta("eu", withStates("r", "u1", s1, map[string]string{"s1": `"away"`})),
 		"online r/u1 joined 1", `update r/u1 state 1 s1="away"`)

@@ -23,15 +23,12 @@
 //
 // # Subjects
 //
-//	presence-sync.<region>.delta               a region's deltas and liveness
-//	presence-sync.<region>.full                a region's full snapshots, in parts
-//	presence-sync.<region>.resync              ask a region for a full snapshot
-//	presence-sync.resync                       ask every region for one
-//	presence-sync.global.<room>.<kind>.<user>  the leader's writes to the global stream
-//	presence.global.<room>.<kind>.<user>       global transitions (stored, then republished)
-//	presence-api.global.members|count|user     global queries
-//
-// Everything internal is under presence-sync, outside presence.>, so a
-// subscriber to presence.> sees transitions only. docs/GLOBAL.md describes
-// the design, the wire formats, failure behaviour and duplicate detection.
+// The view travels on presence-sync.> (region publications, resync
+// requests, the leader's writes into the global stream), outside
+// presence.>, so a subscriber to presence.> sees transitions only; global
+// transitions are presence.global.<room>.<kind>.<user> and queries
+// presence-api.global.*. Package bus builds every subject (bus.Sync*,
+// bus.GlobalIngestSubject; the table is in bus/subject.go).
+// docs/GLOBAL.md describes the design, the wire formats, failure
+// behaviour and duplicate detection.
 package global

@@ -2,6 +2,7 @@ package global_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -67,7 +68,7 @@ func TestRegionMoveIsNoGlobalTransition(t *testing.T) {
 		t.Errorf("crasher's sessions during the overlap: %v", s)
 	}
 	waitFor(t, 10*time.Second, "eu to expire crasher", func() bool { _, ok := eu.truth(t, "room")["crasher"]; return !ok })
-	time.Sleep(grace + 2*cadence) // anything due would be out by now
+	holds(t, grace+2*cadence, rec.exactly(2)) // anything due would be out by now
 	close(stop)
 	<-done
 
@@ -197,10 +198,13 @@ func TestSessionStateReachesTheGlobalView(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "the union to see ann in us only", func() bool { return slices.Equal(agg.Regions("room", "ann"), []string{"us"}) })
-	time.Sleep(grace + 2*cadence) // nothing may follow: watch a whole grace
-	if n := len(rec.events()); n != 2 {
-		t.Fatalf("after the move: %d transitions %v, want online and one update", n, rec.events())
-	}
+	// Nothing may follow: watch a whole grace.
+	holds(t, grace+2*cadence, func() error {
+		if ev := rec.events(); len(ev) != 2 {
+			return fmt.Errorf("after the move: %d transitions %v, want online and one update", len(ev), ev)
+		}
+		return nil
+	})
 
 	// A second aggregator that takes over reads the state from the stream.
 	agg2, _ := w.aggregator("eu")

@@ -17,6 +17,7 @@ import (
 
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/global"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testnats"
 	"github.com/presence-dev/presence/internal/testredis"
 	"github.com/presence-dev/presence/presence"
@@ -83,6 +84,9 @@ func newWorld(t testing.TB, home string, names ...string) *world {
 // configuration hook.
 func newWorldWith(t testing.TB, timing presence.Timing, pubCfg func(*global.PublisherConfig), home string, names ...string) *world {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("starts a NATS supercluster and a redis-server per region, and runs for seconds: skipped with -short")
+	}
 	w := &world{t: t, sc: testnats.StartSuperCluster(t, names...), regions: map[string]*regionEnv{}, home: home, timing: timing, pubCfg: pubCfg}
 	for _, n := range names {
 		w.regions[n] = w.newRegion(n)
@@ -265,11 +269,7 @@ func (w *world) aggregator(cluster string, opts ...aggOpt) (*global.Aggregator, 
 
 // recorder keeps every global transition a subscriber in some cluster
 // receives, in arrival order.
-type recorder struct {
-	mu  sync.Mutex
-	all []presence.Transition
-	at  []time.Time
-}
+type recorder struct{ testkit.Log }
 
 func (w *world) record(cluster string) *recorder {
 	w.t.Helper()
@@ -284,10 +284,7 @@ func (w *world) record(cluster string) *recorder {
 			w.t.Errorf("undecodable global event on %s: %v", m.Subject, err)
 			return
 		}
-		rec.mu.Lock()
-		rec.all = append(rec.all, t)
-		rec.at = append(rec.at, time.Now())
-		rec.mu.Unlock()
+		rec.Add(t)
 	})
 	if err != nil {
 		w.t.Fatal(err)
@@ -297,10 +294,17 @@ func (w *world) record(cluster string) *recorder {
 	return rec
 }
 
-func (r *recorder) events() []presence.Transition {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]presence.Transition(nil), r.all...)
+func (r *recorder) events() []presence.Transition { return r.All() }
+
+// exactly checks that r holds n transitions, no more: with holds, that
+// none follows.
+func (r *recorder) exactly(n int) func() error {
+	return func() error {
+		if ev := r.events(); len(ev) != n {
+			return fmt.Errorf("%d global transitions, want %d: %v", len(ev), n, ev)
+		}
+		return nil
+	}
 }
 
 // of returns the user's transitions in room as "kind reason" strings.
@@ -374,12 +378,21 @@ func (r *recorder) checkOrder(t *testing.T) {
 }
 
 // waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+var waitFor = testkit.WaitFor
+
+// holds checks that check passes for the whole of d, polling it, and
+// fails at the first poll where it does not. Tests use it to watch that
+// nothing more happens: d is long enough for anything still due (a grace,
+// two cadences) to have come out.
+func holds(t testing.TB, d time.Duration, check func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+	end := time.Now().Add(d)
+	for {
+		if err := check(); err != nil {
+			t.Fatalf("%v (%v into a %v watch)", err, d-time.Until(end).Round(time.Millisecond), d)
+		}
+		if !time.Now().Before(end) {
+			return
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -402,12 +415,16 @@ func waitLeader(t testing.TB, aggs ...*global.Aggregator) *global.Aggregator {
 }
 
 func regionState(a *global.Aggregator, name string) global.RegionState {
+	return regionStatus(a, name).State
+}
+
+func regionStatus(a *global.Aggregator, name string) global.RegionStatus {
 	for _, s := range a.RegionStatuses() {
 		if s.Region == name {
-			return s.State
+			return s
 		}
 	}
-	return ""
+	return global.RegionStatus{}
 }
 
 func fmtMembers(m map[string][]string) string {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/global"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -27,14 +28,14 @@ func TestMalformedInputIsDroppedAndCounted(t *testing.T) {
 	t.Cleanup(func() { dump(t, "agg", agg) })
 	nc := w.sc.Connect(t, "eu")
 	junk := []struct{ subject, body string }{
-		{global.DeltaSubject("eu"), `not json`},
-		{global.DeltaSubject("eu"), `{"v":2,"kind":"delta","region":"eu","gen":1,"inst":"x","seq":1,"rooms":[]}`},
-		{global.DeltaSubject("eu"), `{"v":1,"kind":"delta","region":"us","gen":1,"inst":"x","seq":1,"rooms":[]}`},
-		{global.DeltaSubject("eu"), `{"v":1,"kind":"delta","region":"eu","gen":0,"inst":"x","seq":1,"rooms":[]}`},
-		{global.DeltaSubject("eu"), `{"v":1,"kind":"delta","region":"eu","gen":1,"inst":"x","seq":1,"rooms":[{"room":"a.b"}]}`},
-		{global.FullSubject("eu"), `{"v":1,"kind":"full","region":"eu","gen":1,"inst":"x","seq":1,"part":3,"parts":2,"rooms":[]}`},
-		{global.FullSubject("eu"), `{"v":1,"kind":"full","region":"eu","gen":1,"inst":"x","seq":1,"part":1,"parts":99999999,"rooms":[]}`},
-		{global.FullSubject("eu"), `[]`},
+		{bus.SyncDeltaSubject("eu"), `not json`},
+		{bus.SyncDeltaSubject("eu"), `{"v":2,"kind":"delta","region":"eu","gen":1,"inst":"x","seq":1,"rooms":[]}`},
+		{bus.SyncDeltaSubject("eu"), `{"v":1,"kind":"delta","region":"us","gen":1,"inst":"x","seq":1,"rooms":[]}`},
+		{bus.SyncDeltaSubject("eu"), `{"v":1,"kind":"delta","region":"eu","gen":0,"inst":"x","seq":1,"rooms":[]}`},
+		{bus.SyncDeltaSubject("eu"), `{"v":1,"kind":"delta","region":"eu","gen":1,"inst":"x","seq":1,"rooms":[{"room":"a.b"}]}`},
+		{bus.SyncFullSubject("eu"), `{"v":1,"kind":"full","region":"eu","gen":1,"inst":"x","seq":1,"part":3,"parts":2,"rooms":[]}`},
+		{bus.SyncFullSubject("eu"), `{"v":1,"kind":"full","region":"eu","gen":1,"inst":"x","seq":1,"part":1,"parts":99999999,"rooms":[]}`},
+		{bus.SyncFullSubject("eu"), `[]`},
 		{"presence-sync.eu.other", `{}`}, // not subscribed: not counted
 	}
 	for _, j := range junk {
@@ -46,7 +47,7 @@ func TestMalformedInputIsDroppedAndCounted(t *testing.T) {
 
 	// An impostor with a valid delta from an unknown generation only makes
 	// the aggregator ask eu for a full.
-	_ = nc.Publish(global.DeltaSubject("eu"), []byte(`{"v":1,"kind":"delta","region":"eu","gen":999,"inst":"x","seq":5,"rooms":[{"room":"room","set":{"ghost":["s"]}}]}`))
+	_ = nc.Publish(bus.SyncDeltaSubject("eu"), []byte(`{"v":1,"kind":"delta","region":"eu","gen":999,"inst":"x","seq":5,"rooms":[{"room":"room","set":{"ghost":["s"]}}]}`))
 
 	// Garbage in the global stream itself.
 	js, _ := jetstream.New(nc)
@@ -54,13 +55,8 @@ func TestMalformedInputIsDroppedAndCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var got []presence.Transition
-	var mu sync.Mutex
-	sub, err := bus.WatchRoom(nc, bus.GlobalRegion, "room", func(tr presence.Transition) {
-		mu.Lock()
-		got = append(got, tr)
-		mu.Unlock()
-	})
+	var got testkit.Recorder[presence.Transition]
+	sub, err := bus.WatchRoom(nc, bus.GlobalRegion, "room", got.Add)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,9 +64,8 @@ func TestMalformedInputIsDroppedAndCounted(t *testing.T) {
 	w.awaitInterest(nc, bus.RoomFilter(bus.GlobalRegion, "room"))
 	w.regions["eu"].join(t, ref("room", "u1", "s1"))
 	waitFor(t, 10*time.Second, "u1 online", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(got) == 1 && got[0].User == "u1"
+		ts := got.All()
+		return len(ts) == 1 && ts[0].User == "u1"
 	})
 	// The garbage moved the stream's last sequence: u1's online, written
 	// after it, shows the writer took it into account (by reading it, or
@@ -170,13 +165,15 @@ func TestQueryErrors(t *testing.T) {
 		{bus.EndpointCount, `{"room":"r"} {}`, "data after the object"},
 		{bus.EndpointUser, `{"room":"r","user":"u*"}`, "invalid user id"},
 	} {
-		m, err := nc.Request(bus.APISubject(bus.GlobalRegion, c.endpoint), []byte(c.body), 5*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if code, desc := m.Header.Get("Nats-Service-Error-Code"), m.Header.Get("Nats-Service-Error"); code != bus.CodeBadRequest || !strings.Contains(desc, c.want) {
-			t.Errorf("%s %s: code %q description %q, want 400 mentioning %q", c.endpoint, c.body, code, desc, c.want)
-		}
+		t.Run(c.endpoint+" "+c.body, func(t *testing.T) {
+			m, err := nc.Request(bus.APISubject(bus.GlobalRegion, c.endpoint), []byte(c.body), 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code, desc := m.Header.Get("Nats-Service-Error-Code"), m.Header.Get("Nats-Service-Error"); code != bus.CodeBadRequest || !strings.Contains(desc, c.want) {
+				t.Errorf("%s %s: code %q description %q, want 400 mentioning %q", c.endpoint, c.body, code, desc, c.want)
+			}
+		})
 	}
 	_, err := global.NewClient(nc).Snapshot(context.Background(), "a.b", 0, 10)
 	var qe *global.QueryError
@@ -219,7 +216,7 @@ func TestPublisherFailoverIsNoGlobalTransition(t *testing.T) {
 	before := genOf()
 	active.Close()
 	waitFor(t, 5*time.Second, "the spare to publish", func() bool { return spare.Active() && genOf() > before })
-	time.Sleep(grace + 2*cadence)
+	holds(t, grace+2*cadence, rec.exactly(2))
 	if n := len(rec.events()); n != 2 || regionState(agg, "eu") != global.RegionLive {
 		t.Fatalf("%d transitions, eu %s", n, regionState(agg, "eu"))
 	}
@@ -247,10 +244,12 @@ func TestConfigValidation(t *testing.T) {
 		{func(c *global.PublisherConfig) { c.LeaseBucket = "a:b" }, "lease bucket"},
 		{func(c *global.PublisherConfig) { c.Storage = 7 }, "storage"},
 	} {
-		cfg := pubBase
-		c.edit(&cfg)
-		_, err := global.NewRegionPublisher(cfg)
-		checkConfigErr(t, err, c.field)
+		t.Run("publisher "+c.field, func(t *testing.T) {
+			cfg := pubBase
+			c.edit(&cfg)
+			_, err := global.NewRegionPublisher(cfg)
+			checkConfigErr(t, err, c.field)
+		})
 	}
 	if _, err := global.NewRegionPublisher(pubBase); err != nil {
 		t.Fatalf("valid publisher config: %v", err)
@@ -279,10 +278,12 @@ func TestConfigValidation(t *testing.T) {
 		{func(c *global.AggregatorConfig) { c.Regions = []string{"global"} }, "regions"},
 		{func(c *global.AggregatorConfig) { c.LeaseBucket = "a.b" }, "lease bucket"},
 	} {
-		cfg := aggBase
-		c.edit(&cfg)
-		_, err := global.NewAggregator(cfg)
-		checkConfigErr(t, err, c.field)
+		t.Run("aggregator "+c.field, func(t *testing.T) {
+			cfg := aggBase
+			c.edit(&cfg)
+			_, err := global.NewAggregator(cfg)
+			checkConfigErr(t, err, c.field)
+		})
 	}
 	if _, err := global.NewAggregator(aggBase); err != nil {
 		t.Fatalf("valid aggregator config: %v", err)
@@ -295,8 +296,8 @@ func TestConfigValidation(t *testing.T) {
 
 func checkConfigErr(t *testing.T, err error, field string) {
 	t.Helper()
-	var ce *global.ConfigError
-	if !errors.As(err, &ce) || ce.Field != field || !strings.HasPrefix(err.Error(), "global: config: "+field+": ") {
+	var ce *presence.ConfigError
+	if !errors.As(err, &ce) || ce.Field != field || !strings.HasPrefix(err.Error(), "presence: config: "+field+": ") {
 		t.Errorf("got %v, want a config error on %s", err, field)
 	}
 }

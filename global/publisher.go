@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -39,7 +40,7 @@ type RegionPublisher struct {
 	mu        sync.Mutex
 	active    bool
 	gen, seq  uint64
-	last      Truth // what the aggregators hold, as far as we know
+	last      truth // what the aggregators hold, as far as we know
 	fullDue   bool
 	sinceFull int // cadences since the last full
 
@@ -89,7 +90,7 @@ func (p *RegionPublisher) Start(ctx context.Context) error {
 		return err
 	}
 	p.lease = newLease(p.cfg.JetStream, kv, p.cfg.LeaseBucket, "publisher", p.cfg.Instance, p.cfg.LeaseTTL)
-	for _, subj := range []string{ResyncSubject(p.cfg.Region), ResyncAllSubject} {
+	for _, subj := range []string{bus.SyncResyncSubject(p.cfg.Region), bus.SyncResyncAllSubject} {
 		sub, err := p.cfg.NATS.Subscribe(subj, func(*nats.Msg) { p.requestFull() })
 		if err != nil {
 			p.unsubscribe()
@@ -141,7 +142,7 @@ func (p *RegionPublisher) leaseLoop(ctx context.Context) {
 		switch {
 		case held && (!p.active || gen != p.gen):
 			// A new term: aggregators need a full from this generation.
-			p.active, p.gen, p.seq, p.last, p.fullDue = true, gen, 0, Truth{}, true
+			p.active, p.gen, p.seq, p.last, p.fullDue = true, gen, 0, truth{}, true
 			p.log.Info("global: publisher active", "gen", gen)
 		case !held && p.active:
 			p.active = false
@@ -183,7 +184,7 @@ func (p *RegionPublisher) cadence(ctx context.Context) {
 		return
 	}
 	rctx, cancel := context.WithTimeout(ctx, p.cfg.ReadTimeout)
-	view, err := ReadRegion(rctx, p.cfg.Source, p.cfg.PageSize)
+	view, err := readRegion(rctx, p.cfg.Source, p.cfg.PageSize)
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -214,11 +215,11 @@ func (p *RegionPublisher) cadence(ctx context.Context) {
 		p.seq++
 		parts := chunkOps(view.Ops(), budget)
 		if len(parts) == 0 {
-			parts = [][]RoomOps{nil}
+			parts = [][]roomOps{nil}
 		}
 		for i, ops := range parts {
-			sendErr = errors.Join(sendErr, p.send(FullSubject(p.cfg.Region), Publication{
-				Kind: KindFull, Seq: p.seq, Part: i + 1, Parts: len(parts), Rooms: ops,
+			sendErr = errors.Join(sendErr, p.send(bus.SyncFullSubject(p.cfg.Region), publication{
+				Kind: kindFull, Seq: p.seq, Part: i + 1, Parts: len(parts), Rooms: ops,
 			}))
 		}
 		p.stats.Fulls.Add(1)
@@ -226,11 +227,11 @@ func (p *RegionPublisher) cadence(ctx context.Context) {
 	} else {
 		chunks := chunkOps(view.Diff(p.last), budget)
 		if len(chunks) == 0 {
-			chunks = [][]RoomOps{nil}
+			chunks = [][]roomOps{nil}
 		}
 		for _, ops := range chunks {
 			p.seq++
-			sendErr = errors.Join(sendErr, p.send(DeltaSubject(p.cfg.Region), Publication{Kind: KindDelta, Seq: p.seq, Rooms: ops}))
+			sendErr = errors.Join(sendErr, p.send(bus.SyncDeltaSubject(p.cfg.Region), publication{Kind: kindDelta, Seq: p.seq, Rooms: ops}))
 			p.stats.Deltas.Add(1)
 		}
 		p.sinceFull++
@@ -245,10 +246,10 @@ func (p *RegionPublisher) cadence(ctx context.Context) {
 }
 
 // send fills in the envelope and publishes. p.mu is held.
-func (p *RegionPublisher) send(subject string, pub Publication) error {
-	pub.V, pub.Region, pub.Gen, pub.Inst, pub.At = SyncVersion, p.cfg.Region, p.gen, p.cfg.Instance, time.Now().UnixMilli()
+func (p *RegionPublisher) send(subject string, pub publication) error {
+	pub.V, pub.Region, pub.Gen, pub.Inst, pub.At = syncVersion, p.cfg.Region, p.gen, p.cfg.Instance, time.Now().UnixMilli()
 	if pub.Rooms == nil {
-		pub.Rooms = []RoomOps{}
+		pub.Rooms = []roomOps{}
 	}
 	data, err := json.Marshal(pub)
 	if err != nil {
@@ -259,7 +260,7 @@ func (p *RegionPublisher) send(subject string, pub Publication) error {
 }
 
 // RosterSource is a RegionSource that also reads whole rooms in bulk;
-// *region.Store is one. ReadRegion prefers it: one round trip per 100
+// *region.Store is one. readRegion prefers it: one round trip per 100
 // rooms instead of one per page of each room.
 type RosterSource interface {
 	RegionSource
@@ -267,23 +268,23 @@ type RosterSource interface {
 	Rosters(ctx context.Context, rooms []string) ([]presence.Snapshot, error)
 }
 
-// ReadRegion reads a region's truth: every room's members with their
+// readRegion reads a region's truth: every room's members with their
 // live session ids and those sessions' states. Members inside the
 // regional offline grace (no sessions) are present with an empty list.
 // Rooms (and pages of one room, from a source that is not a
 // RosterSource) are read at slightly different moments; the next cadence
 // corrects any skew.
-func ReadRegion(ctx context.Context, src RegionSource, pageSize int) (Truth, error) {
+func readRegion(ctx context.Context, src RegionSource, pageSize int) (truth, error) {
 	rooms, err := src.Rooms(ctx)
 	if err != nil {
-		return Truth{}, fmt.Errorf("global: read region: rooms: %w", err)
+		return truth{}, fmt.Errorf("global: read region: rooms: %w", err)
 	}
 	rooms = slices.DeleteFunc(rooms, func(r string) bool { return presence.ValidateRoom(r) != nil })
-	t := Truth{Members: RegionView{}, States: StateView{}}
+	t := truth{Members: regionView{}, States: stateView{}}
 	if rs, ok := src.(RosterSource); ok {
 		snaps, err := rs.Rosters(ctx, rooms)
 		if err != nil {
-			return Truth{}, fmt.Errorf("global: read region: %w", err)
+			return truth{}, fmt.Errorf("global: read region: %w", err)
 		}
 		for _, snap := range snaps {
 			t.add(snap.Room, snap.Members)
@@ -294,7 +295,7 @@ func ReadRegion(ctx context.Context, src RegionSource, pageSize int) (Truth, err
 		for off := 0; ; {
 			snap, err := src.Snapshot(ctx, room, off, pageSize)
 			if err != nil {
-				return Truth{}, fmt.Errorf("global: read region: room %s: %w", room, err)
+				return truth{}, fmt.Errorf("global: read region: room %s: %w", room, err)
 			}
 			t.add(room, snap.Members)
 			off += len(snap.Members)
@@ -307,7 +308,7 @@ func ReadRegion(ctx context.Context, src RegionSource, pageSize int) (Truth, err
 }
 
 // add records members of room.
-func (t Truth) add(room string, members []presence.Member) {
+func (t truth) add(room string, members []presence.Member) {
 	for _, m := range members {
 		ss := make([]string, 0, len(m.Sessions))
 		for _, s := range m.Sessions {

@@ -6,13 +6,15 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/presence-dev/presence/bus"
 )
 
 func TestDiffApplyRoundTrip(t *testing.T) {
-	old := RegionView{"r1": {"u1": {"a"}, "u2": {"b", "c"}}, "r2": {"u3": {}}}
-	now := RegionView{"r1": {"u1": {"a"}, "u2": {"c"}, "u4": {}}, "r3": {"u5": {"d"}}}
+	old := regionView{"r1": {"u1": {"a"}, "u2": {"b", "c"}}, "r2": {"u3": {}}}
+	now := regionView{"r1": {"u1": {"a"}, "u2": {"c"}, "u4": {}}, "r3": {"u5": {"d"}}}
 	ops := now.Diff(old)
-	got := RegionView{"r1": {"u1": {"a"}, "u2": {"b", "c"}}, "r2": {"u3": {}}}
+	got := regionView{"r1": {"u1": {"a"}, "u2": {"b", "c"}}, "r2": {"u3": {}}}
 	got.Apply(ops)
 	if !reflect.DeepEqual(got, now) {
 		t.Fatalf("apply(diff) = %v, want %v", got, now)
@@ -28,7 +30,7 @@ func TestDiffApplyRoundTrip(t *testing.T) {
 }
 
 func TestChunkOpsStaysUnderBudget(t *testing.T) {
-	v := RegionView{}
+	v := regionView{}
 	for r := range 7 {
 		room := map[string][]string{}
 		for u := range 300 {
@@ -41,7 +43,7 @@ func TestChunkOpsStaysUnderBudget(t *testing.T) {
 	if len(chunks) < 10 {
 		t.Fatalf("%d chunks for ~%dKiB", len(chunks), len(mustJSON(t, v.Ops()))>>10)
 	}
-	back := RegionView{}
+	back := regionView{}
 	for _, c := range chunks {
 		if n := len(mustJSON(t, c)); n > budget {
 			t.Fatalf("chunk of %d bytes over the %d budget", n, budget)
@@ -51,7 +53,7 @@ func TestChunkOpsStaysUnderBudget(t *testing.T) {
 	if !reflect.DeepEqual(back, v) {
 		t.Fatal("chunks do not add up to the view")
 	}
-	dels := chunkOps([]RoomOps{{Room: "r", Del: []string{"a", "b"}}}, budget)
+	dels := chunkOps([]roomOps{{Room: "r", Del: []string{"a", "b"}}}, budget)
 	if len(dels) != 1 || len(dels[0][0].Del) != 2 {
 		t.Fatalf("deletions: %v", dels)
 	}
@@ -60,19 +62,19 @@ func TestChunkOpsStaysUnderBudget(t *testing.T) {
 // States travel with their user: a change of state alone sets the user
 // whole, chunks keep them, and applying the ops gives the states back.
 func TestTruthDiffCarriesStates(t *testing.T) {
-	old := Truth{
-		Members: RegionView{"r": {"u1": {"a", "b"}, "u2": {"c"}}},
-		States:  StateView{"r": {"u1": {"a": `"away"`}}},
+	old := truth{
+		Members: regionView{"r": {"u1": {"a", "b"}, "u2": {"c"}}},
+		States:  stateView{"r": {"u1": {"a": `"away"`}}},
 	}
-	now := Truth{
-		Members: RegionView{"r": {"u1": {"a", "b"}, "u2": {"c"}}},
-		States:  StateView{"r": {"u1": {"b": `"typing"`}, "u2": {"c": `{"x":"<&>"}`}}},
+	now := truth{
+		Members: regionView{"r": {"u1": {"a", "b"}, "u2": {"c"}}},
+		States:  stateView{"r": {"u1": {"b": `"typing"`}, "u2": {"c": `{"x":"<&>"}`}}},
 	}
 	ops := now.Diff(old)
 	if len(ops) != 1 || len(ops[0].Set) != 2 || string(ops[0].St["u1"]["b"]) != `"typing"` || ops[0].St["u1"]["a"] != nil {
 		t.Fatalf("ops %s", mustJSON(t, ops))
 	}
-	got := StateView{"r": {"u1": {"a": `"away"`}}}
+	got := stateView{"r": {"u1": {"a": `"away"`}}}
 	got.Apply(ops)
 	if !reflect.DeepEqual(got, now.States) {
 		t.Fatalf("apply(diff) = %v, want %v", got, now.States)
@@ -81,17 +83,17 @@ func TestTruthDiffCarriesStates(t *testing.T) {
 		t.Fatalf("diff of equal truths: %v", d)
 	}
 	// Cleared: u1 set without st.
-	cleared := Truth{Members: now.Members, States: StateView{"r": {"u2": now.States["r"]["u2"]}}}
+	cleared := truth{Members: now.Members, States: stateView{"r": {"u2": now.States["r"]["u2"]}}}
 	got.Apply(cleared.Diff(now))
 	if !reflect.DeepEqual(got, cleared.States) {
 		t.Fatalf("after clearing: %v", got)
 	}
 	// Chunked small, the states still add up, and every chunk decodes.
-	back := StateView{}
+	back := stateView{}
 	for i, c := range chunkOps(now.Ops(), 64) {
 		back.Apply(c)
-		body := mustJSON(t, Publication{V: 1, Kind: KindDelta, Region: "eu", Gen: 1, Inst: "i", Seq: uint64(i + 1), Rooms: c})
-		if _, err := DecodePublication(DeltaSubject("eu"), body); err != nil {
+		body := mustJSON(t, publication{V: 1, Kind: kindDelta, Region: "eu", Gen: 1, Inst: "i", Seq: uint64(i + 1), Rooms: c})
+		if _, err := decodePublication(bus.SyncDeltaSubject("eu"), body); err != nil {
 			t.Fatalf("chunk %d: %v", i, err)
 		}
 	}
@@ -111,53 +113,57 @@ func mustJSON(t *testing.T, v any) []byte {
 
 func TestDecodePublicationRejects(t *testing.T) {
 	good := `{"v":1,"kind":"delta","region":"eu","gen":1,"inst":"i","seq":1,"at":0,"rooms":[{"room":"r","set":{"u":["s"]},"st":{"u":{"s":{"a":1}}},"del":["x"]}]}`
-	if _, err := DecodePublication(DeltaSubject("eu"), []byte(good)); err != nil {
+	if _, err := decodePublication(bus.SyncDeltaSubject("eu"), []byte(good)); err != nil {
 		t.Fatalf("good delta: %v", err)
 	}
 	goodFull := `{"v":1,"kind":"full","region":"eu","gen":1,"inst":"i","seq":1,"part":1,"parts":1,"rooms":[]}`
-	if _, err := DecodePublication(FullSubject("eu"), []byte(goodFull)); err != nil {
+	if _, err := decodePublication(bus.SyncFullSubject("eu"), []byte(goodFull)); err != nil {
 		t.Fatalf("good full: %v", err)
 	}
 	bad := map[string]struct{ subject, body string }{
-		"not JSON":            {DeltaSubject("eu"), `{`},
-		"version":             {DeltaSubject("eu"), strings.Replace(good, `"v":1`, `"v":2`, 1)},
-		"region reserved":     {DeltaSubject("global"), strings.Replace(good, `"eu"`, `"global"`, 1)},
+		"not JSON":            {bus.SyncDeltaSubject("eu"), `{`},
+		"version":             {bus.SyncDeltaSubject("eu"), strings.Replace(good, `"v":1`, `"v":2`, 1)},
+		"region reserved":     {bus.SyncDeltaSubject("global"), strings.Replace(good, `"eu"`, `"global"`, 1)},
 		"region invalid":      {"presence-sync.e u.delta", strings.Replace(good, `"eu"`, `"e u"`, 1)},
-		"subject mismatch":    {DeltaSubject("ap"), good},
-		"kind mismatch":       {FullSubject("eu"), good},
-		"unknown kind":        {DeltaSubject("eu"), strings.Replace(good, `"delta"`, `"beat"`, 1)},
-		"no gen":              {DeltaSubject("eu"), strings.Replace(good, `"gen":1`, `"gen":0`, 1)},
-		"no seq":              {DeltaSubject("eu"), strings.Replace(good, `"seq":1`, `"seq":0`, 1)},
-		"no instance":         {DeltaSubject("eu"), strings.Replace(good, `"inst":"i"`, `"inst":""`, 1)},
-		"bad room":            {DeltaSubject("eu"), strings.Replace(good, `"room":"r"`, `"room":"a.b"`, 1)},
-		"bad user":            {DeltaSubject("eu"), strings.Replace(good, `{"u":`, `{"u*":`, 1)},
-		"bad session":         {DeltaSubject("eu"), strings.Replace(good, `["s"]`, `["s>"]`, 1)},
-		"bad deleted user":    {DeltaSubject("eu"), strings.Replace(good, `["x"]`, `[""]`, 1)},
-		"part of a delta":     {DeltaSubject("eu"), strings.Replace(good, `"at":0`, `"at":0,"part":1,"parts":1`, 1)},
-		"part 0":              {FullSubject("eu"), strings.Replace(goodFull, `"part":1`, `"part":0`, 1)},
-		"part beyond parts":   {FullSubject("eu"), strings.Replace(goodFull, `"part":1`, `"part":2`, 1)},
-		"too many parts":      {FullSubject("eu"), strings.Replace(goodFull, `"parts":1`, `"parts":1000000`, 1)},
-		"full deletes":        {FullSubject("eu"), strings.Replace(goodFull, `"rooms":[]`, `"rooms":[{"room":"r","del":["u"]}]`, 1)},
-		"wrong type":          {DeltaSubject("eu"), strings.Replace(good, `"seq":1`, `"seq":"1"`, 1)},
-		"state of no user":    {DeltaSubject("eu"), strings.Replace(good, `"st":{"u":`, `"st":{"v":`, 1)},
-		"state of no session": {DeltaSubject("eu"), strings.Replace(good, `{"s":{"a":1}}`, `{"t":{"a":1}}`, 1)},
-		"null state":          {DeltaSubject("eu"), strings.Replace(good, `{"a":1}`, `null`, 1)},
-		"state too big":       {DeltaSubject("eu"), strings.Replace(good, `{"a":1}`, `"`+strings.Repeat("x", 1100)+`"`, 1)},
+		"subject mismatch":    {bus.SyncDeltaSubject("ap"), good},
+		"kind mismatch":       {bus.SyncFullSubject("eu"), good},
+		"unknown kind":        {bus.SyncDeltaSubject("eu"), strings.Replace(good, `"delta"`, `"beat"`, 1)},
+		"no gen":              {bus.SyncDeltaSubject("eu"), strings.Replace(good, `"gen":1`, `"gen":0`, 1)},
+		"no seq":              {bus.SyncDeltaSubject("eu"), strings.Replace(good, `"seq":1`, `"seq":0`, 1)},
+		"no instance":         {bus.SyncDeltaSubject("eu"), strings.Replace(good, `"inst":"i"`, `"inst":""`, 1)},
+		"bad room":            {bus.SyncDeltaSubject("eu"), strings.Replace(good, `"room":"r"`, `"room":"a.b"`, 1)},
+		"bad user":            {bus.SyncDeltaSubject("eu"), strings.Replace(good, `{"u":`, `{"u*":`, 1)},
+		"bad session":         {bus.SyncDeltaSubject("eu"), strings.Replace(good, `["s"]`, `["s>"]`, 1)},
+		"bad deleted user":    {bus.SyncDeltaSubject("eu"), strings.Replace(good, `["x"]`, `[""]`, 1)},
+		"part of a delta":     {bus.SyncDeltaSubject("eu"), strings.Replace(good, `"at":0`, `"at":0,"part":1,"parts":1`, 1)},
+		"part 0":              {bus.SyncFullSubject("eu"), strings.Replace(goodFull, `"part":1`, `"part":0`, 1)},
+		"part beyond parts":   {bus.SyncFullSubject("eu"), strings.Replace(goodFull, `"part":1`, `"part":2`, 1)},
+		"too many parts":      {bus.SyncFullSubject("eu"), strings.Replace(goodFull, `"parts":1`, `"parts":1000000`, 1)},
+		"full deletes":        {bus.SyncFullSubject("eu"), strings.Replace(goodFull, `"rooms":[]`, `"rooms":[{"room":"r","del":["u"]}]`, 1)},
+		"wrong type":          {bus.SyncDeltaSubject("eu"), strings.Replace(good, `"seq":1`, `"seq":"1"`, 1)},
+		"state of no user":    {bus.SyncDeltaSubject("eu"), strings.Replace(good, `"st":{"u":`, `"st":{"v":`, 1)},
+		"state of no session": {bus.SyncDeltaSubject("eu"), strings.Replace(good, `{"s":{"a":1}}`, `{"t":{"a":1}}`, 1)},
+		"null state":          {bus.SyncDeltaSubject("eu"), strings.Replace(good, `{"a":1}`, `null`, 1)},
+		"state too big":       {bus.SyncDeltaSubject("eu"), strings.Replace(good, `{"a":1}`, `"`+strings.Repeat("x", 1100)+`"`, 1)},
 	}
 	for name, c := range bad {
-		if _, err := DecodePublication(c.subject, []byte(c.body)); err == nil {
-			t.Errorf("%s: accepted", name)
-		} else if !strings.HasPrefix(err.Error(), "global: decode publication") {
-			t.Errorf("%s: error %v", name, err)
-		}
+		t.Run(name, func(t *testing.T) {
+			if _, err := decodePublication(c.subject, []byte(c.body)); err == nil {
+				t.Errorf("%s: accepted", name)
+			} else if !strings.HasPrefix(err.Error(), "global: decode publication") {
+				t.Errorf("%s: error %v", name, err)
+			}
+		})
 	}
 }
 
 func TestKeyEscape(t *testing.T) {
 	for in, want := range map[string]string{"eu-west": "eu-west", "a_b": "a_5Fb", "x@y+z~w=v": "x_40y_2Bz_7Ew_3Dv"} {
-		if got := keyEscape(in); got != want {
-			t.Errorf("keyEscape(%q) = %q, want %q", in, got, want)
-		}
+		t.Run(in, func(t *testing.T) {
+			if got := keyEscape(in); got != want {
+				t.Errorf("keyEscape(%q) = %q, want %q", in, got, want)
+			}
+		})
 	}
 	if err := checkBucket("b", LeaseBucket("a@b_c")); err != nil {
 		t.Fatal(err)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/global"
+	"github.com/presence-dev/presence/internal/embedded"
 	"github.com/presence-dev/presence/node"
 	"github.com/presence-dev/presence/presence"
 	"github.com/presence-dev/presence/region"
@@ -320,7 +321,7 @@ func (s *nodeServer) retry(ctx context.Context, what string, f func(context.Cont
 func (s *nodeServer) connectNATS(ctx context.Context) error {
 	url := s.cfg.NATS
 	if url == "" {
-		ns, err := bus.StartEmbedded(bus.EmbeddedConfig{Port: s.cfg.NATSPort, StoreDir: s.cfg.NATSStoreDir})
+		ns, err := embedded.Start(embedded.Config{Port: s.cfg.NATSPort, StoreDir: s.cfg.NATSStoreDir})
 		if err != nil {
 			return fmt.Errorf("embedded nats-server: %w", err)
 		}

@@ -1,44 +1,29 @@
-package bus_test
+package embedded_test
 
 import (
-	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/internal/embedded"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
 )
 
-// lockedBuffer is a log sink shared with the server's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func TestStartEmbedded(t *testing.T) {
+func TestStart(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "js")
-	var logs lockedBuffer
-	s, err := bus.StartEmbedded(bus.EmbeddedConfig{Port: -1, StoreDir: dir, ServerName: "presence-test",
+	var logs testkit.LockedBuffer
+	s, err := embedded.Start(embedded.Config{Port: -1, StoreDir: dir, ServerName: "presence-test",
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -62,8 +47,22 @@ func TestStartEmbedded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	e := newEnvOn(t, nc, "eu")
-	if _, err := e.pub.Publish(t.Context(), []presence.Transition{tr("eu", "r", "u", presence.Online, 1)}); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := bus.EnsureStream(ctx, js, bus.StreamConfig{Region: "eu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.UnixMilli(1764444000001)
+	tr := presence.Transition{
+		ID: fmt.Sprintf("eu/r/%d/1", at.UnixMilli()-1), Region: "eu", Room: "r", User: "u", Kind: presence.Online,
+		Reason: presence.Joined, Sessions: 1, Seq: 1, Epoch: at.UnixMilli() - 1, At: at,
+	}
+	if _, err := bus.NewPublisher(js, "eu").Publish(ctx, []presence.Transition{tr}); err != nil {
 		t.Fatal(err)
 	}
 	// File storage lands in the given dir.
@@ -77,15 +76,19 @@ func TestStartEmbedded(t *testing.T) {
 	if !found {
 		t.Fatalf("no %s directory under %s", bus.StreamName("eu"), dir)
 	}
-	if info := streamInfo(t, e.stream); info.Config.Storage != jetstream.FileStorage || info.State.Msgs != 1 {
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Config.Storage != jetstream.FileStorage || info.State.Msgs != 1 {
 		t.Fatalf("stream: %+v %+v", info.Config, info.State)
 	}
 }
 
-func TestStartEmbeddedSideBySide(t *testing.T) {
+func TestStartSideBySide(t *testing.T) {
 	// Two servers on random ports with their own dirs, no logger.
 	for range 2 {
-		s, err := bus.StartEmbedded(bus.EmbeddedConfig{Port: -1, StoreDir: t.TempDir()})
+		s, err := embedded.Start(embedded.Config{Port: -1, StoreDir: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,16 +96,18 @@ func TestStartEmbeddedSideBySide(t *testing.T) {
 	}
 }
 
-func TestEmbeddedConfig(t *testing.T) {
-	c := bus.EmbeddedConfig{}.WithDefaults()
+func TestConfig(t *testing.T) {
+	c := embedded.Config{}.WithDefaults()
 	if c.Host != "127.0.0.1" || c.Port != 4222 || c.StoreDir != filepath.Join(os.TempDir(), "presence-nats") {
 		t.Fatalf("defaults: %+v", c)
 	}
-	for _, bad := range []bus.EmbeddedConfig{{Port: -2}, {Port: 70000}} {
-		_, err := bus.StartEmbedded(bad)
-		var ce *bus.ConfigError
-		if !errors.As(err, &ce) || ce.Field != "port" || !strings.HasPrefix(err.Error(), "bus: config: port") {
-			t.Errorf("%+v: %v", bad, err)
-		}
+	for _, bad := range []embedded.Config{{Port: -2}, {Port: 70000}} {
+		t.Run(fmt.Sprint(bad.Port), func(t *testing.T) {
+			_, err := embedded.Start(bad)
+			var ce *presence.ConfigError
+			if !errors.As(err, &ce) || ce.Field != "port" || !strings.HasPrefix(err.Error(), "presence: config: port") {
+				t.Errorf("%+v: %v", bad, err)
+			}
+		})
 	}
 }

@@ -1,4 +1,7 @@
-package bus
+// Package embedded runs the in-process nats-server presenced starts when
+// no NATS URL is configured. It lives apart from package bus so that only
+// the command links nats-server: bus, node and global are clients.
+package embedded
 
 import (
 	"context"
@@ -9,21 +12,23 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/presence-dev/presence/presence"
 )
 
-// Embedded server defaults.
+// Server defaults.
 const (
-	DefaultEmbeddedHost = "127.0.0.1"
-	DefaultEmbeddedPort = 4222
+	DefaultHost = "127.0.0.1"
+	DefaultPort = 4222
 )
 
 // DefaultStoreDir is where an embedded server keeps JetStream data when
-// EmbeddedConfig.StoreDir is empty. Two servers must not share it.
+// Config.StoreDir is empty. Two servers must not share it.
 func DefaultStoreDir() string { return filepath.Join(os.TempDir(), "presence-nats") }
 
-// EmbeddedConfig configures the in-process nats-server used when no NATS
+// Config configures the in-process nats-server used when no NATS
 // URL is configured. Zero fields take their defaults.
-type EmbeddedConfig struct {
+type Config struct {
 	Host       string       // default 127.0.0.1
 	Port       int          // default 4222; -1 picks a free port
 	StoreDir   string       // JetStream storage; default DefaultStoreDir()
@@ -32,12 +37,12 @@ type EmbeddedConfig struct {
 }
 
 // WithDefaults returns c with every zero field set to its default.
-func (c EmbeddedConfig) WithDefaults() EmbeddedConfig {
+func (c Config) WithDefaults() Config {
 	if c.Host == "" {
-		c.Host = DefaultEmbeddedHost
+		c.Host = DefaultHost
 	}
 	if c.Port == 0 {
-		c.Port = DefaultEmbeddedPort
+		c.Port = DefaultPort
 	}
 	if c.StoreDir == "" {
 		c.StoreDir = DefaultStoreDir()
@@ -46,29 +51,29 @@ func (c EmbeddedConfig) WithDefaults() EmbeddedConfig {
 }
 
 // Validate checks c as given: call WithDefaults first to fill zero fields.
-func (c EmbeddedConfig) Validate() error {
+func (c Config) Validate() error {
 	if c.Host == "" {
-		return &ConfigError{"host", "must not be empty"}
+		return &presence.ConfigError{Field: "host", Rule: "must not be empty"}
 	}
 	if c.Port < -1 || c.Port == 0 || c.Port > 65535 {
-		return &ConfigError{"port", fmt.Sprintf("must be -1 (any free port) or 1 to 65535, got %d", c.Port)}
+		return &presence.ConfigError{Field: "port", Rule: fmt.Sprintf("must be -1 (any free port) or 1 to 65535, got %d", c.Port)}
 	}
 	if c.StoreDir == "" {
-		return &ConfigError{"store dir", "must not be empty"}
+		return &presence.ConfigError{Field: "store dir", Rule: "must not be empty"}
 	}
 	return nil
 }
 
-// StartEmbedded starts an in-process nats-server with JetStream and
+// Start starts an in-process nats-server with JetStream and
 // returns once it accepts clients. The caller owns it: Shutdown, then
 // WaitForShutdown. Connect with s.ClientURL().
-func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
+func Start(cfg Config) (*server.Server, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(cfg.StoreDir, 0o750); err != nil {
-		return nil, fmt.Errorf("bus: embedded: store dir: %w", err)
+		return nil, fmt.Errorf("embedded: store dir: %w", err)
 	}
 	opts := &server.Options{
 		ServerName: cfg.ServerName,
@@ -81,7 +86,7 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 	}
 	s, err := server.NewServer(opts)
 	if err != nil {
-		return nil, fmt.Errorf("bus: embedded: %w", err)
+		return nil, fmt.Errorf("embedded: %w", err)
 	}
 	if cfg.Logger != nil {
 		s.SetLogger(slogAdapter{cfg.Logger}, false, false)
@@ -90,12 +95,12 @@ func StartEmbedded(cfg EmbeddedConfig) (*server.Server, error) {
 	if !s.ReadyForConnections(10 * time.Second) {
 		s.Shutdown()
 		s.WaitForShutdown()
-		return nil, fmt.Errorf("bus: embedded: nats-server on %s:%d not ready in 10s", cfg.Host, cfg.Port)
+		return nil, fmt.Errorf("embedded: nats-server on %s:%d not ready in 10s", cfg.Host, cfg.Port)
 	}
 	if !s.JetStreamEnabled() {
 		s.Shutdown()
 		s.WaitForShutdown()
-		return nil, fmt.Errorf("bus: embedded: JetStream did not start (store dir %s)", cfg.StoreDir)
+		return nil, fmt.Errorf("embedded: JetStream did not start (store dir %s)", cfg.StoreDir)
 	}
 	return s, nil
 }
