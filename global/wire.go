@@ -3,24 +3,10 @@ package global
 import (
 	"fmt"
 	"strings"
-
-	"github.com/presence-dev/presence/bus"
 )
 
 // Names on the wire that package global owns. The subjects themselves are
 // built in package bus (bus/subject.go holds the whole namespace).
-
-// DeltaSubject is bus.SyncDeltaSubject.
-//
-// Deprecated: the subject namespace lives in package bus; use
-// bus.SyncDeltaSubject.
-func DeltaSubject(region string) string { return bus.SyncDeltaSubject(region) }
-
-// FullSubject is bus.SyncFullSubject.
-//
-// Deprecated: the subject namespace lives in package bus; use
-// bus.SyncFullSubject.
-func FullSubject(region string) string { return bus.SyncFullSubject(region) }
 
 // keyEscape maps a region id onto the bytes KV bucket names allow
 // ([A-Za-z0-9_-]): other bytes, and '_' itself, become _XX (hex).

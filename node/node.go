@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -145,7 +146,7 @@ func (n *Node) wire() error {
 			o.sessionMoved()
 		}
 	}
-	n.takeovers = &takeovers{id: newNodeID(), nc: cfg.NATS, subject: takeoverSubject(cfg.Region), log: n.log,
+	n.takeovers = &takeovers{id: newNodeID(), nc: cfg.NATS, subject: bus.TakeoverSubject(cfg.Region), log: n.log,
 		sessions: n.keeper, ctx: n.ctx, timeout: cfg.StoreTimeout, wg: &n.wg}
 	n.keeper.taken = n.takeovers.announce
 	var views *views

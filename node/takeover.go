@@ -20,13 +20,9 @@ import (
 // node that lost it finds out on its next heartbeat (the store reports
 // the session lost) and closes its stale connection with
 // CloseSessionMoved. Without waiting for that, a node that took a
-// session over says so on takeoverSubject, and the others check at once.
+// session over says so on bus.TakeoverSubject, and the others check at once.
 // The message is only a hint: a node acts on what the store answers, so
 // a forged or late hint costs one refresh and closes nothing.
-
-// takeoverSubject is where the nodes of a region say they took sessions
-// over: presence-ctl.<region>.takeover.
-func takeoverSubject(region string) string { return "presence-ctl." + region + ".takeover" }
 
 type takeoverMsg struct {
 	Node    string `json:"node"`
@@ -42,7 +38,7 @@ func newNodeID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// takeovers says on takeoverSubject which sessions this node took over,
+// takeovers says on bus.TakeoverSubject which sessions this node took over,
 // and checks the sessions other nodes say they took.
 type takeovers struct {
 	id       string // this instance, on the takeover subject

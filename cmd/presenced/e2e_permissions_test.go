@@ -231,12 +231,12 @@ func TestE2ENATSConfigurationGivesEachRoleItsJob(t *testing.T) {
 		user, role, op, subject string
 	}{
 		// A region speaks for itself only.
-		{"node-eu", "NODE_EU", "publish", global.FullSubject("us")},
-		{"node-eu", "NODE_EU", "publish", global.DeltaSubject("us")},
+		{"node-eu", "NODE_EU", "publish", bus.SyncFullSubject("us")},
+		{"node-eu", "NODE_EU", "publish", bus.SyncDeltaSubject("us")},
 		{"node-eu", "NODE_EU", "publish", "presence-in.us.lobby.online.ghost"},
 		{"node-eu", "NODE_EU", "publish", "presence-ctl.us.takeover"},
 		{"node-eu", "NODE_EU", "publish", "$KV.PRESENCE_sync_us.publisher"},
-		{"node-us", "NODE_US", "publish", global.FullSubject("eu")},
+		{"node-us", "NODE_US", "publish", bus.SyncFullSubject("eu")},
 		// Nobody but the aggregators writes the global view, and nobody
 		// publishes transitions past the streams.
 		{"node-eu", "NODE_EU", "publish", "presence-sync.global.lobby.online.ghost"},
@@ -245,14 +245,14 @@ func TestE2ENATSConfigurationGivesEachRoleItsJob(t *testing.T) {
 		{"node-eu", "NODE_EU", "publish", "$JS.API.STREAM.DELETE.PRESENCE_eu"},
 		{"node-eu", "NODE_EU", "publish", "$JS.API.STREAM.PURGE.PRESENCE_global"},
 		// An aggregator writes the global view only, never a region's.
-		{"aggregator", "AGGREGATOR", "publish", global.DeltaSubject("eu")},
+		{"aggregator", "AGGREGATOR", "publish", bus.SyncDeltaSubject("eu")},
 		{"aggregator", "AGGREGATOR", "publish", "presence-in.eu.lobby.online.ghost"},
 		{"aggregator", "AGGREGATOR", "publish", "presence.global.lobby.online.ghost"},
 		{"aggregator", "AGGREGATOR", "publish", "$JS.API.STREAM.DELETE.PRESENCE_eu"},
 		// A reader changes nothing.
 		{"reader", "READER", "publish", "presence.eu.lobby.online.ghost"},
 		{"reader", "READER", "publish", "presence-in.eu.lobby.online.ghost"},
-		{"reader", "READER", "publish", global.FullSubject("eu")},
+		{"reader", "READER", "publish", bus.SyncFullSubject("eu")},
 		{"reader", "READER", "publish", "presence-sync.global.lobby.online.ghost"},
 		{"reader", "READER", "publish", "presence-ctl.eu.takeover"},
 		{"reader", "READER", "publish", "$JS.API.STREAM.DELETE.PRESENCE_eu"},
