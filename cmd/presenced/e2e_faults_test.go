@@ -24,13 +24,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
 	"github.com/gorilla/websocket"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testnats"
 	"github.com/presence-dev/presence/internal/testredis"
 	"github.com/presence-dev/presence/node"
@@ -130,9 +130,7 @@ func join(t *testing.T, addr, user, room string, within time.Duration) (*member,
 }
 
 func tryJoin(t *testing.T, addr, user, room string) (*member, error) {
-	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
-		"sub": user, "rooms": []string{"*"}, "exp": time.Now().Add(time.Hour).Unix(),
-	}).SignedString([]byte(e2eSecret))
+	tok, err := testkit.Token([]byte(e2eSecret), user, []string{"*"}, time.Hour)
 	if err != nil {
 		return nil, err
 	}

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
 	"github.com/gorilla/websocket"
 	"github.com/nats-io/nats.go"
 
@@ -195,10 +194,7 @@ var waitFor = testkit.WaitFor
 // token signs an HS256 client token for user with the given rooms claim.
 func token(t *testing.T, user string, rooms ...string) string {
 	t.Helper()
-	tok := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
-		"sub": user, "rooms": rooms, "exp": time.Now().Add(time.Hour).Unix(),
-	})
-	s, err := tok.SignedString([]byte(e2eSecret))
+	s, err := testkit.Token([]byte(e2eSecret), user, rooms, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
 	"github.com/gorilla/websocket"
 
 	"github.com/presence-dev/presence/internal/oracle"
+	"github.com/presence-dev/presence/internal/testkit"
 )
 
 // The oracle's own WebSocket client: it speaks docs/PROTOCOL.md with
@@ -27,10 +27,7 @@ import (
 // oracleToken signs a client token valid for two days, so that a long run
 // never meets a token expiry (4002).
 func oracleToken(user string) (string, error) {
-	tok := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
-		"sub": user, "rooms": []string{"*"}, "exp": time.Now().Add(48 * time.Hour).Unix(),
-	})
-	return tok.SignedString([]byte(e2eSecret))
+	return testkit.Token([]byte(e2eSecret), user, []string{"*"}, 48*time.Hour)
 }
 
 // wsFrame is any frame a node sends.
