@@ -166,7 +166,9 @@ func (p *Publisher) publish(ctx context.Context, ts []presence.Transition) (uint
 			select {
 			case ack := <-f.Ok():
 				// A duplicate ack carries the original message's sequence.
-				last = ack.Sequence
+				// The highest: a retried batch may find its later events
+				// stored already (duplicates ack their first sequence).
+				last = max(last, ack.Sequence)
 			case err := <-f.Err():
 				return 0, fmt.Errorf("bus: publish %s: %w", ts[start+j].ID, err)
 			case <-ctx.Done():
