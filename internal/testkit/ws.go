@@ -60,6 +60,12 @@ func DialWS[F any](t testing.TB, url string, h http.Header, decode Decoder[F]) *
 	if err != nil {
 		t.Fatalf("dial %s: %v%s", url, err, refusal(resp))
 	}
+	return NewWS(t, ws, decode)
+}
+
+// NewWS starts the reader on ws, a connection dialed otherwise (over TLS,
+// say). The connection is closed when t ends.
+func NewWS[F any](t testing.TB, ws *websocket.Conn, decode Decoder[F]) *WS[F] {
 	t.Cleanup(func() { _ = ws.Close() })
 	frames := make(chan F, frameQueue)
 	w := &WS[F]{Conn: ws, Frames: frames, t: t, end: &wsEnd{}}
