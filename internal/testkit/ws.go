@@ -78,6 +78,7 @@ func refusal(resp *http.Response) string {
 	if resp == nil {
 		return ""
 	}
+	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024)) // what was read is all the message needs
 	return fmt.Sprintf(" (HTTP %d: %s)", resp.StatusCode, b)
 }
