@@ -63,7 +63,7 @@ func TestClientsCloseWhileEventsFanOut(t *testing.T) {
 						t.Errorf("client %d: %s", i, f.raw)
 					}
 				}
-				r.end <- <-c.end
+				r.end <- c.w.Err() // set once frames is closed
 			}()
 			c.send(map[string]string{"type": "join", "room": room, "ref": "j"})
 			rs[i] = r

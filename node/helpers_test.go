@@ -168,21 +168,28 @@ type frame struct {
 	raw       string
 }
 
-// client is a test WebSocket client. Its reader goroutine answers pings
-// and queues frames; its end is the reader's error.
+// client is a test WebSocket client (see testkit.WS) reading typed
+// frames; its end is the reader's error.
 type client struct {
 	t      *testing.T
+	w      *testkit.WS[frame]
 	ws     *websocket.Conn
-	frames chan frame
-	end    chan error
+	frames <-chan frame // closed at the end
 	hello  frame
 }
 
-func dialRaw(url string, h http.Header) (*websocket.Conn, *http.Response, error) {
-	d := websocket.Dialer{HandshakeTimeout: 5 * time.Second, Subprotocols: websocket.Subprotocols(&http.Request{Header: h})}
-	h = h.Clone()
-	h.Del("Sec-Websocket-Protocol")
-	return d.Dial(url, h)
+// dialRaw performs a handshake only (see testkit.DialRaw).
+var dialRaw = testkit.DialRaw
+
+// decodeFrame keeps every message: one that is not JSON becomes a frame
+// of type "!unparsable", for the test to see.
+func decodeFrame(b []byte) (frame, bool) {
+	var f frame
+	if err := json.Unmarshal(b, &f); err != nil {
+		f.Type = "!unparsable"
+	}
+	f.raw = string(b)
+	return f, true
 }
 
 // dial connects with a bearer token and reads the hello frame.
@@ -195,33 +202,8 @@ func (n *node) dial(t *testing.T, tok, session string) *client {
 
 func (n *node) dialWith(t *testing.T, query string, h http.Header) *client {
 	t.Helper()
-	ws, resp, err := dialRaw(n.wsURL(query), h)
-	if err != nil {
-		body := ""
-		if resp != nil {
-			b, _ := io.ReadAll(resp.Body)
-			body = fmt.Sprintf(" (HTTP %d: %s)", resp.StatusCode, b)
-		}
-		t.Fatalf("dial: %v%s", err, body)
-	}
-	c := &client{t: t, ws: ws, frames: make(chan frame, 1024), end: make(chan error, 1)}
-	go func() {
-		for {
-			_, b, err := ws.ReadMessage()
-			if err != nil {
-				c.end <- err
-				close(c.frames)
-				return
-			}
-			var f frame
-			if err := json.Unmarshal(b, &f); err != nil {
-				f.Type = "!unparsable"
-			}
-			f.raw = string(b)
-			c.frames <- f
-		}
-	}()
-	t.Cleanup(func() { _ = ws.Close() })
+	w := testkit.DialWS(t, n.wsURL(query), h, decodeFrame)
+	c := &client{t: t, w: w, ws: w.Conn, frames: w.Frames}
 	c.hello = c.expect("hello")
 	return c
 }
@@ -231,38 +213,24 @@ func (n *node) dialWith(t *testing.T, query string, h http.Header) *client {
 func (c *client) in(t *testing.T) *client {
 	cc := *c
 	cc.t = t
+	cc.w = c.w.In(t)
 	return &cc
 }
 
 func (c *client) send(v any) {
 	c.t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	c.sendRaw(websocket.TextMessage, b)
+	c.w.Send(v)
 }
 
 func (c *client) sendRaw(mt int, b []byte) {
 	c.t.Helper()
-	if err := c.ws.WriteMessage(mt, b); err != nil {
-		c.t.Fatalf("write: %v", err)
-	}
+	c.w.SendRaw(mt, b)
 }
 
 // next returns the next frame, failing the test after 5s.
 func (c *client) next() frame {
 	c.t.Helper()
-	select {
-	case f, ok := <-c.frames:
-		if !ok {
-			c.t.Fatal("connection ended while a frame was expected")
-		}
-		return f
-	case <-time.After(5 * time.Second):
-		c.t.Fatal("no frame within 5s")
-	}
-	return frame{}
+	return c.w.Next(5 * time.Second)
 }
 
 // expect returns the next frame, which must be of type typ.
@@ -329,7 +297,7 @@ func (c *client) ping() {
 // closeNormally sends a close frame and waits for the end.
 func (c *client) closeNormally() {
 	c.t.Helper()
-	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye"), time.Now().Add(time.Second))
+	c.w.SendClose(websocket.CloseNormalClosure, "bye")
 	_ = c.waitEnd() // the close code is the caller's to check, if it cares
 }
 
@@ -337,17 +305,8 @@ func (c *client) closeNormally() {
 // skipping frames still queued.
 func (c *client) waitEnd() error {
 	c.t.Helper()
-	timeout := time.After(10 * time.Second)
-	for {
-		select {
-		case _, ok := <-c.frames:
-			if !ok {
-				return <-c.end
-			}
-		case <-timeout:
-			c.t.Fatal("connection did not end within 10s")
-		}
-	}
+	_, err := c.w.End(10 * time.Second)
+	return err
 }
 
 // expectClose waits for the end and checks the close code.

@@ -201,14 +201,15 @@ func token(t *testing.T, user string, rooms ...string) string {
 	return s
 }
 
-// client is a WebSocket client of a node.
+// client is a WebSocket client of a node (see testkit.WS) reading
+// frames as maps.
 type client struct {
 	t      *testing.T
 	user   string
 	sess   string
+	w      *testkit.WS[map[string]any]
 	ws     *websocket.Conn
-	frames chan map[string]any
-	closed chan int // close code, once
+	frames <-chan map[string]any // closed at the end
 }
 
 func dial(t *testing.T, addr, user, session string, rooms ...string) *client {
@@ -222,67 +223,35 @@ func dial(t *testing.T, addr, user, session string, rooms ...string) *client {
 // dialURL connects to a WebSocket URL and reads the hello frame.
 func dialURL(t *testing.T, u, user, session string) *client {
 	t.Helper()
-	ws, resp, err := websocket.DefaultDialer.Dial(u, nil)
-	if err != nil {
-		body := ""
-		if resp != nil {
-			b := make([]byte, 512)
-			n, _ := resp.Body.Read(b)
-			body = string(b[:n])
-		}
-		t.Fatalf("dial %s as %s/%s: %v %s", u, user, session, err, body)
-	}
-	c := &client{t: t, user: user, sess: session, ws: ws, frames: make(chan map[string]any, 1024), closed: make(chan int, 1)}
-	go c.read()
-	t.Cleanup(func() { _ = ws.Close() })
+	return newClient(t, testkit.DialWS(t, u, nil, decodeMap), user, session)
+}
+
+// newClient is the client of user's session on w; it reads the hello
+// frame.
+func newClient(t *testing.T, w *testkit.WS[map[string]any], user, session string) *client {
+	t.Helper()
+	c := &client{t: t, user: user, sess: session, w: w, ws: w.Conn, frames: w.Frames}
 	c.expect("hello")
 	return c
 }
 
-func (c *client) read() {
-	for {
-		_, data, err := c.ws.ReadMessage()
-		if err != nil {
-			code := -1
-			if ce, ok := err.(*websocket.CloseError); ok {
-				code = ce.Code
-			}
-			c.closed <- code
-			close(c.frames)
-			return
-		}
-		var f map[string]any
-		if json.Unmarshal(data, &f) == nil {
-			c.frames <- f
-		}
-	}
+// decodeMap drops a message that is not JSON.
+func decodeMap(b []byte) (map[string]any, bool) {
+	var f map[string]any
+	return f, json.Unmarshal(b, &f) == nil
 }
 
 func (c *client) send(v any) {
 	c.t.Helper()
-	b, _ := json.Marshal(v)
-	if err := c.ws.WriteMessage(websocket.TextMessage, b); err != nil {
-		c.t.Fatalf("send: %v", err)
-	}
+	c.w.Send(v)
 }
 
 // expect returns the next frame of the given type, skipping others.
 func (c *client) expect(typ string) map[string]any {
 	c.t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		select {
-		case f, ok := <-c.frames:
-			if !ok {
-				c.t.Fatalf("%s/%s: connection closed waiting for %q", c.user, c.sess, typ)
-			}
-			if f["type"] == typ {
-				return f
-			}
-		case <-deadline:
-			c.t.Fatalf("%s/%s: no %q frame", c.user, c.sess, typ)
-		}
-	}
+	return c.w.Await(10*time.Second, fmt.Sprintf("%s/%s's %q frame", c.user, c.sess, typ), func(f map[string]any) bool {
+		return f["type"] == typ
+	})
 }
 
 func (c *client) join(room string) map[string]any {
@@ -302,35 +271,20 @@ func (c *client) join(room string) map[string]any {
 // expect2 returns the next frame of either type.
 func (c *client) expect2(a, b string) map[string]any {
 	c.t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		select {
-		case f, ok := <-c.frames:
-			if !ok {
-				c.t.Fatalf("connection closed waiting for %q or %q", a, b)
-			}
-			if f["type"] == a || f["type"] == b {
-				return f
-			}
-		case <-deadline:
-			c.t.Fatalf("no %q or %q frame", a, b)
-		}
-	}
+	return c.w.Await(10*time.Second, fmt.Sprintf("a %q or %q frame", a, b), func(f map[string]any) bool {
+		return f["type"] == a || f["type"] == b
+	})
 }
 
 // cut drops the TCP connection without a close frame, as a network does.
 func (c *client) cut() { _ = c.ws.UnderlyingConn().Close() }
 
-// closeCode waits for the server to close the connection.
+// closeCode waits for the server to close the connection and returns
+// its close code (-1 without a close frame).
 func (c *client) closeCode() int {
 	c.t.Helper()
-	select {
-	case code := <-c.closed:
-		return code
-	case <-time.After(10 * time.Second):
-		c.t.Fatal("connection not closed by the server")
-		return 0
-	}
+	code, _ := c.w.End(10 * time.Second) // the code says how it ended
+	return code
 }
 
 // watcher is a plain NATS subscriber on presence.>.

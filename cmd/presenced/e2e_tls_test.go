@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/presence-dev/presence/internal/testkit"
 )
 
 // selfSigned writes a certificate for 127.0.0.1 and its key, and returns
@@ -95,10 +97,7 @@ func TestE2ETLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &client{t: t, user: "tess", sess: "s", ws: ws, frames: make(chan map[string]any, 64), closed: make(chan int, 1)}
-	go c.read()
-	t.Cleanup(func() { _ = ws.Close() })
-	c.expect("hello")
+	c := newClient(t, testkit.NewWS(t, ws, decodeMap), "tess", "s")
 	if snap := c.join("lobby")["snapshot"].(map[string]any); snap["total"] != float64(1) {
 		t.Fatalf("snapshot over WSS: %v", snap)
 	}

@@ -1,6 +1,7 @@
 // Package testkit holds what the packages' tests share: polling with a
 // deadline instead of sleeping and hoping, the short timing integration
-// tests run with, and a log of transitions safe for concurrent use.
+// tests run with, a log of transitions safe for concurrent use, and a
+// WebSocket test client (WS).
 package testkit
 
 import (
