@@ -77,12 +77,16 @@ func TestE2ECrash(t *testing.T) {
 	a := e.startNode()
 	b := e.startNode()
 	var clients []*client
+	joins := e.watch()
 	for i := range 10 {
 		c := dial(t, a.addr, fmt.Sprintf("u%d", i), fmt.Sprintf("s%d", i))
 		c.join("room42")
 		clients = append(clients, c)
 	}
-	w := e.watch() // after the joins: only what the crash causes counts
+	// A join's reply can come before its online is published: wait for
+	// all ten, so that w sees only what the crash causes.
+	waitFor(t, 5*time.Second, "ten onlines", func() bool { return joins.count(presence.Online, "") == 10 })
+	w := e.watch()
 	killed := time.Now()
 	a.signal(syscall.SIGKILL)
 	for _, c := range clients[:5] {
@@ -121,11 +125,14 @@ func TestE2EDrainIsSilent(t *testing.T) {
 	a := e.startNode()
 	b := e.startNode()
 	var clients []*client
+	joins := e.watch()
 	for i := range 5 {
 		c := dial(t, a.addr, fmt.Sprintf("d%d", i), fmt.Sprintf("s%d", i))
 		c.join("room42")
 		clients = append(clients, c)
 	}
+	// As in TestE2ECrash: w must not see the joins' own onlines.
+	waitFor(t, 5*time.Second, "five onlines", func() bool { return joins.count(presence.Online, "") == 5 })
 	w := e.watch()
 	drained := time.Now()
 	a.signal(syscall.SIGTERM)
