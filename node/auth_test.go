@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bytes"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
@@ -11,11 +10,12 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/presence-dev/presence/internal/testkit"
 )
 
 func rsaKey(t *testing.T) (*rsa.PrivateKey, []byte) {
@@ -159,27 +159,9 @@ func TestRoomPatterns(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for the node's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestInsecureDevMode(t *testing.T) {
 	e := newEnv(t)
-	var logs syncBuffer
+	var logs testkit.LockedBuffer
 	n := e.newNode(func(c *Config) {
 		c.Auth = AuthConfig{InsecureDev: true}
 		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))

@@ -8,8 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -72,26 +70,9 @@ func newEnv(t *testing.T) *env {
 type proc struct {
 	cmd  *exec.Cmd
 	addr string
-	out  *syncBuilder
+	out  *testkit.LockedBuffer
 	done chan struct{}
 	err  error
-}
-
-type syncBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuilder) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuilder) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startNode runs `presenced node` against e and waits until it is healthy.
@@ -132,7 +113,7 @@ func (e *env) startEnv(args, environ []string, health bool) *proc {
 	if environ != nil {
 		cmd.Env = append(os.Environ(), environ...)
 	}
-	out := &syncBuilder{}
+	out := &testkit.LockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		e.t.Fatal(err)
