@@ -292,20 +292,8 @@ func (r *stepRun) openWatchers(ctx context.Context) (failed int, err error) {
 		return fmt.Sprintf("%sw%d", r.prefix, i), "s", r.room(i)
 	}, func(i int, ws *websocket.Conn) {
 		room := r.room(i)
-		r.readers.Add(1)
-		go func() {
-			defer r.readers.Done()
-			for {
-				_, data, err := ws.ReadMessage()
-				if err != nil {
-					if !r.closing.Load() {
-						r.l.watcherGone(room, describeClose(err))
-					}
-					return
-				}
-				r.l.watcherFrame(room, data, time.Now())
-			}
-		}()
+		r.read(ws, func(data []byte, at time.Time) { r.l.watcherFrame(room, data, at) },
+			func(err error) { r.l.watcherGone(room, describeClose(err)) })
 	})
 	for i, w := range r.watchers {
 		if w == nil {
@@ -325,24 +313,33 @@ func (r *stepRun) openJoiners(ctx context.Context) (failed int, err error) {
 	}, func(i int, ws *websocket.Conn) {
 		c := r.joiners[i]
 		c.ws = ws
-		r.readers.Add(1)
-		go func() {
-			defer r.readers.Done()
-			for {
-				_, data, err := ws.ReadMessage()
-				if err != nil {
-					if !r.closing.Load() {
-						r.l.joinerLost()
-					}
-					return
-				}
-				if d := r.l.joinerFrame(c.user, data, time.Now()); d > 0 {
-					r.retries.schedule(c, d)
-				}
+		r.read(ws, func(data []byte, at time.Time) {
+			if d := r.l.joinerFrame(c.user, data, at); d > 0 {
+				r.retries.schedule(c, d)
 			}
-		}()
+		}, func(error) { r.l.joinerLost() })
 	})
 	return failed, err
+}
+
+// read runs ws's reader until the connection ends: each frame goes to
+// frame with the time it was read, and an end before the step closes
+// its connections to gone.
+func (r *stepRun) read(ws *websocket.Conn, frame func([]byte, time.Time), gone func(error)) {
+	r.readers.Add(1)
+	go func() {
+		defer r.readers.Done()
+		for {
+			_, data, err := ws.ReadMessage()
+			if err != nil {
+				if !r.closing.Load() {
+					gone(err)
+				}
+				return
+			}
+			frame(data, time.Now())
+		}
+	}()
 }
 
 // sendJoins sends join i at start + i/rate: an absolute schedule, so a
