@@ -86,10 +86,8 @@ func (e *env) newStore() *region.Store {
 // runReaper runs st's reaper until the test ends, as the node's process
 // does beside it.
 func (e *env) runReaper(st *region.Store) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); st.RunReaper(ctx) }()
-	e.t.Cleanup(func() { cancel(); <-done })
+	st.Start()
+	e.t.Cleanup(st.Close)
 }
 
 func testConfig(st Store, nc *nats.Conn) Config {

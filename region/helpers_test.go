@@ -46,10 +46,8 @@ func newStore(tb testing.TB, rdb redis.UniversalClient, sink Sink, edit ...func(
 // startReaper runs s's reaper until the test ends, and returns s.
 func startReaper(tb testing.TB, s *Store) *Store {
 	tb.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); s.RunReaper(ctx) }()
-	tb.Cleanup(func() { cancel(); <-done })
+	s.Start()
+	tb.Cleanup(s.Close)
 	return s
 }
 

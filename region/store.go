@@ -55,7 +55,42 @@ type Store struct {
 	outq      chan map[string][]string // with AsyncDelivery
 	deliverer sync.Once
 
+	runMu  sync.Mutex // stop, done
+	stop   context.CancelFunc
+	done   chan struct{}
+	closed bool
+
 	stats Stats
+}
+
+// Start runs the store's reaper (and, with AsyncDelivery, its deliverer)
+// in the background until Close. Calls after the first do nothing.
+func (s *Store) Start() {
+	s.runMu.Lock()
+	defer s.runMu.Unlock()
+	if s.stop != nil || s.closed {
+		return
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	s.stop, s.done = stop, make(chan struct{})
+	go func() {
+		defer close(s.done)
+		s.RunReaper(ctx)
+	}()
+}
+
+// Close stops what Start started and waits for the reaper (the deliverer
+// stops with it). The Redis client is the caller's.
+func (s *Store) Close() {
+	s.runMu.Lock()
+	defer s.runMu.Unlock()
+	s.closed = true
+	if s.stop == nil {
+		return
+	}
+	s.stop()
+	<-s.done
+	s.stop = nil
 }
 
 // Stats counts what a Store did.

@@ -677,3 +677,26 @@ func TestRostersAgreeWithSnapshots(t *testing.T) {
 		})
 	}
 }
+
+// Start runs the reaper once however often it is called; Close stops it
+// for good and may be called again.
+func TestStartAndCloseOwnTheReaper(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	s := newStore(t, rdb, &collector{})
+	s.Start()
+	s.Start()
+	waitSweeps(t, 2, s)
+	s.Close()
+	s.Close()
+	s.Start() // after Close: nothing
+	sweeps := s.Stats().Sweeps.Load()
+	// Three reap intervals with no sweep: a reaper still running sweeps
+	// every interval.
+	deadline := time.Now().Add(3 * testTiming.ReapInterval)
+	for time.Now().Before(deadline) {
+		if n := s.Stats().Sweeps.Load(); n != sweeps {
+			t.Fatalf("%d sweeps after Close, want %d", n, sweeps)
+		}
+		time.Sleep(testTiming.ReapInterval / 4)
+	}
+}

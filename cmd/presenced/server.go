@@ -400,12 +400,10 @@ func (s *nodeServer) openStore(ctx context.Context) error {
 	if err := s.retry(ctx, "redis", store.Preload); err != nil {
 		return err
 	}
-	// The store runs its reaper (and its deliverer) until the process
-	// ends: after the node, which is closed first.
-	rctx, stop := context.WithCancel(context.Background())
-	reaped := make(chan struct{})
-	go func() { defer close(reaped); store.RunReaper(rctx) }()
-	s.onClose(func() { stop(); <-reaped })
+	// The store runs its reaper (and its deliverer) until it is closed:
+	// after the node, which is closed first.
+	store.Start()
+	s.onClose(store.Close)
 	svc, err := bus.StartService(s.nc, s.cfg.Region, store, bus.WithLogger(s.lg))
 	if err != nil {
 		return fmt.Errorf("query service: %w", err)
