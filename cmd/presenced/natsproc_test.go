@@ -1,11 +1,11 @@
 package main
 
 import (
-	"net"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -50,13 +50,11 @@ func newProcessEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	rs := testredis.Start(t)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", t.TempDir())
+	// The server picks its own port and names it in a ports file: a
+	// port probed here and bound there could be taken in between by a
+	// test running beside this one.
+	dir := t.TempDir()
+	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", "-1", "-js", "-sd", filepath.Join(dir, "store"), "--ports_file_dir", dir)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -64,23 +62,43 @@ func newProcessEnv(t *testing.T) *env {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait() // killed: its exit status says nothing
 	})
-	url := "nats://127.0.0.1:" + strconv.Itoa(port)
+	portsFile := filepath.Join(dir, fmt.Sprintf("nats-server_%d.ports", cmd.Process.Pid))
+	var url string
 	var nc *nats.Conn
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if nc, err = nats.Connect(url); err == nil {
-			if _, err = nc.JetStream(); err == nil {
+		if url == "" {
+			url = readPortsFile(portsFile)
+		}
+		if url != "" {
+			if nc, err = nats.Connect(url); err == nil {
 				if _, err = nc.Request("$JS.API.INFO", nil, 2*time.Second); err == nil {
 					break
 				}
+				nc.Close()
 			}
-			nc.Close()
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("nats-server at %s did not answer: %v", url, err)
+			t.Fatalf("nats-server (ports file %s, url %q) did not answer: %v", portsFile, url, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Cleanup(nc.Close)
 	return &env{t: t, redis: rs.Addr, nats: url, nc: nc}
+}
+
+// readPortsFile returns the client URL a nats-server wrote to its ports
+// file, or "" while there is none yet.
+func readPortsFile(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	var ports struct {
+		Nats []string `json:"nats"`
+	}
+	if json.Unmarshal(b, &ports) != nil || len(ports.Nats) == 0 {
+		return ""
+	}
+	return ports.Nats[0]
 }
