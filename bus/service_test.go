@@ -108,14 +108,14 @@ func TestServiceEndpoints(t *testing.T) {
 	if ok, err := st.SetState(c, ref("room42", "u1", "tab2"), json.RawMessage(`{"status":"away"}`)); !ok || err != nil {
 		t.Fatalf("SetState: %v %v", ok, err)
 	}
-	// u3 closed cleanly: still a member, with no sessions, for the grace.
+	// u3 closed cleanly: still a member, the session listed, for the grace.
 	if err := st.Release(c, ref("room42", "u3", "tab1")); err != nil {
 		t.Fatal(err)
 	}
 
 	var snap presence.Snapshot
 	query(t, e.nc, "members", `{"room":"room42"}`, &snap)
-	if snap.Region != "eu" || snap.Room != "room42" || snap.Total != 3 || len(snap.Members) != 3 || snap.RoomSeq != 4 {
+	if snap.Region != "eu" || snap.Room != "room42" || snap.Total != 3 || len(snap.Members) != 3 || snap.RoomSeq != 5 {
 		t.Fatalf("members: %+v", snap)
 	}
 	if info := streamInfo(t, e.stream); snap.StreamSeq != info.State.LastSeq {
@@ -127,7 +127,7 @@ func TestServiceEndpoints(t *testing.T) {
 		states[s.ID] = string(s.State)
 	}
 	if u1.User != "u1" || len(states) != 2 || states["tab2"] != `{"status":"away"}` || states["tab1"] != "" ||
-		snap.Members[2].User != "u3" || len(snap.Members[2].Sessions) != 0 {
+		snap.Members[2].User != "u3" || len(snap.Members[2].Sessions) != 1 {
 		t.Fatalf("members: %+v", snap.Members)
 	}
 	query(t, e.nc, "members", `{"room":"room42","offset":1,"limit":1}`, &snap)
@@ -156,7 +156,7 @@ func TestServiceEndpoints(t *testing.T) {
 		t.Fatalf("user u1: %+v", u)
 	}
 	query(t, e.nc, "user", `{"room":"room42","user":"u3"}`, &u)
-	if !u.Online || u.Member == nil || len(u.Member.Sessions) != 0 {
+	if !u.Online || u.Member == nil || len(u.Member.Sessions) != 1 {
 		t.Fatalf("user u3 in grace: %+v", u)
 	}
 	data, code, _ := request(t, e.nc, bus.APISubject("eu", "user"), `{"room":"room42","user":"nobody"}`)

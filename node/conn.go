@@ -63,6 +63,7 @@ type conn struct {
 type connDeps struct {
 	lim          Limits
 	storeTimeout time.Duration
+	global       bool // clients see the cross-region view (Config.Global)
 	rooms        roomSet
 	sessions     sessionHolder
 	tokens       tokenParser
@@ -84,14 +85,15 @@ type connDeps struct {
 // snapshots and pages of their members.
 type roomSet interface {
 	// add makes c a (not yet live) member of room.
-	add(ctx context.Context, room string, c *conn) error
+	add(ctx context.Context, room string, c *conn, d detail) error
 	// remove takes c out of room.
 	remove(room string, c *conn)
 	// snapshot sends c the room's snapshot, answering ref, and makes it
-	// live.
-	snapshot(ctx context.Context, room string, c *conn, ref string) error
-	// page reads one page of room's members, from where snapshots come.
-	page(ctx context.Context, room string, offset, limit int) (presence.Snapshot, error)
+	// live, kept at detail d from now on.
+	snapshot(ctx context.Context, room string, c *conn, ref string, d detail) error
+	// page reads one page of room's members, from where snapshots come,
+	// at c's detail.
+	page(ctx context.Context, room string, c *conn, offset, limit int) (presence.Snapshot, error)
 }
 
 // sessionHolder is what the session keeper offers a connection: holding

@@ -134,12 +134,16 @@ func (c *conn) join(ctx context.Context, req request) {
 		return
 	}
 	room := req.Room
+	d, ok := c.detailOf(req)
+	if !ok {
+		return
+	}
 	if !c.grant.allowed(room) {
 		c.reject(CodeForbidden, fmt.Sprintf("the token does not grant room %q", room), req.Ref)
 		return
 	}
 	if slices.Contains(c.rooms, room) {
-		if err := c.d.rooms.snapshot(ctx, room, c, req.Ref); err != nil {
+		if err := c.d.rooms.snapshot(ctx, room, c, req.Ref, d); err != nil {
 			c.unavailable("snapshot", err, req.Ref)
 		}
 		return
@@ -148,7 +152,7 @@ func (c *conn) join(ctx context.Context, req request) {
 		c.reject(CodeTooManyRooms, fmt.Sprintf("at most %d rooms per connection", c.d.lim.MaxRooms), req.Ref)
 		return
 	}
-	if err := c.d.rooms.add(ctx, room, c); err != nil {
+	if err := c.d.rooms.add(ctx, room, c, d); err != nil {
 		c.unavailable("subscribe", err, req.Ref)
 		return
 	}
@@ -159,7 +163,7 @@ func (c *conn) join(ctx context.Context, req request) {
 		return
 	}
 	c.rooms = append(c.rooms, room)
-	if err := c.d.rooms.snapshot(ctx, room, c, req.Ref); err != nil {
+	if err := c.d.rooms.snapshot(ctx, room, c, req.Ref, d); err != nil {
 		// Undo the join, so that the error means what it says. The grace
 		// makes a retry inside it silent.
 		c.rooms = c.rooms[:len(c.rooms)-1]
@@ -171,6 +175,21 @@ func (c *conn) join(ctx context.Context, req request) {
 		return
 	}
 	c.d.metrics.joins.Inc()
+}
+
+// detailOf reads a join's detail, or rejects the join.
+func (c *conn) detailOf(req request) (detail, bool) {
+	switch {
+	case req.Detail == "":
+		return detailStates, true
+	case req.Detail != detailSessionsName:
+		c.reject(CodeInvalidDetail, fmt.Sprintf("detail must be %q or absent, got %q", detailSessionsName, req.Detail), req.Ref)
+		return 0, false
+	case c.d.global:
+		c.reject(CodeInvalidDetail, "the global view does not keep session lists; join without detail", req.Ref)
+		return 0, false
+	}
+	return detailSessions, true
 }
 
 func (c *conn) leave(ctx context.Context, req request) {
@@ -248,7 +267,7 @@ func (c *conn) members(ctx context.Context, req request) {
 		c.reject(CodeInvalidPage, fmt.Sprintf("offset must be >= 0 and limit between 1 and %d, got %d and %d", most, offset, limit), req.Ref)
 		return
 	}
-	snap, err := c.d.rooms.page(ctx, req.Room, offset, limit)
+	snap, err := c.d.rooms.page(ctx, req.Room, c, offset, limit)
 	if err != nil {
 		c.unavailable("members", err, req.Ref)
 		return

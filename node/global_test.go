@@ -31,7 +31,10 @@ func TestGlobalViewForClients(t *testing.T) {
 	}}
 	n := e.newNode(func(c *Config) { c.Global = view })
 	c := n.dial(t, token(t, "near", []string{"*"}, time.Hour), "tab")
-	snap := c.join("room").Snapshot
+	// The global view keeps states, not session lists: detail is refused.
+	c.send(map[string]string{"type": "join", "room": "room", "detail": "sessions", "ref": "d"})
+	c.expectError(CodeInvalidDetail, "d")
+	snap := c.joinDetail("room", "").Snapshot
 	if snap.Region != bus.GlobalRegion || len(snap.Members) != 1 || snap.Members[0].User != "far" {
 		t.Fatalf("snapshot: %+v, want the global view", snap)
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -271,10 +272,20 @@ func (c *client) replyAndOwnEvent(reply string, kind presence.Kind) frame {
 	return r
 }
 
-// join joins a room and returns its snapshot frame.
+// join joins a room with detail "sessions" and returns its snapshot frame.
 func (c *client) join(room string) frame {
 	c.t.Helper()
-	c.send(map[string]string{"type": "join", "room": room, "ref": "j-" + room})
+	return c.joinDetail(room, detailSessionsName)
+}
+
+// joinDetail joins a room at the given detail ("" for the default).
+func (c *client) joinDetail(room, detail string) frame {
+	c.t.Helper()
+	req := map[string]string{"type": "join", "room": room, "ref": "j-" + room}
+	if detail != "" {
+		req["detail"] = detail
+	}
+	c.send(req)
 	f := c.expect("snapshot")
 	if f.Ref != "j-"+room || f.Room != room || f.Reason != "join" {
 		c.t.Fatalf("join reply: %s", f.raw)
@@ -410,9 +421,19 @@ func (e *env) live(room, user string) []string {
 	if !ok {
 		return nil
 	}
+	// A released session stays listed through its grace; a held one has
+	// an entry naming its holder (region/doc.go).
+	held, err := e.rdb.ZRange(context.Background(), "presence:{"+room+"}:s", 0, -1).Result()
+	if err != nil {
+		e.t.Fatalf("session entries: %v", err)
+	}
 	var ids []string
 	for _, s := range m.Sessions {
-		ids = append(ids, s.ID)
+		if slices.ContainsFunc(held, func(m string) bool {
+			return strings.HasPrefix(m, user+":"+s.ID+":") && len(m) > len(user+":"+s.ID+":")
+		}) {
+			ids = append(ids, s.ID)
+		}
 	}
 	return ids
 }

@@ -92,6 +92,7 @@ type flight struct {
 // not live and its transitions are buffered; after, it gets those with a
 // Seq above its snapshot's.
 type member struct {
+	detail detail // what the member is kept up to date with
 	after  uint64
 	live   bool
 	resync bool // waiting for the room's resync snapshot
@@ -103,6 +104,7 @@ type event struct {
 	epoch int64 // 0: not known
 	seq   uint64
 	frame []byte
+	t     presence.Transition // for members' detail.wants
 }
 
 // newHub makes the hub of a node configured by cfg. ctx bounds its store
@@ -141,7 +143,7 @@ func (h *hub) count() int {
 // add makes c a (not yet live) member of the room. The first member
 // subscribes and flushes, so that the server has the interest before any
 // snapshot is taken; later members wait for that.
-func (h *hub) add(ctx context.Context, name string, c *conn) error {
+func (h *hub) add(ctx context.Context, name string, c *conn, d detail) error {
 	// Without NATS no event of the room can reach the member: refuse the
 	// join at once rather than after the store timeout.
 	if !h.nc.IsConnected() {
@@ -156,7 +158,7 @@ func (h *hub) add(ctx context.Context, name string, c *conn) error {
 			seq: bus.NewSequencer[event](bus.SeqLimits{GapTimeout: h.gapAfter, MaxAhead: maxHeld})}
 		h.rooms[name] = r
 	}
-	r.members[c] = &member{}
+	r.members[c] = &member{detail: d}
 	h.mu.Unlock()
 
 	if create {
@@ -230,18 +232,28 @@ func unsubscribe(sub *nats.Subscription) {
 
 // page reads one page of the room's members from where its snapshots
 // come, without making anyone live.
-func (h *hub) page(ctx context.Context, name string, offset, limit int) (presence.Snapshot, error) {
-	return h.store.Snapshot(ctx, name, offset, limit)
+func (h *hub) page(ctx context.Context, name string, c *conn, offset, limit int) (presence.Snapshot, error) {
+	snap, err := h.store.Snapshot(ctx, name, offset, limit)
+	if err != nil {
+		return snap, err
+	}
+	h.mu.Lock()
+	d := detailStates
+	if m := h.rooms[name].memberOf(c); m != nil {
+		d = m.detail
+	}
+	h.mu.Unlock()
+	return forDetail(snap, d), nil
 }
 
 // snapshot takes the room's snapshot for member c and makes it live:
 // the snapshot frame is queued first, then the buffered transitions above
 // it, then live ones.
-func (h *hub) snapshot(ctx context.Context, name string, c *conn, ref string) error {
+func (h *hub) snapshot(ctx context.Context, name string, c *conn, ref string, d detail) error {
 	h.mu.Lock()
 	if r := h.rooms[name]; r != nil && r.members[c] != nil {
 		m := r.members[c]
-		m.live, m.buf, m.lost = false, nil, false
+		m.live, m.buf, m.lost, m.detail = false, nil, false, d
 	}
 	h.mu.Unlock()
 	for try := 1; ; try++ {
@@ -374,9 +386,12 @@ func (h *hub) readyLocked(r *room, snap presence.Snapshot, ref, reason string, m
 			return false
 		}
 	}
-	frame := encodeSnapshot(ref, reason, snap)
+	var frames [detailSessions + 1][]byte // encoded once per detail
 	for c, m := range ms {
-		c.send(frame)
+		if frames[m.detail] == nil {
+			frames[m.detail] = encodeSnapshot(ref, reason, forDetail(snap, m.detail))
+		}
+		c.send(frames[m.detail])
 		m.after, m.live, m.resync = snap.RoomSeq, true, false
 		for _, e := range m.buf {
 			if e.seq > m.after {
@@ -531,7 +546,7 @@ func (h *hub) eventLocked(r *room, e event) {
 func (h *hub) deliverLocked(r *room, e event) {
 	for c, m := range r.members {
 		switch {
-		case e.seq <= m.after:
+		case e.seq <= m.after || !m.detail.wants(e.t):
 		case m.live:
 			c.send(e.frame)
 			h.metrics.forwarded.Inc()
@@ -562,7 +577,7 @@ func (h *hub) onMsg(msg *nats.Msg) {
 	// A room takes the events of the view it follows; the other view's,
 	// queued before it moved, are dropped.
 	if r := h.rooms[t.Room]; r != nil && t.Region == r.view {
-		h.eventLocked(r, event{epoch: t.Epoch, seq: t.Seq, frame: frame})
+		h.eventLocked(r, event{epoch: t.Epoch, seq: t.Seq, frame: frame, t: t})
 	}
 	h.mu.Unlock()
 }

@@ -154,7 +154,7 @@ func (n *Node) wire() error {
 		views = newViews(cfg, n.log)
 	}
 	n.hub = newHub(n.ctx, cfg, views, n.log, n.metrics, &n.wg)
-	n.conns = &connDeps{lim: cfg.Limits, storeTimeout: cfg.StoreTimeout, rooms: n.hub, sessions: n.keeper, tokens: n.auth,
+	n.conns = &connDeps{lim: cfg.Limits, storeTimeout: cfg.StoreTimeout, global: cfg.Global != nil, rooms: n.hub, sessions: n.keeper, tokens: n.auth,
 		admission: n.admission, registry: &n.wheel, counts: &n.counts, metrics: n.metrics, log: n.log, ctx: n.ctx,
 		wg: &n.connWG, mono: n.mono}
 	return nil

@@ -40,20 +40,32 @@ func TestJoinSendsSnapshotThenLiveDiffs(t *testing.T) {
 		t.Fatalf("snapshot room_seq %d does not cover alice's join", snap.RoomSeq)
 	}
 
-	// A second session of the same user: no transition, and alice's first
-	// connection gets nothing.
+	// A watcher kept at the default detail: states, not session lists.
+	w := n.dial(t, token(t, "walt", all, time.Hour), "w")
+	if s := w.joinDetail("room1", "").Snapshot; s.Total != 2 || len(s.Members[0].Sessions) != 0 {
+		t.Fatalf("default detail lists sessions without state: %+v", s)
+	}
+	if f := a.expect("event"); f.Event.Kind != presence.Online || f.Event.User != "walt" || f.Event.Session != "w" {
+		t.Fatalf("walt's online: %s", f.raw)
+	}
+
+	// A second session of the same user: one update (joined), which
+	// alice's first connection (detail sessions) gets and walt does not.
 	a2 := n.dial(t, token(t, "alice", all, time.Hour), "tab2")
-	if s := a2.join("room1").Snapshot; s.Total != 1 || len(s.Members[0].Sessions) != 2 {
+	if s := a2.join("room1").Snapshot; s.Total != 2 || len(s.Members[0].Sessions) != 2 {
 		t.Fatalf("second session snapshot: %+v", s)
+	}
+	if f := a.expect("event"); f.Event.Kind != presence.Update || f.Event.Reason != presence.Joined || f.Event.Session != "tab2" || f.Event.Sessions != 2 {
+		t.Fatalf("second session's update: %s", f.raw)
 	}
 
 	// Another user: one online, delivered to both of alice's connections
 	// exactly once, after their snapshots.
 	b := n.dial(t, token(t, "bob", all, time.Hour), "x")
-	if s := b.join("room1").Snapshot; s.Total != 2 {
+	if s := b.join("room1").Snapshot; s.Total != 3 {
 		t.Fatalf("bob's snapshot: %+v", s)
 	}
-	for _, c := range []*client{a, a2} {
+	for _, c := range []*client{a, a2, w} {
 		f := c.expect("event")
 		if f.Event.Kind != presence.Online || f.Event.User != "bob" || f.Event.Room != "room1" || f.Event.Seq <= snap.RoomSeq || f.Event.V != 1 {
 			t.Fatalf("event: %s", f.raw)
@@ -61,8 +73,8 @@ func TestJoinSendsSnapshotThenLiveDiffs(t *testing.T) {
 		c.ping() // nothing else was queued before the pong
 	}
 	e.quiesce("room1")
-	if got := e.rec.Of("", "room1", "alice"); len(got) != 1 {
-		t.Fatalf("alice's transitions: %v, want one online", got)
+	if got := e.rec.Of("", "room1", "alice"); len(got) != 2 {
+		t.Fatalf("alice's transitions: %v, want one online and one update", got)
 	}
 }
 

@@ -29,17 +29,18 @@ type ErrorCode string
 
 // Error codes. A client acts on the code, never on the message.
 const (
-	CodeBadFrame     ErrorCode = "bad_frame"      // not a JSON object of the documented shape, or a binary frame
-	CodeUnknownType  ErrorCode = "unknown_type"   // type is not one this version knows
-	CodeInvalidRoom  ErrorCode = "invalid_room"   // room missing or not a valid id
-	CodeInvalidState ErrorCode = "invalid_state"  // state missing, not JSON, or over presence.MaxStateBytes
-	CodeForbidden    ErrorCode = "forbidden"      // the token does not grant the room
-	CodeInvalidToken ErrorCode = "invalid_token"  // refresh with a token that is bad, expired or for another user
-	CodeInvalidPage  ErrorCode = "invalid_page"   // members with an offset or limit out of range
-	CodeTooManyRooms ErrorCode = "too_many_rooms" // Limits.MaxRooms reached
-	CodeNotJoined    ErrorCode = "not_joined"     // leave or state for a room not joined
-	CodeRateLimited  ErrorCode = "rate_limited"   // frame dropped by the rate limit; slow down
-	CodeUnavailable  ErrorCode = "unavailable"    // the store or NATS failed; nothing changed, retry later
+	CodeBadFrame      ErrorCode = "bad_frame"      // not a JSON object of the documented shape, or a binary frame
+	CodeUnknownType   ErrorCode = "unknown_type"   // type is not one this version knows
+	CodeInvalidRoom   ErrorCode = "invalid_room"   // room missing or not a valid id
+	CodeInvalidState  ErrorCode = "invalid_state"  // state missing, not JSON, or over presence.MaxStateBytes
+	CodeForbidden     ErrorCode = "forbidden"      // the token does not grant the room
+	CodeInvalidToken  ErrorCode = "invalid_token"  // refresh with a token that is bad, expired or for another user
+	CodeInvalidPage   ErrorCode = "invalid_page"   // members with an offset or limit out of range
+	CodeInvalidDetail ErrorCode = "invalid_detail" // join with a detail other than "sessions"
+	CodeTooManyRooms  ErrorCode = "too_many_rooms" // Limits.MaxRooms reached
+	CodeNotJoined     ErrorCode = "not_joined"     // leave or state for a room not joined
+	CodeRateLimited   ErrorCode = "rate_limited"   // frame dropped by the rate limit; slow down
+	CodeUnavailable   ErrorCode = "unavailable"    // the store or NATS failed; nothing changed, retry later
 )
 
 // Frame types.
@@ -71,6 +72,9 @@ type request struct {
 	Room  string          `json:"room"`
 	State json.RawMessage `json:"state"`
 	Token string          `json:"token"`
+	// Detail, on join: "sessions" keeps every member's session list live;
+	// absent keeps their states.
+	Detail string `json:"detail"`
 	// members paging; pointers tell "absent" from 0.
 	Offset *int `json:"offset"`
 	Limit  *int `json:"limit"`
@@ -122,6 +126,62 @@ type helloLimits struct {
 	FrameRate      float64 `json:"frame_rate"`
 	FrameBurst     int     `json:"frame_burst"`
 	PingIntervalMS int64   `json:"ping_interval_ms"`
+}
+
+// detail is what a member of a room is kept up to date with (the join's
+// "detail"): by default membership and session states; with
+// detailSessions also every session of every member.
+type detail uint8
+
+const (
+	detailStates detail = iota
+	detailSessions
+)
+
+// detailSessionsName is the join's detail value for detailSessions.
+const detailSessionsName = "sessions"
+
+// wants reports whether a member kept at detail d is sent t: a new
+// session of a member that is already online (update, joined) changes
+// only session lists.
+func (d detail) wants(t presence.Transition) bool {
+	return d == detailSessions || t.Kind != presence.Update || t.Reason != presence.Joined
+}
+
+// forDetail returns s as a member kept at detail d sees it: without
+// detailSessions only sessions that have a state are listed, since only
+// those do events keep true. s is not modified.
+func forDetail(s presence.Snapshot, d detail) presence.Snapshot {
+	if d == detailSessions {
+		return s
+	}
+	ms := make([]presence.Member, len(s.Members))
+	for i, m := range s.Members {
+		ms[i] = m
+		ms[i].Sessions = statesOnly(m.Sessions)
+	}
+	s.Members = ms
+	return s
+}
+
+// statesOnly returns the sessions that have a state; ss itself when all do.
+func statesOnly(ss []presence.SessionInfo) []presence.SessionInfo {
+	n := 0
+	for _, si := range ss {
+		if len(si.State) > 0 {
+			n++
+		}
+	}
+	if n == len(ss) {
+		return ss
+	}
+	out := make([]presence.SessionInfo, 0, n)
+	for _, si := range ss {
+		if len(si.State) > 0 {
+			out = append(out, si)
+		}
+	}
+	return out
 }
 
 // Snapshot reasons.

@@ -53,11 +53,11 @@ func TestGlobalNodeFallsBackToTheRegionalView(t *testing.T) {
 	tok := func(user string) string { return token(t, user, []string{"*"}, time.Hour) }
 
 	alice := n.dial(t, tok("alice"), "tab")
-	if snap := alice.join("room").Snapshot; snap.Region != "eu" || !slices.Equal(users(snap), []string{"alice"}) {
+	if snap := alice.joinDetail("room", "").Snapshot; snap.Region != "eu" || !slices.Equal(users(snap), []string{"alice"}) {
 		t.Fatalf("join without the global view: %+v, want the regional view", snap)
 	}
 	bob := n.dial(t, tok("bob"), "tab")
-	if snap := bob.join("room").Snapshot; snap.Region != "eu" || !slices.Equal(users(snap), []string{"alice", "bob"}) {
+	if snap := bob.joinDetail("room", "").Snapshot; snap.Region != "eu" || !slices.Equal(users(snap), []string{"alice", "bob"}) {
 		t.Fatalf("second join: %+v", snap)
 	}
 	if f := alice.expect("event"); f.Event.Region != "eu" || f.Event.User != "bob" || f.Event.Kind != presence.Online {

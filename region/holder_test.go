@@ -179,13 +179,13 @@ func TestDeadHoldersSessionDoesNotDelayADeparture(t *testing.T) {
 	// The dead session went with the departure: nothing is left to expire.
 	waitRedisPast(t, rdb, deadExpiry.Add(time.Second))
 	reap(t, live)
-	if n := len(c.All()); n != 2 {
-		t.Fatalf("transitions %v, want one online and one offline", c.All())
+	if n := len(c.All()); n != 3 {
+		t.Fatalf("transitions %v, want one online, the phone's update (joined) and one offline", c.All())
 	}
 }
 
 // If the holder of an unrefreshed session was only slow and refreshes it
-// during the grace, the user never left: nothing is announced.
+// during the grace, the user never left: only the released session ends.
 func TestSlowHolderRefreshingDuringTheGraceCancelsIt(t *testing.T) {
 	slow(t)
 	rdb, _ := testredis.Client(t)
@@ -206,8 +206,8 @@ func TestSlowHolderRefreshingDuringTheGraceCancelsIt(t *testing.T) {
 	refresher(t, slow, onSlow)
 	waitRedisPast(t, rdb, released.Add(testTiming.OfflineGrace+3*testTiming.ReapInterval))
 	reap(t, live)
-	if got := c.All(); len(got) != 1 {
-		t.Fatalf("transitions %v, want only the first online", got)
+	if got := c.All(); len(got) != 3 || got[2].Kind != presence.Update || got[2].Reason != presence.Left || got[2].Session != "phone" {
+		t.Fatalf("transitions %v, want the online, the phone's update (joined), then its update (left)", got)
 	}
 	if m := members(t, live, "r1"); m["hal"] != 1 {
 		t.Fatalf("members %v, want hal with the laptop's session", m)

@@ -39,7 +39,7 @@ func TestOutboxEntryGolden(t *testing.T) {
 	// The golden entries; E is the room's epoch and A an event's time,
 	// both Redis ms, which no test controls.
 	golden := []string{
-		`1|E|online|joined|alice|1|A||`,
+		`1|E|online|joined|alice|1|A|tab|`,
 		`2|E|update|state|alice|1|A|tab|{"x":"a|b"}`,
 		`3|E|offline|left|alice|0|A||`,
 	}

@@ -29,15 +29,19 @@ func TestJoinAnnouncesOnceAndRefreshesAreSilent(t *testing.T) {
 	if ts[0].ID != "eu/r1/"+fmt.Sprint(ts[0].At.UnixMilli())+"/1" || ts[0].Seq != 1 || ts[0].Region != "eu" {
 		t.Fatalf("event id/seq/region: %+v", ts[0])
 	}
-	touch(t, s, ref("r1", "alice", "tab2")) // second tab
+	if ts[0].Session != "tab1" {
+		t.Fatalf("online names session %q, want tab1", ts[0].Session)
+	}
+	touch(t, s, ref("r1", "alice", "tab2")) // second tab: a new session of a member
 	for range 3 {
 		touch(t, s, ref("r1", "alice", "tab1"), ref("r1", "alice", "tab2")) // refreshes
 	}
 	if got := c.Of(presence.Online, "r1", "alice"); len(got) != 1 {
 		t.Fatalf("online transitions: got %d, want 1: %v", len(got), got)
 	}
-	if got := len(c.All()); got != 1 {
-		t.Fatalf("transitions: got %d, want 1", got)
+	all := c.All()
+	if len(all) != 2 || all[1].Kind != presence.Update || all[1].Reason != presence.Joined || all[1].Session != "tab2" || all[1].Sessions != 2 || all[1].State != nil {
+		t.Fatalf("transitions: %v, want the online and one update (joined) for tab2 with 2 sessions", all)
 	}
 	if m := members(t, s, "r1"); m["alice"] != 2 || len(m) != 1 {
 		t.Fatalf("members: got %v, want alice with 2 sessions", m)
@@ -48,17 +52,24 @@ func TestJoinAnnouncesOnceAndRefreshesAreSilent(t *testing.T) {
 	}
 }
 
-func TestSecondTabCloseIsSilent(t *testing.T) {
+// Closing one of two tabs keeps the user online: the closed session stays
+// listed through its grace, then one update (left) ends it.
+func TestSecondTabCloseIsAnUpdateAfterTheGrace(t *testing.T) {
 	slow(t)
 	rdb, _ := testredis.Client(t)
 	c := &collector{}
 	s := newStore(t, rdb, c)
 
 	touch(t, s, ref("r1", "bob", "a"), ref("r1", "bob", "b"))
+	before := len(c.All())
 	release(t, s, ref("r1", "bob", "a"))
 	released := redisNow(t, rdb)
-	// Keep tab b alive well past the grace the close would have started.
-	for redisNow(t, rdb).Before(released.Add(testTiming.OfflineGrace + 300*time.Millisecond)) {
+	if m := members(t, s, "r1"); m["bob"] != 2 || len(c.All()) != before {
+		t.Fatalf("inside the grace: %v, %v; want bob with both sessions listed and no event", m, c.All()[before:])
+	}
+	// Keep tab b alive well past the grace the close would have started
+	// (a session's grace ends on a whole second: up to one more).
+	for redisNow(t, rdb).Before(released.Add(testTiming.OfflineGrace + time.Second + 300*time.Millisecond)) {
 		touch(t, s, ref("r1", "bob", "b"))
 		reap(t, s)
 		time.Sleep(50 * time.Millisecond)
@@ -66,6 +77,9 @@ func TestSecondTabCloseIsSilent(t *testing.T) {
 	reap(t, s)
 	if got := c.Of(presence.Offline, "r1", "bob"); len(got) != 0 {
 		t.Fatalf("offline after closing one of two tabs: %v", got)
+	}
+	if got := c.All()[before:]; len(got) != 1 || got[0].Kind != presence.Update || got[0].Reason != presence.Left || got[0].Session != "a" || got[0].Sessions != 1 {
+		t.Fatalf("after the grace: %v, want one update (left) of session a with 1 session", got)
 	}
 	if m := members(t, s, "r1"); m["bob"] != 1 {
 		t.Fatalf("members: got %v, want bob with 1 session", m)
@@ -81,8 +95,8 @@ func TestBlipInsideGraceIsSilent(t *testing.T) {
 	touch(t, s, ref("r1", "carol", "tab"))
 	release(t, s, ref("r1", "carol", "tab"))
 	released := redisNow(t, rdb)
-	if m := members(t, s, "r1"); m["carol"] != 0 || len(m) != 1 {
-		t.Fatalf("inside grace: got %v, want carol listed with 0 sessions", m)
+	if m := members(t, s, "r1"); m["carol"] != 1 || len(m) != 1 {
+		t.Fatalf("inside grace: got %v, want carol listed with her released session", m)
 	}
 	touch(t, s, ref("r1", "carol", "tab")) // reconnect, same session id
 	waitRedisPast(t, rdb, released.Add(testTiming.OfflineGrace+200*time.Millisecond))
@@ -529,7 +543,7 @@ func TestStateUpdateIsNotALeaveAndJoin(t *testing.T) {
 	if ok, _ := s.SetState(ctx, ref("r1", "mo", "tab"), []byte(`{"status":"away"}`)); !ok {
 		t.Fatal("same state again: not found")
 	}
-	ts := c.All()
+	ts := c.All()[1:] // after the online and tab2's update (joined)
 	if len(ts) != 2 || ts[1].Kind != presence.Update || ts[1].Reason != presence.State || ts[1].Session != "tab" ||
 		string(ts[1].State) != `{"status":"away"}` || ts[1].Sessions != 2 {
 		t.Fatalf("transitions: %+v, want online then one update (an unchanged state is silent)", ts)
@@ -546,12 +560,21 @@ func TestStateUpdateIsNotALeaveAndJoin(t *testing.T) {
 	if ok, _ := s.SetState(ctx, ref("r1", "mo", "tab"), nil); !ok {
 		t.Fatal("clear state: not found")
 	}
-	if ts := c.All(); len(ts) != 3 || ts[2].Kind != presence.Update || ts[2].State != nil {
+	if ts := c.All(); len(ts) != 4 || ts[3].Kind != presence.Update || ts[3].State != nil {
 		t.Fatalf("clear: %+v", ts)
 	}
+	// A released session keeps its state through the grace.
+	if ok, _ := s.SetState(ctx, ref("r1", "mo", "tab"), []byte(`"away"`)); !ok {
+		t.Fatal("state again: not found")
+	}
 	release(t, s, ref("r1", "mo", "tab"))
-	if n, _ := rdb.HLen(ctx, "presence:{r1}:st").Result(); n != 0 {
-		t.Fatalf("state outlived its session: %d fields", n)
+	if n, _ := rdb.HLen(ctx, "presence:{r1}:st").Result(); n != 1 {
+		t.Fatalf("the released session's state: %d fields, want 1", n)
+	}
+	m, _, _ = s.Sessions(ctx, "r1", "mo")
+	i := slices.IndexFunc(m.Sessions, func(si presence.SessionInfo) bool { return si.ID == "tab" })
+	if len(m.Sessions) != 2 || i < 0 || string(m.Sessions[i].State) != `"away"` {
+		t.Fatalf("inside the grace: %+v, want tab listed with its state", m.Sessions)
 	}
 }
 
@@ -575,8 +598,9 @@ func TestSnapshotPagesAndStreamSeq(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if snap.Total != 25 || snap.RoomSeq != 26 || snap.StreamSeq != 26 {
-			t.Fatalf("snapshot total/seqs: %d %d %d, want 25 26 26", snap.Total, snap.RoomSeq, snap.StreamSeq)
+		// 25 onlines, u03's second session (update, joined), its state
+		if snap.Total != 25 || snap.RoomSeq != 27 || snap.StreamSeq != 27 {
+			t.Fatalf("snapshot total/seqs: %d %d %d, want 25 27 27", snap.Total, snap.RoomSeq, snap.StreamSeq)
 		}
 		for _, m := range snap.Members {
 			users = append(users, m.User)
@@ -645,7 +669,7 @@ func TestRostersAgreeWithSnapshots(t *testing.T) {
 				t.Fatal(err)
 			}
 			release(t, s, ref("r001", "u1", "a"))
-			release(t, s, ref("r001", "u1", "b")) // in grace: a member with no sessions
+			release(t, s, ref("r001", "u1", "b")) // in grace: listed with both released sessions
 			rooms = append(rooms, "empty")
 			got, err := s.Rosters(ctx, rooms)
 			if err != nil || len(got) != len(rooms) {
@@ -665,7 +689,7 @@ func TestRostersAgreeWithSnapshots(t *testing.T) {
 					t.Fatalf("room %s:\nroster   %+v\nsnapshot %+v", room, g, want)
 				}
 			}
-			if m := got[1].Members[1]; m.User != "u1" || len(m.Sessions) != 0 {
+			if m := got[1].Members[1]; m.User != "u1" || len(m.Sessions) != 2 {
 				t.Fatalf("member in grace: %+v", m)
 			}
 			if st := got[3].Members[2].Sessions[1].State; string(st) != `{"x":"a|b:c"}` {

@@ -10,6 +10,12 @@
 -- So scripts of two nodes reaching Redis in any order cannot end or change
 -- a session the other now holds.
 --
+-- Released sessions: a release replaces the holder's entry with
+-- "user:session:" (no holder) scored at the end of its grace, and keeps its
+-- state, so the session stays listed as it was until the grace ends; a
+-- claim of the session takes that entry over silently. No node refreshes
+-- it, and it never counts as a fresh session of its user.
+--
 -- Invariants: until >= every expiry of the user's sessions (both whole
 -- seconds while a session lives) unless the grace runs (g), so a settle
 -- that announces an expiry also drops all of that user's entries; a settle
@@ -246,6 +252,16 @@ local function session_entries(r, u, sid, m)
   return out
 end
 
+-- listed counts the user's listed sessions: entries live at t (ms), released
+-- ones inside their grace included.
+local function listed(r, u, t)
+  local n = 0
+  for _, sc in pairs(user_entries(r, u)) do
+    if sc >= live_s(t) then n = n + 1 end
+  end
+  return n
+end
+
 -- moved reports whether the session of entry m (user u, session sid) is
 -- held by another holder now, or was taken from this one.
 local function moved(r, u, sid, m)
@@ -298,12 +314,22 @@ local function settle(r, now, cut, maxo, limit)
   if n >= limit then
     return true
   end
+  -- A dead entry of a user who stays a member is a session ending: its
+  -- grace ended (a released entry: left) or its holder stopped refreshing
+  -- it (expired). It takes its state along, in an update that says so.
   local dead = redis.call('ZRANGEBYSCORE', r.s, '-inf', '(' .. live_s(cut), 'LIMIT', 0, limit)
   for _, m in ipairs(dead) do
     redis.call('ZREM', r.s, m)
-    local u, sid = parse(m)
-    redis.call('HDEL', r.st, u .. ':' .. sid)
+    local u, sid, h = parse(m)
     index_remove(r, u, string.sub(m, #u + 2))
+    if #session_entries(r, u, sid, m) == 0 then
+      redis.call('HDEL', r.st, u .. ':' .. sid)
+      if redis.call('ZSCORE', r.z, u) then
+        local reason = 'expired'
+        if h == '' then reason = 'left' end
+        emit(r, now, 'update', reason, u, listed(r, u, cut), sid, nil, maxo)
+      end
+    end
   end
   return #dead == limit
 end

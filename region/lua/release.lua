@@ -1,5 +1,7 @@
--- release: a session closed cleanly. The user stays a member for the grace;
--- the reaper announces the departure if nothing returns.
+-- release: a session closed cleanly. It stays listed, with its state, for
+-- the grace; the user stays a member at least as long. The reaper announces
+-- the session's end (update, left) or the user's departure (offline, left)
+-- if it does not return.
 -- KEYS[1] reap index; KEYS[2..9] the room's keys (see lib.lua)
 -- ARGV[1] publish lease ms, ARGV[2] outbox cap, ARGV[3] grace ms,
 -- ARGV[4] room, ARGV[5] user, ARGV[6] session, ARGV[7] holder,
@@ -34,14 +36,22 @@ local found = redis.call('ZREM', r.s, m)
 -- user was online before, and this is their departure.
 local lost = found == 0 and lost_data and not redis.call('ZSCORE', r.z, u)
 if found == 1 or lost then
-  redis.call('HDEL', r.st, u .. ':' .. sid)
   index_remove(r, u, tok)
+  -- The session stays listed, with its state, through its grace: a return
+  -- inside it is no change at all (see lib.lua, released sessions).
+  local gexp = math.ceil((now + grace) / 1000)
+  if redis.call('ZADD', r.s, gexp, u .. ':' .. sid .. ':') == 1 then
+    index_add(r, u, sid .. ':')
+  end
+  redis.call('ZADD', idx, 'LT', gexp * 1000 + 1, room)
   -- Fresh: refreshed within the unrefreshed span (expiry is rounded up,
-  -- so a session may look up to a second fresher than it is).
+  -- so a session may look up to a second fresher than it is). A released
+  -- entry is never fresh.
   local floor = (now + ttl - unrefreshed) / 1000
   local fresh = 0
-  for _, sc in pairs(user_entries(r, u)) do
-    if sc >= floor then fresh = fresh + 1 end
+  for e, sc in pairs(user_entries(r, u)) do
+    local _, _, h = parse(e)
+    if h ~= '' and sc >= floor then fresh = fresh + 1 end
   end
   if fresh == 0 then
     -- Last session: hold the membership for the grace and remember why.

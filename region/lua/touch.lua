@@ -48,24 +48,33 @@ while a <= #ARGV do
         lost[#lost + 1] = u .. ':' .. sid
       else
         if claim then
+          local held = false
           for _, o in ipairs(others) do
             redis.call('ZREM', r.s, o)
             index_remove(r, u, string.sub(o, #u + 2))
-            redis.call('ZADD', r.mv, now + ttl, o)
+            local _, _, h = parse(o)
+            if h ~= '' then -- not a released entry: a holder's
+              redis.call('ZADD', r.mv, now + ttl, o)
+              held = true
+            end
           end
-          if #others > 0 then
+          if held then
             redis.call('ZREMRANGEBYSCORE', r.mv, '-inf', '(' .. now)
             redis.call('PEXPIRE', r.mv, ttl)
             taken[#taken + 1] = u .. ':' .. sid
           end
           redis.call('ZREM', r.mv, m)
         end
-        -- A session returning inside the grace cancels the departure.
+        -- A session returning inside the grace cancels the departure; one
+        -- that was listed (released, or held elsewhere) changes nothing.
         local returning = ng > 0 and redis.call('HDEL', r.g, u) == 1
-        if not returning and not redis.call('ZSCORE', r.z, u) then
-          if claim or not restoring then
+        if claim or not restoring then
+          if not returning and not redis.call('ZSCORE', r.z, u) then
             redis.call('PERSIST', r.m) -- the room may have been empty
-            emit(r, now, 'online', 'joined', u, 1, nil, nil, maxo)
+            emit(r, now, 'online', 'joined', u, 1, sid, nil, maxo)
+          elseif #others == 0 then
+            -- A new session of a member.
+            emit(r, now, 'update', 'joined', u, listed(r, u, now), sid, nil, maxo)
           end
         end
         redis.call('ZADD', r.z, 'GT', exp, u)
@@ -80,7 +89,7 @@ while a <= #ARGV do
         -- already announced gone, left by a settle cut short at its limit,
         -- has come back. That is a join.
         redis.call('PERSIST', r.m)
-        emit(r, now, 'online', 'joined', u, 1, nil, nil, maxo)
+        emit(r, now, 'online', 'joined', u, 1, sid, nil, maxo)
         index_add(r, u, tok)
         redis.call('ZADD', idx, 'LT', exp + 1, room)
       elseif ng > 0 then

@@ -1,0 +1,368 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/presence-dev/presence/presence"
+)
+
+// The invariant of PROTOCOL.md's "Snapshot, then events": for every joined
+// room, the view a client builds by applying events to its snapshot equals
+// a fresh snapshot taken at the same point (the same room_seq), for
+// membership, states and, with detail "sessions", session lists. The
+// oracle below checks it for every open connection over a seeded random
+// schedule of joins, second tabs, state changes, blips (the link drops and
+// the tab reconnects with its session id, to either of two nodes) and
+// closes, at checkpoints and once everything has settled.
+
+// view is a room as a client keeps it: user -> session -> state ("" none).
+type view map[string]map[string]string
+
+// folder applies one connection's frames to its view of one room, the way
+// PROTOCOL.md tells a client to, and records anything the protocol rules
+// out (an event out of order, a join of a member, a session listed twice).
+type folder struct {
+	name     string
+	room     string
+	sessions bool // joined with detail "sessions"
+
+	mu    sync.Mutex
+	view  view
+	epoch int64
+	seq   uint64 // the room_seq of the snapshot, then of each event applied
+	ready bool   // a snapshot came
+	errs  []string
+}
+
+func newFolder(name, room string, sessions bool, frames <-chan frame) *folder {
+	f := &folder{name: name, room: room, sessions: sessions, view: view{}}
+	go func() {
+		for fr := range frames {
+			f.apply(fr)
+		}
+	}()
+	return f
+}
+
+func (f *folder) fail(format string, args ...any) {
+	f.errs = append(f.errs, fmt.Sprintf("%s: ", f.name)+fmt.Sprintf(format, args...))
+}
+
+func (f *folder) apply(fr frame) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch fr.Type {
+	case "snapshot":
+		if fr.Room != f.room {
+			return
+		}
+		f.view, f.epoch, f.seq, f.ready = view{}, fr.Snapshot.Epoch, fr.Snapshot.RoomSeq, true
+		for _, m := range fr.Snapshot.Members {
+			ss := map[string]string{}
+			for _, si := range m.Sessions {
+				if !f.sessions && len(si.State) == 0 {
+					f.fail("a snapshot without detail lists session %s/%s, which has no state", m.User, si.ID)
+				}
+				if _, dup := ss[si.ID]; dup {
+					f.fail("session %s/%s listed twice", m.User, si.ID)
+				}
+				ss[si.ID] = string(si.State)
+			}
+			f.view[m.User] = ss
+		}
+	case "event":
+		f.event(fr)
+	case "error":
+		f.fail("error frame %s", fr.raw)
+	}
+}
+
+func (f *folder) event(fr frame) {
+	e := fr.Event
+	if e.Room != f.room || !f.ready {
+		f.fail("event before the room's snapshot: %s", fr.raw)
+		return
+	}
+	if e.Epoch != f.epoch || e.Seq <= f.seq {
+		f.fail("event %d/%d after %d/%d: out of order or repeated", e.Epoch, e.Seq, f.epoch, f.seq)
+	}
+	f.seq = e.Seq
+	ss, member := f.view[e.User]
+	switch {
+	case e.Kind == presence.Online:
+		if member {
+			f.fail("online of a member: %s", fr.raw)
+		}
+		ss = map[string]string{}
+		if f.sessions {
+			ss[e.Session] = ""
+		}
+		f.view[e.User] = ss
+	case e.Kind == presence.Offline:
+		if !member {
+			f.fail("offline of a non-member: %s", fr.raw)
+		}
+		delete(f.view, e.User)
+	case !member:
+		f.fail("update of a non-member: %s", fr.raw)
+	case e.Reason == presence.State:
+		if _, listed := ss[e.Session]; f.sessions && !listed {
+			f.fail("state of an unlisted session: %s", fr.raw)
+		}
+		if !f.sessions && len(e.State) == 0 {
+			delete(ss, e.Session)
+		} else {
+			ss[e.Session] = string(e.State)
+		}
+	case e.Reason == presence.Joined:
+		if _, listed := ss[e.Session]; !f.sessions || listed {
+			f.fail("a new session's update, listed %v, detail sessions %v: %s", listed, f.sessions, fr.raw)
+		}
+		ss[e.Session] = ""
+	case e.Reason == presence.Left || e.Reason == presence.Expired:
+		if _, listed := ss[e.Session]; f.sessions && !listed {
+			f.fail("end of an unlisted session: %s", fr.raw)
+		}
+		delete(ss, e.Session)
+	default:
+		f.fail("unknown update: %s", fr.raw)
+	}
+}
+
+// project is snap as a client at the given detail keeps it.
+func project(snap presence.Snapshot, sessions bool) view {
+	v := view{}
+	for _, m := range snap.Members {
+		ss := map[string]string{}
+		for _, si := range m.Sessions {
+			if sessions || len(si.State) > 0 {
+				ss[si.ID] = string(si.State)
+			}
+		}
+		v[m.User] = ss
+	}
+	return v
+}
+
+func (v view) String() string {
+	var b strings.Builder
+	for _, u := range slices.Sorted(maps.Keys(v)) {
+		fmt.Fprintf(&b, "%s{", u)
+		for _, s := range slices.Sorted(maps.Keys(v[u])) {
+			fmt.Fprintf(&b, "%s=%s ", s, v[u][s])
+		}
+		b.WriteString("} ")
+	}
+	return b.String()
+}
+
+// tab is one browser tab of the schedule: a user and a session id kept
+// across reconnects, its state, and its connection while it has one.
+type tab struct {
+	user, session string
+	state         string // "" none
+	c             *client
+	f             *folder
+}
+
+type foldRun struct {
+	t     *testing.T
+	e     *env
+	nodes []*node
+	rng   *rand.Rand
+	room  string
+	tabs  []*tab
+	// observers stay connected throughout, one at each detail.
+	observers []*folder
+}
+
+var foldStates = []string{"", `"away"`, `"here"`, `{"typing":true}`}
+
+func TestFoldedViewsEqualFreshSnapshots(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a random schedule of a few hundred steps")
+	}
+	seeds := []uint64{1, 2}
+	if s := os.Getenv("PRESENCE_FOLD_SEEDS"); s != "" {
+		seeds = nil
+		for _, f := range strings.Fields(s) {
+			n, err := strconv.ParseUint(f, 10, 64)
+			if err != nil {
+				t.Fatalf("PRESENCE_FOLD_SEEDS: %v", err)
+			}
+			seeds = append(seeds, n)
+		}
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
+			e := newEnv(t)
+			r := &foldRun{t: t, e: e, nodes: []*node{e.newNode(), e.newNode()}, rng: rand.New(rand.NewPCG(seed, 10)), room: "fold"}
+			for u := range 4 {
+				for s := range 2 {
+					r.tabs = append(r.tabs, &tab{user: fmt.Sprintf("u%d", u), session: fmt.Sprintf("t%d", s)})
+				}
+			}
+			for i, sessions := range []bool{true, false} {
+				c := r.nodes[i].dial(t, token(t, fmt.Sprintf("obs%d", i), []string{"*"}, time.Hour), "o")
+				r.observers = append(r.observers, r.join(c, fmt.Sprintf("observer %d", i), sessions))
+			}
+			for step := range 120 {
+				r.step()
+				if step%15 == 14 {
+					r.check("checkpoint")
+				}
+			}
+			// Everything settles: released sessions' graces end, and each
+			// ending reaches every view.
+			e.waitRedisPast(e.redisNow().Add(testTiming.OfflineGrace + 2*time.Second))
+			r.check("settled")
+		})
+	}
+}
+
+// join joins the room on c and starts folding its frames.
+func (r *foldRun) join(c *client, name string, sessions bool) *folder {
+	d := ""
+	if sessions {
+		d = detailSessionsName
+	}
+	req := map[string]string{"type": "join", "room": r.room, "ref": "j"}
+	if d != "" {
+		req["detail"] = d
+	}
+	c.send(req)
+	return newFolder(name, r.room, sessions, c.frames)
+}
+
+// open connects tab to a random node, joins at a random detail and, as a
+// client does after a reconnect, sends its state again (or, half the
+// time, relies on the store keeping it through the grace).
+func (r *foldRun) open(tb *tab) {
+	n := r.nodes[r.rng.IntN(len(r.nodes))]
+	tb.c = n.dial(r.t, token(r.t, tb.user, []string{"*"}, time.Hour), tb.session)
+	tb.f = r.join(tb.c, tb.user+"/"+tb.session, r.rng.IntN(2) == 0)
+	if tb.state != "" && r.rng.IntN(2) == 0 {
+		tb.c.send(map[string]any{"type": "state", "room": r.room, "state": rawJSON(tb.state), "ref": "s"})
+	}
+}
+
+type rawJSON string
+
+func (j rawJSON) MarshalJSON() ([]byte, error) {
+	if j == "" {
+		return []byte("null"), nil
+	}
+	return []byte(j), nil
+}
+
+func (r *foldRun) step() {
+	tb := r.tabs[r.rng.IntN(len(r.tabs))]
+	switch op := r.rng.IntN(10); {
+	case tb.c == nil:
+		if tb.f == nil || r.rng.IntN(3) == 0 { // a closed tab opens again now and then
+			r.open(tb)
+		}
+	case op < 4: // a state change
+		tb.state = foldStates[r.rng.IntN(len(foldStates))]
+		tb.c.send(map[string]any{"type": "state", "room": r.room, "state": rawJSON(tb.state), "ref": "s"})
+	case op < 7: // a blip: the link drops, the tab reconnects with its session id
+		_ = tb.c.ws.NetConn().Close()
+		_ = tb.c.waitEnd()
+		r.open(tb)
+	case op < 8: // the tab closes for good (until it opens again, as a new page)
+		tb.c.closeNormally()
+		tb.c, tb.state = nil, ""
+	default: // time passes: sometimes long enough for a grace to end
+		d := time.Duration(r.rng.IntN(300)) * time.Millisecond
+		if r.rng.IntN(5) == 0 {
+			d = testTiming.OfflineGrace + time.Second
+		}
+		time.Sleep(d) // lets the schedule's clock run; nothing waits on its outcome
+	}
+}
+
+// folders returns the folders of every open connection.
+func (r *foldRun) folders() []*folder {
+	fs := slices.Clone(r.observers)
+	for _, tb := range r.tabs {
+		if tb.c != nil {
+			fs = append(fs, tb.f)
+		}
+	}
+	return fs
+}
+
+// check waits until every open connection's view is at the point of a
+// fresh snapshot and compares them there. A view that differs from the
+// snapshot at the same room_seq is a violation, unless the room moves on:
+// a read leaves out a session overdue by more than the read slack before
+// the reaper has ended it (the reaper's event then follows), so only a
+// difference that stays while the room stands still fails.
+func (r *foldRun) check(when string) {
+	r.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	var stuckSeq uint64
+	var stuckSince time.Time
+	for {
+		snap, err := r.e.store.Snapshot(context.Background(), r.room, 0, 1000)
+		if err != nil {
+			r.t.Fatalf("%s: snapshot: %v", when, err)
+		}
+		joined := r.joinedSeqs()
+		behind, mismatch := false, ""
+		for _, f := range r.folders() {
+			f.mu.Lock()
+			if len(f.errs) > 0 {
+				r.t.Fatalf("%s: %s", when, strings.Join(f.errs, "\n"))
+			}
+			at := f.ready && f.epoch == snap.Epoch && f.seq <= snap.RoomSeq
+			for s := f.seq + 1; at && s <= snap.RoomSeq; s++ {
+				// A client without detail is never sent a new session's
+				// update: it is at the snapshot's point without it.
+				at = !f.sessions && joined[s]
+			}
+			switch {
+			case !at:
+				behind = true
+			case mismatch == "":
+				if want := project(snap, f.sessions); want.String() != f.view.String() {
+					mismatch = fmt.Sprintf("%s at room_seq %d:\n view     %v\n snapshot %v", f.name, snap.RoomSeq, f.view, want)
+				}
+			}
+			f.mu.Unlock()
+		}
+		switch {
+		case !behind && mismatch == "":
+			return
+		case mismatch != "" && snap.RoomSeq != stuckSeq:
+			stuckSeq, stuckSince = snap.RoomSeq, time.Now()
+		case mismatch != "" && time.Since(stuckSince) > 3*time.Second:
+			r.t.Fatalf("%s: a folded view differs from a fresh snapshot at the same point: %s", when, mismatch)
+		case time.Now().After(deadline):
+			r.t.Fatalf("%s: views did not reach the room's point (room_seq %d) in time; mismatch: %q", when, snap.RoomSeq, mismatch)
+		}
+		time.Sleep(20 * time.Millisecond) // polling, bounded by the deadline
+	}
+}
+
+// joinedSeqs returns the seqs of the room's new-session updates on the
+// bus.
+func (r *foldRun) joinedSeqs() map[uint64]bool {
+	out := map[uint64]bool{}
+	for _, t := range r.e.rec.All() {
+		if t.Room == r.room && t.Kind == presence.Update && t.Reason == presence.Joined {
+			out[t.Seq] = true
+		}
+	}
+	return out
+}
