@@ -442,13 +442,16 @@ class Room extends Emitter {
   _publish(fold) {
     const old = this._view.members;
     const now = fold.members;
-    // Keep references of unchanged members (cheap re-renders).
+    // Keep references of unchanged members (cheap re-renders), and the
+    // snapshot array itself when nothing changed (getSnapshot stability).
+    let changed = old.size !== now.size;
     for (const [u, m] of now) {
       const o = old.get(u);
       if (o && o !== m && sameMember(o, m)) now.set(u, o);
+      else if (o !== m) changed = true;
     }
     this._view = fold;
-    this._changed();
+    if (changed) this._changed();
     // In user order: leaves first, then joins and updates.
     for (const o of [...old.values()].sort((a, b) => cmp(a.user, b.user))) {
       if (!now.has(o.user)) this._emit("leave", o, { reason: "sync" });
