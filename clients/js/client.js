@@ -683,9 +683,13 @@ class Client extends Emitter {
   _onTabMessage(d) {
     if (!isObject(d) || d.type !== MSG_TYPE || typeof d.id !== "string") return;
     if (d.op === "announce" && d.id === this.sessionId) {
-      // Two tabs checking the same id at once: the larger nonce keeps it.
-      if (this._running || (this._checking && typeof d.nonce === "string" && d.nonce < this._checking.nonce)) {
+      if (this._running) {
         this._post({ type: MSG_TYPE, op: "in_use", id: d.id, to: d.nonce });
+      } else if (this._checking && typeof d.nonce === "string") {
+        // Two tabs checking the same id at once (maybe only one hears the
+        // other): the larger nonce keeps it, whichever tab decides.
+        if (d.nonce < this._checking.nonce) this._post({ type: MSG_TYPE, op: "in_use", id: d.id, to: d.nonce });
+        else this._checking.answer();
       }
     } else if (d.op === "in_use" && this._checking && d.id === this._checking.id && d.to === this._checking.nonce) {
       this._checking.answer();
