@@ -267,6 +267,9 @@ class Room extends Emitter {
     this._gen = 0;
     this._ackGen = 0;
     this._waiters = [];
+    // Bound, so they can be handed over as they are (useSyncExternalStore).
+    this.subscribe = this.subscribe.bind(this);
+    this.getSnapshot = this.getSnapshot.bind(this);
   }
 
   get state() { return this._desired; }

@@ -110,8 +110,9 @@ test("subscribe/getSnapshot: stable reference until the view changes; frozen dat
   const s = await open(h);
   const r = h.client.room("r");
   let calls = 0;
-  const unsub = r.subscribe(() => calls++);
-  const empty = r.getSnapshot();
+  const { subscribe, getSnapshot } = r; // handed over unbound, as React does
+  const unsub = subscribe(() => calls++);
+  const empty = getSnapshot();
   assert.equal(r.getSnapshot(), empty);
   answerJoin(s, "r", [{ user: "a", sessions: [{ id: "1", state: { s: 1 } }] }], { seq: 1 });
   const s1 = r.getSnapshot();
