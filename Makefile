@@ -7,7 +7,7 @@
 # `make vulncheck`, `make cover` (the tests once, with a coverage profile).
 # Tools run at pinned versions with `go run module@version`: nothing to
 # install, and go.mod stays the service's.
-.PHONY: dev test test-short cover deps bench fuzz lint fmt-check vet staticcheck golangci-lint tidy-check vulndb vulncheck ci-vulncheck
+.PHONY: dev test test-short test-js typecheck-js cover deps bench fuzz lint fmt-check vet staticcheck golangci-lint tidy-check vulndb vulncheck ci-vulncheck
 
 STATICCHECK   = go run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOLANGCI_LINT = go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
@@ -25,6 +25,8 @@ COVERPROFILE  ?= coverage.out
 deps:
 	@command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1 || \
 	  { echo "installing redis-server"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
+	@command -v node >/dev/null 2>&1 || \
+	  { echo "installing nodejs"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs >/dev/null; }
 
 # Built, then run, rather than `go run`: the go command exits 1 when it is
 # interrupted, whatever its child does, and make would print "Error 1" for
@@ -35,16 +37,28 @@ dev: deps
 
 test: deps
 	go test -race -count=1 ./...
+	$(MAKE) --no-print-directory test-js
+
+# The browser client's unit tests (Node's built-in runner; no packages).
+test-js:
+	cd clients/js && node --test test/
+
+# The client's TypeScript declarations checked against an example
+# (typescript, its one devDependency, from the npm registry).
+typecheck-js:
+	cd clients/js && npm ci --no-audit --no-fund --loglevel=error && npm run --silent typecheck
 
 # The fast loop: the slow end-to-end tests skip themselves under -short.
 test-short: deps
 	go test -short -race -count=1 ./...
+	$(MAKE) --no-print-directory test-js
 
 # The tests as `make test` runs them, once, with a coverage profile of
 # each package's own statements, and the total.
 cover: deps
 	go test -race -count=1 -coverprofile=$(COVERPROFILE) ./...
 	@go tool cover -func=$(COVERPROFILE) | tail -n 1
+	$(MAKE) --no-print-directory test-js
 
 lint: fmt-check vet staticcheck golangci-lint
 

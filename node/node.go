@@ -1,7 +1,10 @@
 package node
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/presence-dev/presence/bus"
+	jsclient "github.com/presence-dev/presence/clients/js"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -26,6 +30,10 @@ const (
 	PathWebSocket = "/v1/ws"
 	PathHealth    = "/healthz"
 	PathMetrics   = "/metrics"
+	// PathClient serves the browser client (clients/js), PathClientTypes
+	// its TypeScript declarations.
+	PathClient      = "/v1/client.js"
+	PathClientTypes = "/v1/client.d.ts"
 )
 
 // Node states, in order.
@@ -109,6 +117,8 @@ func New(cfg Config) (*Node, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc(PathWebSocket, n.serveWS)
 	mux.HandleFunc(PathHealth, n.serveHealth)
+	mux.Handle("GET "+PathClient, clientFile("text/javascript; charset=utf-8", jsclient.Source))
+	mux.Handle("GET "+PathClientTypes, clientFile("application/typescript; charset=utf-8", jsclient.Types))
 	if n.gatherer != nil {
 		mux.Handle(PathMetrics, promhttp.HandlerFor(n.gatherer, promhttp.HandlerOpts{}))
 	}
@@ -414,4 +424,21 @@ func (n *Node) serveHealth(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(h)
+}
+
+// clientFile serves one file of the browser client. Pages on any origin
+// may import it (a module script from another origin needs CORS); the
+// ETag, the content's hash, lets browsers revalidate it cheaply after a
+// deploy changes it.
+func clientFile(contentType string, body []byte) http.Handler {
+	sum := sha256.Sum256(body)
+	etag := `"` + hex.EncodeToString(sum[:8]) + `"`
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Type", contentType)
+		h.Set("Access-Control-Allow-Origin", "*")
+		h.Set("Cache-Control", "no-cache")
+		h.Set("ETag", etag)
+		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(body))
+	})
 }

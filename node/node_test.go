@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	jsclient "github.com/presence-dev/presence/clients/js"
 	"github.com/presence-dev/presence/internal/testnats"
 	"github.com/presence-dev/presence/presence"
 	"github.com/presence-dev/presence/region"
@@ -633,5 +635,36 @@ func TestHealthReportsAnUnreachableStore(t *testing.T) {
 	e.rs.Stop()
 	if code, h := health(); code != http.StatusServiceUnavailable || h.Status != "degraded" || h.Store == "ok" || h.Store == "" {
 		t.Fatalf("with Redis gone: %d %+v", code, h)
+	}
+}
+
+// Every node serves the browser client, importable from any origin, with
+// an ETag that answers a revalidation with 304.
+func TestNodeServesTheBrowserClient(t *testing.T) {
+	e := newEnv(t)
+	n := e.newNode()
+	for path, body := range map[string][]byte{PathClient: jsclient.Source, PathClientTypes: jsclient.Types} {
+		resp, err := http.Get(n.srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !bytes.Equal(got, body) || resp.Header.Get("Access-Control-Allow-Origin") != "*" || resp.Header.Get("ETag") == "" {
+			t.Fatalf("%s: %d %v, %d bytes, want the embedded file", path, resp.StatusCode, resp.Header, len(got))
+		}
+		req, _ := http.NewRequest("GET", n.srv.URL+path, nil)
+		req.Header.Set("If-None-Match", resp.Header.Get("ETag"))
+		again, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again.Body.Close()
+		if again.StatusCode != http.StatusNotModified {
+			t.Fatalf("%s revalidated: %d, want 304", path, again.StatusCode)
+		}
+	}
+	if !bytes.Contains(jsclient.Source, []byte("export function createClient")) {
+		t.Fatal("the embedded client does not export createClient")
 	}
 }

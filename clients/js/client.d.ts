@@ -1,0 +1,194 @@
+// Type declarations for @presence/client (protocol version 1).
+
+/** Connection status of a client. */
+export type ClientStatus = "connecting" | "open" | "reconnecting" | "closed";
+
+/** Status of a room. `left`, `revoked` and `failed` are final: call `client.room(id)` again for a new room object. */
+export type RoomStatus = "joining" | "joined" | "rejoining" | "left" | "revoked" | "failed";
+
+export type JSONValue = string | number | boolean | null | JSONValue[] | { [key: string]: JSONValue };
+
+export interface Session {
+  readonly id: string;
+  /** Absent when the session has no state. */
+  readonly state?: JSONValue;
+}
+
+/**
+ * A member of a room. Frozen; an unchanged member keeps its object across
+ * changes of the room. With `detail: "sessions"` every session is listed,
+ * without only the sessions that have a state (a member without any has `sessions: []`).
+ */
+export interface Member {
+  readonly user: string;
+  readonly sessions: readonly Session[];
+}
+
+export interface Limits {
+  readonly max_rooms: number;
+  readonly max_frame_bytes: number;
+  readonly max_state_bytes: number;
+  readonly frame_rate: number;
+  readonly frame_burst: number;
+  readonly ping_interval_ms: number;
+}
+
+/** Error of a request, an error frame, or the client (see README for the codes). */
+export class PresenceError extends Error {
+  constructor(code: string, message?: string, extra?: object);
+  readonly code: string;
+  /** From `unavailable` errors. */
+  readonly retryAfterMs?: number;
+  /** The request's ref, when the error answers one. */
+  readonly ref?: string;
+  /** The room the error is about, when known. */
+  readonly room?: string;
+  readonly cause?: unknown;
+}
+
+export interface GetTokenInfo {
+  /**
+   * True when a cached token will not do: ahead of its expiry (refresh),
+   * after close 4002, and after a connection that failed before `hello`
+   * (a 401 looks like that in browsers).
+   */
+  fresh: boolean;
+}
+
+export interface ClientOptions {
+  /** The node's WebSocket URL: ws(s)://, or http(s):// (converted), or relative to `location`. */
+  url: string;
+  /** Called at each connect and ahead of `token_expires`. Return nothing in dev mode. */
+  getToken?: (info: GetTokenInfo) => string | null | undefined | Promise<string | null | undefined>;
+  /** Default: one per tab, in sessionStorage under "presence.session", with duplicated tabs detected. */
+  sessionId?: string;
+  /** Dev mode only: the user id (`?user=`). */
+  user?: string;
+  /** WebSocket constructor (Node, tests). Default: globalThis.WebSocket. */
+  WebSocket?: new (url: string, protocols?: string | string[]) => WebSocketLike;
+
+  /** App-level ping interval while open, ms. Default 15000. */
+  pingIntervalMs?: number;
+  /** No frame within this long after a ping: the socket is dead. Default 10000. */
+  pingTimeoutMs?: number;
+  /** No `hello` within this long after connecting: retry. Default 15000. */
+  helloTimeoutMs?: number;
+  /** The backoff resets after a connection stayed up this long after `hello`. Default 5000. */
+  stableMs?: number;
+  /** How long a starting tab waits for an "in use" answer to its stored id. Default 120. */
+  duplicateCheckMs?: number;
+
+  /** For tests: injected environment. Defaults are the globals. */
+  setTimeout?: (fn: () => void, ms: number) => unknown;
+  clearTimeout?: (handle: any) => void;
+  now?: () => number;
+  random?: () => number;
+  crypto?: { getRandomValues<T extends ArrayBufferView | null>(array: T): T };
+  storage?: { getItem(key: string): string | null; setItem(key: string, value: string): void } | null;
+  BroadcastChannel?: (new (name: string) => BroadcastChannelLike) | null;
+  window?: { addEventListener(type: "online", fn: () => void): void; removeEventListener?(type: "online", fn: () => void): void } | null;
+}
+
+export interface WebSocketLike {
+  onmessage: ((ev: { data: any }) => void) | null;
+  onclose: ((ev: { code: number }) => void) | null;
+  onerror: ((ev: any) => void) | null;
+  send(data: string): void;
+  close(code?: number, reason?: string): void;
+}
+
+export interface BroadcastChannelLike {
+  onmessage: ((ev: { data: any }) => void) | null;
+  postMessage(data: any): void;
+  close(): void;
+}
+
+export interface UpdateChange {
+  readonly session: string;
+  /** The session's new state; undefined when cleared or gone. */
+  readonly state: JSONValue | undefined;
+  /** "state" | "joined" | "left" | "expired" (from events, or derived when a snapshot replaced the view). */
+  readonly reason: string;
+}
+
+export interface MembershipChange {
+  /** The event's reason ("joined", "left", "expired", "region_lost"), or "sync" when a snapshot replaced the view. */
+  readonly reason: string;
+}
+
+export interface RoomOptions {
+  /** "sessions": list every session of every member, with or without state. */
+  detail?: "sessions";
+}
+
+export interface RoomEvents {
+  sync: (members: readonly Member[]) => void;
+  join: (member: Member, change: MembershipChange) => void;
+  leave: (member: Member, change: MembershipChange) => void;
+  update: (member: Member, change: UpdateChange) => void;
+  status: (status: RoomStatus) => void;
+  error: (err: PresenceError) => void;
+}
+
+export interface Room {
+  readonly id: string;
+  readonly detail: "sessions" | undefined;
+  readonly status: RoomStatus;
+  /** The view's region: "global", or a region's name (e.g. a global node serving its region's view). */
+  readonly region: string | undefined;
+  /** Number of members in the view. */
+  readonly total: number;
+  /** True when joined and every page of a large room has been read. */
+  readonly complete: boolean;
+  /** Why the room failed, when status is "failed". */
+  readonly error: PresenceError | undefined;
+  /** The last state passed to setState (re-sent after reconnects unless null). */
+  readonly state: JSONValue | null;
+
+  /** Members sorted by user. The same frozen array until the view changes. */
+  members(): readonly Member[];
+  /** Same as members(); for React's useSyncExternalStore. */
+  getSnapshot(): readonly Member[];
+  /** Calls listener whenever getSnapshot() changes. Returns unsubscribe. */
+  subscribe(listener: () => void): () => void;
+
+  on<K extends keyof RoomEvents>(type: K, fn: RoomEvents[K]): () => void;
+  off<K extends keyof RoomEvents>(type: K, fn: RoomEvents[K]): void;
+
+  /** Sets this session's state in the room (null clears it). Resolves once the node confirmed it, across reconnects. */
+  setState(state: JSONValue | null): Promise<void>;
+  /** Leaves the room; the view empties at once. */
+  leave(): Promise<void>;
+}
+
+export interface ClientEvents {
+  status: (status: ClientStatus) => void;
+  error: (err: PresenceError) => void;
+}
+
+export interface Client {
+  readonly status: ClientStatus;
+  /** The session id in use (may change once at start if the tab turns out to be a duplicate). */
+  readonly sessionId: string;
+  /** From `hello`. */
+  readonly user: string | undefined;
+  readonly region: string | undefined;
+  readonly limits: Limits;
+  readonly tokenExpires: Date | undefined;
+
+  on<K extends keyof ClientEvents>(type: K, fn: ClientEvents[K]): () => void;
+  off<K extends keyof ClientEvents>(type: K, fn: ClientEvents[K]): void;
+
+  /** The room, joined now if open and on every (re)connect. Same id, same object (the first call's options win). */
+  room(id: string, options?: RoomOptions): Room;
+  rooms(): Room[];
+  /** Round trip in ms. Rejects with code "disconnected" when not open. */
+  ping(): Promise<number>;
+  /** Closes for good: status "closed", rooms "left", no reconnect. */
+  close(): void;
+}
+
+export function createClient(options: ClientOptions): Client;
+
+/** A new random session id: 22 characters of [A-Za-z0-9-_]. */
+export function newSessionId(crypto?: { getRandomValues<T extends ArrayBufferView | null>(array: T): T }): string;

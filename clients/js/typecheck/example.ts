@@ -1,0 +1,37 @@
+// Type-checked against client.d.ts by `npm run typecheck` (never run).
+import { createClient, PresenceError, type Member, type Room, type ClientStatus } from "../client.js";
+
+const client = createClient({
+  url: "https://node.example/v1/ws",
+  getToken: async ({ fresh }) => (fresh ? "new.jwt" : "cached.jwt"),
+});
+const offStatus = client.on("status", (s: ClientStatus) => console.log(s));
+client.on("error", (e: PresenceError) => console.log(e.code, e.retryAfterMs));
+offStatus();
+
+const room: Room = client.room("room42", { detail: "sessions" });
+room.on("sync", (members) => console.log(members.length));
+room.on("join", (m: Member, c) => console.log(m.user, c.reason));
+room.on("leave", (m) => console.log(m.user));
+room.on("update", (m, change) => console.log(m.sessions.map((s) => s.id), change.session, change.state, change.reason));
+room.on("status", (s) => { if (s === "revoked") console.log("revoked"); });
+const unsubscribe = room.subscribe(() => {
+  const snap: readonly Member[] = room.getSnapshot();
+  console.log(snap[0]?.sessions[0]?.state);
+});
+unsubscribe();
+
+async function main(): Promise<void> {
+  await room.setState({ status: "away", since: 3 });
+  await room.setState(null);
+  const rtt: number = await client.ping();
+  console.log(rtt, client.sessionId, client.user, client.limits.frame_rate, room.complete, room.region);
+  await room.leave();
+  client.close();
+}
+void main;
+
+// @ts-expect-error: status is read-only
+room.status = "joined";
+// @ts-expect-error: detail takes only "sessions"
+client.room("x", { detail: "all" });
