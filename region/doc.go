@@ -16,7 +16,9 @@
 //	                          (listpack stores it in 5 bytes, not 9; the TTL is
 //	                          rounded up to a whole second). holder names the
 //	                          node (store) holding it; a session has one entry,
-//	                          its holder's.
+//	                          its holder's. A released session keeps one with
+//	                          no holder, "user:session:", scored at the end of
+//	                          its grace: listed, with its state, until then.
 //	presence:{R}:g    g   HASH  user -> 1 while the user's last session closed
 //	                          cleanly and none has returned: the offline grace runs.
 //	presence:{R}:st   st  HASH  "user:session" -> state JSON. It belongs to the
@@ -86,10 +88,15 @@
 //
 // # Transitions
 //
-// A user's first live session in a room announces online (joined). Further
-// sessions and refreshes announce nothing. A clean close (Release) of the
-// last session keeps the user a member for the offline grace; a session
-// that returns inside it, on any node, cancels the departure silently.
+// A user's first live session in a room announces online (joined), naming
+// the session. A further session of a member announces update (joined);
+// refreshes announce nothing. A clean close (Release) leaves the session
+// listed, state included, for the offline grace; a session that returns
+// inside it, on any node, takes its entry back silently. If it does not
+// return, its end is announced: update (left) while the user has another
+// session, else the user's offline (left). A session whose holder stops
+// refreshing it while its user stays a member ends with update (expired).
+// A clean close of the last session keeps the user a member for the grace.
 // Sessions not refreshed for presence.Timing.Unrefreshed (a heartbeat and
 // a half: their node died or stalls) do not count as the user's last: a
 // user whose last live node closes cleanly leaves after the grace, reason

@@ -38,7 +38,8 @@ func TestE2EBlipIsSilent(t *testing.T) {
 	}
 }
 
-// Two tabs: closing one announces nothing; closing the second announces
+// Two tabs: the second is an update (joined); closing one is an update
+// (left) after the grace, never an offline; closing the second announces
 // one offline after the grace.
 func TestE2ESecondTab(t *testing.T) {
 	e := newEnv(t)
@@ -50,22 +51,27 @@ func TestE2ESecondTab(t *testing.T) {
 	b.join("room42")
 	waitFor(t, 5*time.Second, "online", func() bool { return w.count(presence.Online, "bob") == 1 })
 
+	waitFor(t, 5*time.Second, "tabB's update", func() bool { return len(w.All()) == 2 })
+	if u := w.All()[1]; u.Kind != presence.Update || u.Reason != presence.Joined || u.Session != "tabB" || u.Sessions != 2 {
+		t.Fatalf("second tab: %v, want an update (joined) of tabB", u)
+	}
+
 	_ = a.ws.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye"))
 	closed := time.Now()
-	pastGrace(closed)
-	if evs := w.All(); len(evs) != 1 {
-		t.Fatalf("events after closing one of two tabs: %v", evs)
+	waitFor(t, e2eGrace+3*time.Second, "tabA's end", func() bool { return len(w.All()) == 3 })
+	if u := w.All()[2]; u.Kind != presence.Update || u.Reason != presence.Left || u.Session != "tabA" || u.Sessions != 1 || u.At.Sub(closed) < e2eGrace-100*time.Millisecond {
+		t.Fatalf("after closing one of two tabs: %v at %v, want an update (left) of tabA after the grace", u, u.At.Sub(closed))
 	}
 	_ = b.ws.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye"))
 	closed = time.Now()
 	waitFor(t, e2eGrace+3*time.Second, "offline", func() bool { return w.count(presence.Offline, "bob") == 1 })
-	off := w.All()[1]
+	off := w.All()[3]
 	if off.Reason != presence.Left || off.At.Sub(closed) < e2eGrace-100*time.Millisecond {
 		t.Fatalf("offline %+v %v after the close, want reason left after the grace", off, off.At.Sub(closed))
 	}
 	pastGrace(time.Now())
-	if n := len(w.All()); n != 2 {
-		t.Fatalf("%d events, want online and one offline", n)
+	if n := len(w.All()); n != 4 {
+		t.Fatalf("%d events, want online, two updates and one offline", n)
 	}
 }
 

@@ -138,6 +138,7 @@ func fastEvent(data []byte) (wsEvent, bool) {
 	var ok [6]bool
 	e.ID, ok[0] = str("id")
 	e.Kind, ok[1] = str("kind")
+	e.Reason, _ = str("reason")
 	e.Room, ok[2] = str("room")
 	e.User, ok[3] = str("user")
 	var seq, epoch int64
@@ -324,15 +325,25 @@ func (c *wsClient) frame(f wsFrame) {
 			v.contiguous = false
 		}
 		v.epoch, v.base = e.Epoch, e.Seq
+		// The folding rule of PROTOCOL.md ("What a view holds"), detail
+		// "sessions".
 		switch e.Kind {
 		case "online":
-			if v.members[e.User] == nil {
-				v.members[e.User] = map[string]string{}
-			}
+			v.members[e.User] = map[string]string{e.Session: ""}
 		case "offline":
 			delete(v.members, e.User)
 		case "update":
-			if ss := v.members[e.User]; ss != nil {
+			ss := v.members[e.User]
+			if ss == nil {
+				c.h.note(c.id, "update of a non-member: "+e.ID)
+				break
+			}
+			switch e.Reason {
+			case "joined":
+				ss[e.Session] = ""
+			case "left", "expired":
+				delete(ss, e.Session)
+			default:
 				ss[e.Session] = normState(e.State)
 			}
 		}
@@ -402,7 +413,7 @@ func (c *wsClient) joinAll(rooms, states []string) {
 		hi := len(c.rec.Holds) - 1
 		c.mu.Unlock()
 		c.h.count("join")
-		ch, err := c.request(map[string]any{"type": "join", "room": r})
+		ch, err := c.request(map[string]any{"type": "join", "room": r, "detail": "sessions"})
 		if err != nil {
 			return
 		}
@@ -589,7 +600,7 @@ func TestOracleFastEvent(t *testing.T) {
 		}
 		want := f.Event
 		if got.ID != want.ID || got.Kind != want.Kind || got.Room != want.Room || got.User != want.User || got.Seq != want.Seq ||
-			got.Epoch != want.Epoch || got.Session != want.Session || normState(got.State) != normState(want.State) {
+			got.Epoch != want.Epoch || got.Session != want.Session || got.Reason != want.Reason || normState(got.State) != normState(want.State) {
 			t.Fatalf("fastEvent(%s) = %+v, want %+v", frame, got, want)
 		}
 	}

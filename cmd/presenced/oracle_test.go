@@ -553,7 +553,7 @@ func (h *harness) final() oracle.Final {
 	fresh := func() (map[string]oracle.Members, error) {
 		out := map[string]oracle.Members{}
 		for _, r := range h.plan.Rooms {
-			ch, err := obs.request(map[string]any{"type": "join", "room": r})
+			ch, err := obs.request(map[string]any{"type": "join", "room": r, "detail": "sessions"})
 			if err != nil {
 				return nil, err
 			}

@@ -529,9 +529,7 @@ func (c *checker) final() {
 
 // DiffMembers lists how got differs from want, room by room: users missing
 // or extra, and for users in both, sessions missing or extra and states
-// that differ. Users named skip are ignored; in a view, sessions the view
-// cannot know (it learns session ids only from snapshots and updates) are
-// compared only for their state.
+// that differ. Users named skip are ignored (the observer, in a view).
 func DiffMembers(want, got map[string]Members, skip string) []string {
 	rooms := map[string]bool{}
 	for r := range want {
@@ -562,15 +560,6 @@ func DiffMembers(want, got map[string]Members, skip string) []string {
 				continue
 			case !inW:
 				out = append(out, fmt.Sprintf("room %s: %s should not be a member (sessions %v)", room, u, sessionList(gs)))
-				continue
-			}
-			if skip != "" {
-				// A view: states of the snapshot's sessions only.
-				for _, sid := range sortedKeys(ws) {
-					if gs[sid] != ws[sid] {
-						out = append(out, fmt.Sprintf("room %s: %s/%s state %q, want %q", room, u, sid, gs[sid], ws[sid]))
-					}
-				}
 				continue
 			}
 			sids := map[string]bool{}

@@ -136,7 +136,7 @@ func correct() *trace {
 	t.ev("offline", "expired", "r", "f", 12.5)
 	t.final(map[string]Members{"r": {
 		"c": {"c1": ""}, "d": {"d1": ""}, "e": {"e2": ""}, "g": {"g1": `{"s":"away"}`}}},
-		View{Conn: g, Room: "r", Members: Members{"c": {"c1": ""}, "d": {}, "e": {"e2": ""}, "g": {"g1": `{"s":"away"}`}, "obs": {}}})
+		View{Conn: g, Room: "r", Members: Members{"c": {"c1": ""}, "d": {"d1": ""}, "e": {"e2": ""}, "g": {"g1": `{"s":"away"}`}, "obs": {}}})
 	return t
 }
 
