@@ -523,9 +523,9 @@ func (c *core) evaluateUser(room, user string, now time.Time) (intent, bool) {
 // stateIntents returns an update for each session of a member whose state
 // in the union differs from the announced one. A session's state comes from a live region
 // before a held one, then by region name, so a session that briefly
-// shows in two regions while moving has one state. Sessions gone from
-// the union leave the announced states silently, as a released session's
-// state does in a region.
+// shows in two regions while moving has one state. A session with an
+// announced state that is gone from the union ends with an update (left)
+// that takes the state along, as in a region.
 func (c *core) stateIntents(room, user string, now time.Time) []intent {
 	union := c.states(room, user, now)
 	was := c.ann.states(room, user)
@@ -538,10 +538,18 @@ func (c *core) stateIntents(room, user string, now time.Time) []intent {
 			update(s, st)
 		}
 	}
-	// A session that is live but lost its state: announce the clear.
+	// A session that is live but lost its state: announce the clear; one
+	// that is gone while the user stays: announce its end. A user gone
+	// everywhere keeps their states through the grace.
+	present := len(c.sessions(room, user)) > 0
 	for _, s := range sortedKeys(was) {
-		if _, ok := union[s]; !ok && c.hasSession(room, user, s) {
+		if _, ok := union[s]; ok {
+			continue
+		}
+		if c.hasSession(room, user, s) {
 			update(s, "")
+		} else if present {
+			out = append(out, intent{room: room, user: user, kind: presence.Update, reason: presence.Left, session: s})
 		}
 	}
 	if len(out) > 0 {

@@ -443,7 +443,8 @@ func withStates(room, user string, sessions []string, states map[string]string) 
 
 // Session states cross regions as updates: one per change, none for a
 // refresh, none for a session that moves between regions with its state,
-// and a clear when a live session loses its state.
+// a clear when a live session loses its state, and an update (left) when
+// a session with a state ends while its user stays.
 func TestCoreCarriesSessionStates(t *testing.T) {
 	r := newRig(t, "eu", "ap")
 	r.full("eu", regionView{}, false)
@@ -465,10 +466,10 @@ func TestCoreCarriesSessionStates(t *testing.T) {
 		`update r/u1 state 2 s2="a"`)
 	want(t, "s2 only in eu again", r.delta("ap", set("r", map[string][]string{"u1": s1})),
 		`update r/u1 state 2 s2={"x":1}`)
+	want(t, "s2 ends while s1 stays", r.delta("eu", del("r", "u1")), "update r/u1 left 1 s2=")
 
 	// Gone for the grace: offline, and the states go with the member.
 	r.delta("ap", del("r", "u1"))
-	r.delta("eu", del("r", "u1"))
 	want(t, "offline", r.advance(400*time.Millisecond, "eu", "ap"), "offline r/u1 left 0")
 	if st := r.c.ann.states("r", "u1"); st != nil {
 		t.Fatalf("states after offline: %v", st)
