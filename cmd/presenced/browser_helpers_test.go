@@ -422,6 +422,28 @@ func newTestPage(t *testing.T, nodeAddr string, tokenTTL time.Duration) *testPag
 	return p
 }
 
+// demoOrigin is where the demo page of the dev node at nodeAddr is
+// loaded from: the node itself, or with $PRESENCE_CLIENT_JS a server in
+// front of it that serves that file as /v1/client.js and forwards the
+// rest (the page, the WebSocket) to the node.
+func demoOrigin(t *testing.T, nodeAddr string) string {
+	t.Helper()
+	f := os.Getenv(clientJSEnv)
+	if f == "" {
+		return "http://" + nodeAddr
+	}
+	t.Logf("serving %s as /v1/client.js (%s)", f, clientJSEnv)
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/client.js", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+		http.ServeFile(w, r, f)
+	})
+	mux.Handle("/", httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: nodeAddr}))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
 // tokens returns the expiry of every token minted so far.
 func (p *testPage) tokens() []time.Time {
 	p.mu.Lock()
