@@ -3,10 +3,12 @@
 //
 // Cut drops every open connection at the TCP level, with a reset on both
 // sides (the client and the target each see their connection fail, as when
-// a network path dies and a middlebox resets it), and refuses new
-// connections, with a reset as soon as they are accepted, until Restore. A
-// test puts a Proxy between a client (a browser tab) and a server and
-// cuts one client's link without touching the others.
+// a network path dies and a middlebox resets it), and holds new
+// connections until Restore: they are accepted but nothing reaches the
+// target, as over a path that has not come back yet; Restore forwards
+// them. Refuse is Cut that resets new connections instead of holding
+// them. A test puts a Proxy between a client (a browser tab) and a server
+// and cuts one client's link without touching the others.
 package tcpproxy
 
 import (
@@ -23,10 +25,13 @@ type Proxy struct {
 
 	mu       sync.Mutex
 	cut      bool
+	refuse   bool          // while cut: reset new connections, do not hold them
+	restored chan struct{} // closed by Restore (and Close): held connections go on
 	closed   bool
 	pairs    map[*pair]struct{}
 	accepted int // connections forwarded to the target, ever
-	refused  int // connections reset while cut
+	refused  int // connections reset on arrival while cut
+	held     int // connections held while cut, ever
 
 	wg sync.WaitGroup // the accept loop and every pair's copiers
 }
@@ -44,7 +49,8 @@ func New(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{target: target, ln: ln, pairs: map[*pair]struct{}{}}
+	p := &Proxy{target: target, ln: ln, pairs: map[*pair]struct{}{}, restored: make(chan struct{})}
+	close(p.restored)
 	p.wg.Add(1)
 	go p.acceptLoop()
 	return p, nil
@@ -53,11 +59,20 @@ func New(target string) (*Proxy, error) {
 // Addr is the proxy's listening address (127.0.0.1:port).
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-// Cut resets every open connection on both sides and refuses new ones
+// Cut resets every open connection on both sides and holds new ones
 // until Restore. It returns once every open connection is closed.
-func (p *Proxy) Cut() {
+func (p *Proxy) Cut() { p.cutLink(false) }
+
+// Refuse is Cut, except that a new connection is reset as soon as it is
+// accepted, until Restore.
+func (p *Proxy) Refuse() { p.cutLink(true) }
+
+func (p *Proxy) cutLink(refuse bool) {
 	p.mu.Lock()
-	p.cut = true
+	if !p.cut && !p.closed {
+		p.restored = make(chan struct{})
+	}
+	p.cut, p.refuse = true, refuse
 	pairs := p.take()
 	p.mu.Unlock()
 	for _, c := range pairs {
@@ -65,11 +80,14 @@ func (p *Proxy) Cut() {
 	}
 }
 
-// Restore accepts and forwards new connections again.
+// Restore forwards new connections again, and the ones held since Cut.
 func (p *Proxy) Restore() {
 	p.mu.Lock()
-	p.cut = false
-	p.mu.Unlock()
+	defer p.mu.Unlock()
+	if p.cut && !p.closed {
+		close(p.restored)
+	}
+	p.cut, p.refuse = false, false
 }
 
 // Open is the number of connections being forwarded now.
@@ -80,24 +98,36 @@ func (p *Proxy) Open() int {
 }
 
 // Accepted is the number of connections forwarded to the target since
-// New, closed ones included; connections refused while cut do not count.
+// New, closed ones included; connections refused or reset before they
+// reached the target do not count.
 func (p *Proxy) Accepted() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.accepted
 }
 
-// Refused is the number of connections reset on arrival while cut.
+// Refused is the number of connections reset on arrival (after Refuse).
 func (p *Proxy) Refused() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.refused
 }
 
+// Held is the number of connections that arrived while cut (after Cut)
+// and were held, forwarded since or not.
+func (p *Proxy) Held() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held
+}
+
 // Close stops listening, resets every open connection and waits for the
 // proxy's goroutines to end.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
+	if p.cut && !p.closed {
+		close(p.restored) // held connections wake up, see closed and end
+	}
 	p.closed = true
 	pairs := p.take()
 	p.mu.Unlock()
@@ -130,9 +160,12 @@ func (p *Proxy) acceptLoop() {
 			continue // a transient accept error: keep listening
 		}
 		p.mu.Lock()
-		refuse := p.cut || p.closed
+		refuse := p.closed || (p.cut && p.refuse)
+		hold := p.restored
 		if refuse {
 			p.refused++
+		} else if p.cut {
+			p.held++
 		}
 		p.mu.Unlock()
 		if refuse {
@@ -140,14 +173,23 @@ func (p *Proxy) acceptLoop() {
 			continue
 		}
 		p.wg.Add(1)
-		go p.forward(conn)
+		go p.forward(conn, hold)
 	}
 }
 
-// forward dials the target for one accepted connection and copies both
-// ways until either side ends or the pair is reset.
-func (p *Proxy) forward(client net.Conn) {
+// forward waits for hold to close (the link restored), dials the target
+// for one accepted connection and copies both ways until either side
+// ends or the pair is reset.
+func (p *Proxy) forward(client net.Conn, hold <-chan struct{}) {
 	defer p.wg.Done()
+	<-hold // closed already unless the connection came while cut
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		resetConn(client)
+		return
+	}
 	target, err := net.Dial("tcp", p.target)
 	if err != nil {
 		resetConn(client)
@@ -155,8 +197,7 @@ func (p *Proxy) forward(client net.Conn) {
 	}
 	c := &pair{client: client, target: target}
 	p.mu.Lock()
-	if p.cut || p.closed { // cut while dialing
-		p.refused++
+	if p.cut || p.closed { // cut again while this one was held or dialing
 		p.mu.Unlock()
 		c.reset()
 		return

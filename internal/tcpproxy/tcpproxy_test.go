@@ -126,7 +126,7 @@ func TestForwards(t *testing.T) {
 	waitUntil(t, "one open pair", func() bool { return p.Open() == 1 })
 }
 
-func TestCutResetsBothSidesAndRefusesUntilRestore(t *testing.T) {
+func TestRefuseResetsBothSidesAndRefusesUntilRestore(t *testing.T) {
 	echo := startEcho(t)
 	p := newProxy(t, echo.ln.Addr().String())
 	a, ra := dial(t, p.Addr())
@@ -134,21 +134,21 @@ func TestCutResetsBothSidesAndRefusesUntilRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	p.Cut()
+	p.Refuse()
 	// The client's side fails at once: a reset, not a clean end of stream.
 	_ = a.SetReadDeadline(time.Now().Add(5 * time.Second))
 	_, err := ra.ReadByte()
 	if err == nil || errors.Is(err, io.EOF) {
-		t.Fatalf("read after Cut: %v, want a connection reset", err)
+		t.Fatalf("read after Refuse: %v, want a connection reset", err)
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		t.Fatalf("read after Cut timed out: the connection was not dropped")
+		t.Fatalf("read after Refuse timed out: the connection was not dropped")
 	}
 	// The target's side ends too.
 	waitUntil(t, "the echo server to see its connection end", func() bool { return echo.endedConns() == 1 })
 	if n := p.Open(); n != 0 {
-		t.Fatalf("Open after Cut = %d, want 0", n)
+		t.Fatalf("Open after Refuse = %d, want 0", n)
 	}
 
 	// While cut, a new connection is accepted and reset at once (the
@@ -202,7 +202,11 @@ func TestConcurrentCutRestore(t *testing.T) {
 		}()
 	}
 	for i := 0; i < 50; i++ {
-		p.Cut()
+		if i%2 == 0 {
+			p.Cut()
+		} else {
+			p.Refuse()
+		}
 		time.Sleep(time.Millisecond)
 		p.Restore()
 		time.Sleep(time.Millisecond)
@@ -219,5 +223,72 @@ func TestConcurrentCutRestore(t *testing.T) {
 	}
 	if n := p.Open(); n != 0 {
 		t.Fatalf("Open after Close = %d", n)
+	}
+}
+
+func TestCutHoldsNewConnectionsUntilRestore(t *testing.T) {
+	echo := startEcho(t)
+	p := newProxy(t, echo.ln.Addr().String())
+	a, ra := dial(t, p.Addr())
+	if err := roundTrip(t, a, ra, "before"); err != nil {
+		t.Fatal(err)
+	}
+
+	p.Cut()
+	_ = a.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := ra.ReadByte(); err == nil || errors.Is(err, io.EOF) {
+		t.Fatalf("read after Cut: %v, want a connection reset", err)
+	}
+	waitUntil(t, "the echo server to see its connection end", func() bool { return echo.endedConns() == 1 })
+
+	// A connection made while cut is accepted, and its bytes go nowhere.
+	b, rb := dial(t, p.Addr())
+	if _, err := b.Write([]byte("held\n")); err != nil {
+		t.Fatal(err)
+	}
+	_ = b.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := rb.ReadByte(); err == nil {
+		t.Fatal("a connection held while cut got an answer")
+	} else if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+		t.Fatalf("a held connection failed: %v", err)
+	}
+	waitUntil(t, "the held connection counted", func() bool { return p.Held() == 1 })
+	if n := p.Accepted(); n != 1 {
+		t.Fatalf("Accepted while cut = %d, want 1", n)
+	}
+
+	// Restore forwards it: what it wrote while held arrives, and the echo
+	// comes back.
+	p.Restore()
+	_ = b.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got, err := rb.ReadString('\n')
+	if err != nil || got != "held\n" {
+		t.Fatalf("held connection after Restore: %q, %v", got, err)
+	}
+	if err := roundTrip(t, b, rb, "after"); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.Accepted(); n != 2 {
+		t.Fatalf("Accepted after Restore = %d, want 2", n)
+	}
+}
+
+func TestCloseEndsHeldConnections(t *testing.T) {
+	echo := startEcho(t)
+	p := newProxy(t, echo.ln.Addr().String())
+	p.Cut()
+	c, rc := dial(t, p.Addr())
+	waitUntil(t, "the connection held", func() bool { return p.Held() == 1 })
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := rc.ReadByte(); err == nil {
+		t.Fatal("a held connection outlived Close")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatal("a held connection was not closed by Close")
+	}
+	if n := echo.endedConns(); n != 0 || p.Accepted() != 0 {
+		t.Fatalf("a held connection reached the target after Close (%d ended, %d accepted)", n, p.Accepted())
 	}
 }
