@@ -241,12 +241,14 @@ type pageSession struct {
 	State json.RawMessage `json:"state,omitempty"`
 }
 
-// roomEvent is one room event the page got: join, leave, update, sync.
+// roomEvent is one room event the page got: join, leave, update, sync
+// (user and session empty for a sync).
 type roomEvent struct {
 	Type    string `json:"type"`
 	At      int64  `json:"at"` // Date.now() in the page
 	User    string `json:"user"`
 	Session string `json:"session"`
+	Reason  string `json:"reason"`
 	Data    string `json:"data"` // the event as JSON, for messages
 }
 
@@ -541,10 +543,13 @@ client.on("status", s => log.statuses.push(s));
 client.on("error", e => log.errors.push(String(e && e.message || e)));
 
 const room = client.room(q.get("room"), { detail: "sessions" });
+// join, leave and update get (member, {reason, session, state}); sync
+// gets the members.
 for (const type of ["sync", "join", "leave", "update"]) {
-  room.on(type, e => {
-    if (type === "sync") log.synced = true;
-    log.events.push({ type, at: Date.now(), user: (e && e.user) || "", session: (e && e.session) || "", data: copy(e) });
+  room.on(type, (m, info) => {
+    if (type === "sync") { log.synced = true; m = undefined; }
+    log.events.push({ type, at: Date.now(), user: (m && m.user) || "", session: (info && info.session) || "",
+      reason: (info && info.reason) || "", data: copy({ member: m, info }) });
   });
 }
 room.subscribe(() => { document.getElementById("out").textContent = JSON.stringify(room.members(), null, 1); });
