@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -365,17 +367,16 @@ type testPage struct {
 	t   *testing.T
 	srv *httptest.Server
 
-	mu     sync.Mutex
-	minted []time.Time // expiry of each token served
-	ttl    time.Duration
+	mu        sync.Mutex
+	tokenUser string        // whom /token mints for ("": no tokens)
+	tokenTTL  time.Duration // how long they live
+	minted    []time.Time   // expiry of each token served
 }
 
-// newTestPage serves the test page for the node at nodeAddr. tokenTTL,
-// when not zero, makes /token mint tokens that live that long (whole
-// seconds: JWT expiry has no finer grain).
-func newTestPage(t *testing.T, nodeAddr string, tokenTTL time.Duration) *testPage {
+// newTestPage serves the test page for the node at nodeAddr.
+func newTestPage(t *testing.T, nodeAddr string) *testPage {
 	t.Helper()
-	p := &testPage{t: t, ttl: tokenTTL}
+	p := &testPage{t: t}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -383,12 +384,8 @@ func newTestPage(t *testing.T, nodeAddr string, tokenTTL time.Duration) *testPag
 		_, _ = w.Write([]byte(testPageHTML))
 	})
 	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
-	if f := os.Getenv(clientJSEnv); f != "" {
-		t.Logf("serving %s as /v1/client.js (%s)", f, clientJSEnv)
-		mux.HandleFunc("GET /v1/client.js", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
-			http.ServeFile(w, r, f)
-		})
+	if js := clientJSFile(t); js != nil {
+		mux.HandleFunc("GET /v1/client.js", serveJS(js))
 	} else {
 		// The node serves the client; the page loads it from its own origin.
 		r, err := http.Get("http://" + nodeAddr + "/v1/client.js")
@@ -402,26 +399,59 @@ func newTestPage(t *testing.T, nodeAddr string, tokenTTL time.Duration) *testPag
 		rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: nodeAddr})
 		mux.Handle("GET /v1/client.js", rp)
 	}
-	mux.HandleFunc("GET /token", func(w http.ResponseWriter, r *http.Request) {
-		if p.ttl == 0 {
-			http.Error(w, "no tokens in this test", http.StatusNotFound)
-			return
-		}
-		user := r.URL.Query().Get("user")
-		tok, err := testkit.Token([]byte(e2eSecret), user, []string{"*"}, p.ttl)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		p.mu.Lock()
-		p.minted = append(p.minted, time.Now().Add(p.ttl).Truncate(time.Second))
-		p.mu.Unlock()
-		w.Header().Set("Cache-Control", "no-store")
-		_, _ = w.Write([]byte(tok))
-	})
+	mux.HandleFunc("GET /token", p.token)
 	p.srv = httptest.NewServer(mux)
 	t.Cleanup(p.srv.Close)
 	return p
+}
+
+// serveTokens makes /token mint tokens for user that live ttl (whole
+// seconds: JWT expiry has no finer grain).
+func (p *testPage) serveTokens(user string, ttl time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.tokenUser, p.tokenTTL = user, ttl
+}
+
+func (p *testPage) token(w http.ResponseWriter, _ *http.Request) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.tokenUser == "" {
+		http.Error(w, "no tokens in this test", http.StatusNotFound)
+		return
+	}
+	tok, err := testkit.Token([]byte(e2eSecret), p.tokenUser, []string{"*"}, p.tokenTTL)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	p.minted = append(p.minted, time.Now().Add(p.tokenTTL).Truncate(time.Second))
+	w.Header().Set("Content-Type", "text/plain")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write([]byte(tok))
+}
+
+// clientJSFile reads $PRESENCE_CLIENT_JS, if set.
+func clientJSFile(t *testing.T) []byte {
+	t.Helper()
+	f := os.Getenv(clientJSEnv)
+	if f == "" {
+		return nil
+	}
+	js, err := fs.ReadFile(os.DirFS(filepath.Dir(f)), filepath.Base(f))
+	if err != nil {
+		t.Fatalf("%s: %v", clientJSEnv, err)
+	}
+	t.Logf("serving %s as /v1/client.js (%s)", f, clientJSEnv)
+	return js
+}
+
+func serveJS(js []byte) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		_, _ = w.Write(js)
+	}
 }
 
 // demoOrigin is where the demo page of the dev node at nodeAddr is
@@ -430,16 +460,12 @@ func newTestPage(t *testing.T, nodeAddr string, tokenTTL time.Duration) *testPag
 // rest (the page, the WebSocket) to the node.
 func demoOrigin(t *testing.T, nodeAddr string) string {
 	t.Helper()
-	f := os.Getenv(clientJSEnv)
-	if f == "" {
+	js := clientJSFile(t)
+	if js == nil {
 		return "http://" + nodeAddr
 	}
-	t.Logf("serving %s as /v1/client.js (%s)", f, clientJSEnv)
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/client.js", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
-		http.ServeFile(w, r, f)
-	})
+	mux.HandleFunc("GET /v1/client.js", serveJS(js))
 	mux.Handle("/", httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: nodeAddr}))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
@@ -468,7 +494,7 @@ func link(t *testing.T, nodeAddr string) *tcpproxy.Proxy {
 type pageOpts struct {
 	room   string
 	user   string // dev mode: the client's user option
-	tokens string // secured: getToken fetches /token?user=tokens
+	tokens bool   // secured: getToken fetches /token (see serveTokens)
 }
 
 // url is the test page's address for a client whose WebSocket goes
@@ -480,8 +506,8 @@ func (p *testPage) url(proxy *tcpproxy.Proxy, o pageOpts) string {
 	if o.user != "" {
 		q.Set("user", o.user)
 	}
-	if o.tokens != "" {
-		q.Set("tokens", o.tokens)
+	if o.tokens {
+		q.Set("tokens", "1")
 	}
 	return p.srv.URL + "/?" + q.Encode()
 }
@@ -514,8 +540,8 @@ func startSecured(t *testing.T) *proc {
 }
 
 // testPageHTML drives one client: the room of ?room= joined with detail
-// "sessions", its WebSocket at ?ws=, dev mode's ?user= or tokens from
-// /token. window.view() returns what the test reads.
+// "sessions", its WebSocket at ?ws=, dev mode's ?user= or (?tokens=1)
+// tokens from /token. window.view() returns what the test reads.
 const testPageHTML = `<!doctype html>
 <html lang="en">
 <meta charset="utf-8">
@@ -533,7 +559,7 @@ if (q.has("user")) opts.user = q.get("user");
 if (q.has("tokens")) {
   opts.getToken = async () => {
     log.tokens++;
-    const r = await fetch("/token?user=" + encodeURIComponent(q.get("tokens")), { cache: "no-store" });
+    const r = await fetch("/token", { cache: "no-store" });
     if (!r.ok) throw new Error("token: " + r.status);
     return r.text();
   };

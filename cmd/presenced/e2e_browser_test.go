@@ -16,7 +16,7 @@ import (
 func TestBrowserTwoUsersSeeEachOther(t *testing.T) {
 	b := newBrowser(t)
 	n := startDev(t)
-	pg := newTestPage(t, n.addr, 0)
+	pg := newTestPage(t, n.addr)
 	const room = "br-two"
 
 	alice := b.open("alice", pg.url(link(t, n.addr), pageOpts{room: room, user: "alice"}), true)
@@ -54,7 +54,7 @@ func TestBrowserTwoUsersSeeEachOther(t *testing.T) {
 func TestBrowserStateSurvivesBlip(t *testing.T) {
 	b := newBrowser(t)
 	n := startDev(t)
-	pg := newTestPage(t, n.addr, 0)
+	pg := newTestPage(t, n.addr)
 	const room = "br-blip"
 
 	aliceLink := link(t, n.addr)
@@ -125,7 +125,7 @@ func TestBrowserStateSurvivesBlip(t *testing.T) {
 func TestBrowserDuplicatedTabGetsItsOwnSession(t *testing.T) {
 	b := newBrowser(t)
 	n := startDev(t)
-	pg := newTestPage(t, n.addr, 0)
+	pg := newTestPage(t, n.addr)
 	const room = "br-dup"
 
 	first := b.open("alice", pg.url(link(t, n.addr), pageOpts{room: room, user: "alice"}), true)
@@ -166,10 +166,11 @@ func TestBrowserTokenRefreshKeepsConnection(t *testing.T) {
 	n := startSecured(t)
 	// A few seconds: the client refreshes a tenth of the lifetime ahead.
 	const ttl = 5 * time.Second
-	pg := newTestPage(t, n.addr, ttl)
+	pg := newTestPage(t, n.addr)
+	pg.serveTokens("sam", ttl)
 	l := link(t, n.addr)
 
-	sam := b.open("sam", pg.url(l, pageOpts{room: "br-token", tokens: "sam"}), true)
+	sam := b.open("sam", pg.url(l, pageOpts{room: "br-token", tokens: true}), true)
 	sam.waitSynced()
 	minted := pg.tokens()
 	if len(minted) == 0 {
@@ -215,7 +216,7 @@ func TestBrowserTokenRefreshKeepsConnection(t *testing.T) {
 func TestBrowserLastTabCloseLeavesAfterGrace(t *testing.T) {
 	b := newBrowser(t)
 	n := startDev(t)
-	pg := newTestPage(t, n.addr, 0)
+	pg := newTestPage(t, n.addr)
 	const room = "br-close"
 
 	alice := b.open("alice", pg.url(link(t, n.addr), pageOpts{room: room, user: "alice"}), true)
@@ -230,13 +231,13 @@ func TestBrowserLastTabCloseLeavesAfterGrace(t *testing.T) {
 	if v := bob.view(); !both(v) {
 		t.Fatalf("alice gone from bob's view %v into the grace: %s", time.Since(closedAt), v)
 	}
-	v := bob.waitView(brGrace+5*time.Second, "alice's leave", func(v pageView) bool {
+	bob.waitView(brGrace+5*time.Second, "alice's leave", func(v pageView) bool {
 		_, listed := v.member("alice")
 		return !listed
 	})
 	// Watch a little longer for a second leave.
 	time.Sleep(10*brReap + 500*time.Millisecond)
-	v = bob.view()
+	v := bob.view()
 	var aliceEvents []roomEvent
 	for _, e := range v.eventsSince(mark) {
 		if e.User == "alice" {
