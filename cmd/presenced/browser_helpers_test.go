@@ -4,14 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -42,10 +40,6 @@ const (
 // browserEnv names the variable that makes a missing browser a failure
 // instead of a skip (CI sets it).
 const browserEnv = "PRESENCE_REQUIRE_BROWSER"
-
-// clientJSEnv names a file to serve as /v1/client.js instead of the
-// node's (to work on the client against these tests).
-const clientJSEnv = "PRESENCE_CLIENT_JS"
 
 // chromiumPath finds the browser: $PRESENCE_CHROMIUM, else chromium on
 // the PATH (Debian's package installs /usr/bin/chromium).
@@ -361,8 +355,7 @@ func (tb *tab) waitSynced() pageView {
 }
 
 // testPage serves the page that drives the client, /v1/client.js
-// (forwarded to the node, or the file $PRESENCE_CLIENT_JS), and short
-// tokens for the token test.
+// (forwarded to the node), and short tokens for the token test.
 type testPage struct {
 	t   *testing.T
 	srv *httptest.Server
@@ -384,21 +377,9 @@ func newTestPage(t *testing.T, nodeAddr string) *testPage {
 		_, _ = w.Write([]byte(testPageHTML))
 	})
 	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
-	if js := clientJSFile(t); js != nil {
-		mux.HandleFunc("GET /v1/client.js", serveJS(js))
-	} else {
-		// The node serves the client; the page loads it from its own origin.
-		r, err := http.Get("http://" + nodeAddr + "/v1/client.js")
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Body.Close()
-		if r.StatusCode != http.StatusOK {
-			t.Fatalf("the node answers /v1/client.js with %d (set %s to a client.js to test one that is not served yet)", r.StatusCode, clientJSEnv)
-		}
-		rp := httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: nodeAddr})
-		mux.Handle("GET /v1/client.js", rp)
-	}
+	// The node serves the client (clients/js, built into presenced); the
+	// page loads it from its own origin.
+	mux.Handle("GET /v1/client.js", httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: nodeAddr}))
 	mux.HandleFunc("GET /token", p.token)
 	p.srv = httptest.NewServer(mux)
 	t.Cleanup(p.srv.Close)
@@ -429,47 +410,6 @@ func (p *testPage) token(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "text/plain")
 	w.Header().Set("Cache-Control", "no-store")
 	_, _ = w.Write([]byte(tok))
-}
-
-// clientJSFile reads $PRESENCE_CLIENT_JS, if set.
-func clientJSFile(t *testing.T) []byte {
-	t.Helper()
-	f := os.Getenv(clientJSEnv)
-	if f == "" {
-		return nil
-	}
-	js, err := fs.ReadFile(os.DirFS(filepath.Dir(f)), filepath.Base(f))
-	if err != nil {
-		t.Fatalf("%s: %v", clientJSEnv, err)
-	}
-	t.Logf("serving %s as /v1/client.js (%s)", f, clientJSEnv)
-	return js
-}
-
-func serveJS(js []byte) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/javascript; charset=utf-8")
-		w.Header().Set("Cache-Control", "no-store")
-		_, _ = w.Write(js)
-	}
-}
-
-// demoOrigin is where the demo page of the dev node at nodeAddr is
-// loaded from: the node itself, or with $PRESENCE_CLIENT_JS a server in
-// front of it that serves that file as /v1/client.js and forwards the
-// rest (the page, the WebSocket) to the node.
-func demoOrigin(t *testing.T, nodeAddr string) string {
-	t.Helper()
-	js := clientJSFile(t)
-	if js == nil {
-		return "http://" + nodeAddr
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/client.js", serveJS(js))
-	mux.Handle("/", httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: nodeAddr}))
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	return srv.URL
 }
 
 // tokens returns the expiry of every token minted so far.

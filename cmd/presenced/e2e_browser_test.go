@@ -265,7 +265,7 @@ func TestBrowserLastTabCloseLeavesAfterGrace(t *testing.T) {
 func TestBrowserDemoPage(t *testing.T) {
 	b := newBrowser(t)
 	n := startDev(t)
-	base := demoOrigin(t, n.addr) + "/?room=br-demo"
+	base := "http://" + n.addr + "/?room=br-demo"
 
 	alice := b.open("alice", base+"&user=alice", true)
 	bob := b.open("bob", base, true)
