@@ -18,6 +18,10 @@ import (
 //go:embed demo.html
 var demoPage []byte
 
+// favicon is the demo's icon, so that a browser's request for
+// /favicon.ico gets an answer and not a 404 in the console.
+const favicon = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><circle cx="8" cy="8" r="6" fill="#2a9d4b"/></svg>`
+
 func runDevCommand(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("presenced dev", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -59,6 +63,11 @@ func runDevCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
 			_, _ = w.Write(demoPage)
+		})
+		mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "image/svg+xml")
+			w.Header().Set("Cache-Control", "max-age=86400")
+			_, _ = io.WriteString(w, favicon)
 		})
 	}
 	cfg.ready = func(addr string) {

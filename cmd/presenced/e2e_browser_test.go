@@ -1,0 +1,393 @@
+package main
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// The browser tests: the JavaScript client in headless Chromium against
+// a real presenced, each tab's WebSocket through a proxy the test can
+// cut (see browser_helpers_test.go). They skip without chromium, unless
+// PRESENCE_REQUIRE_BROWSER=1, and under -short.
+
+// Two users in two browsers see each other, each with the other's
+// session.
+func TestBrowserTwoUsersSeeEachOther(t *testing.T) {
+	b := newBrowser(t)
+	n := startDev(t)
+	pg := newTestPage(t, n.addr)
+	const room = "br-two"
+
+	alice := b.open("alice", pg.url(link(t, n.addr), pageOpts{room: room, user: "alice"}), true)
+	alice.waitSynced()
+	bob := b.open("bob", pg.url(link(t, n.addr), pageOpts{room: room, user: "bob"}), true)
+	both := func(v pageView) bool { return slices.Equal(v.users(), []string{"alice", "bob"}) }
+	av := alice.waitView(10*time.Second, "alice and bob listed", both)
+	bv := bob.waitView(10*time.Second, "alice and bob listed", both)
+	if av.Session == "" || bv.Session == "" || av.Session == bv.Session {
+		t.Fatalf("session ids: alice %q, bob %q", av.Session, bv.Session)
+	}
+	if got := bv.sessionIDs("alice"); !slices.Equal(got, []string{av.Session}) {
+		t.Fatalf("bob sees alice's sessions %v, want [%s]", got, av.Session)
+	}
+	if got := av.sessionIDs("bob"); !slices.Equal(got, []string{bv.Session}) {
+		t.Fatalf("alice sees bob's sessions %v, want [%s]", got, bv.Session)
+	}
+	joins := 0
+	for _, e := range av.Events {
+		if e.Type == "join" && e.User == "bob" {
+			joins++
+		}
+	}
+	if joins != 1 {
+		t.Fatalf("alice got %d joins of bob, want 1: %v", joins, av.Events)
+	}
+	alice.noConsoleErrors()
+	bob.noConsoleErrors()
+}
+
+// A tab sets its state, then its link is cut at the TCP level and
+// restored inside the grace: nobody else hears of it (no leave, join or
+// update), and the state survives the blip, for the others, for the tab
+// itself and for a page opened afterwards.
+func TestBrowserStateSurvivesBlip(t *testing.T) {
+	b := newBrowser(t)
+	n := startDev(t)
+	pg := newTestPage(t, n.addr)
+	const room = "br-blip"
+
+	aliceLink := link(t, n.addr)
+	alice := b.open("alice", pg.url(aliceLink, pageOpts{room: room, user: "alice"}), true)
+	bob := b.open("bob", pg.url(link(t, n.addr), pageOpts{room: room, user: "bob"}), true)
+	both := func(v pageView) bool { return slices.Equal(v.users(), []string{"alice", "bob"}) }
+	sid := alice.waitView(10*time.Second, "alice and bob listed", both).Session
+	bob.waitView(10*time.Second, "alice and bob listed", both)
+
+	alice.eval(`room.setState({status: "away"}).then(() => true)`, nil)
+	isAway := func(v pageView) bool { s, ok := v.status("alice", sid); return ok && s == "away" }
+	bv := bob.waitView(5*time.Second, "alice's session away", isAway)
+	mark := len(bv.Events)
+	if aliceLink.Accepted() != 1 {
+		t.Fatalf("alice's link carried %d connections before the cut, want 1", aliceLink.Accepted())
+	}
+
+	// The cut resets both ends: the node releases alice's session (the
+	// grace starts), and her client starts to reconnect, held by the cut
+	// link until it is restored.
+	cutAt := time.Now()
+	aliceLink.Cut()
+	alice.waitView(5*time.Second, "alice's client to notice the cut", func(v pageView) bool { return v.Status != "open" })
+	waitFor(t, 2*time.Second, "the node to release alice's session", func() bool {
+		return metricLine("http://"+n.addr+"/metrics", `presence_node_leaves_total{how="close"} 1`)
+	})
+	aliceLink.Restore()
+	av := alice.waitView(brGrace, "alice's client open again", func(v pageView) bool { return v.Status == "open" && isAway(v) })
+	back := time.Since(cutAt)
+	if back > brGrace-500*time.Millisecond {
+		t.Fatalf("alice came back %v after the cut: too close to the grace (%v) to test a blip", back, brGrace)
+	}
+	if av.Session != sid {
+		t.Fatalf("alice's session id changed over the blip: %q, then %q", sid, av.Session)
+	}
+	if n := aliceLink.Accepted(); n < 2 {
+		t.Fatalf("alice's link carried %d connections: the client did not reconnect through it", n)
+	}
+	t.Logf("alice reconnected %v after the cut (%d connection(s) held while cut)", back.Round(time.Millisecond), aliceLink.Held())
+
+	// Nothing is announced while the grace runs, nor when it would have
+	// ended: the window in which a departure would show.
+	time.Sleep(time.Until(cutAt.Add(brGrace + 5*brReap + 500*time.Millisecond)))
+	bv = bob.view()
+	if ev := bv.eventsSince(mark); len(ev) != 0 {
+		t.Fatalf("bob heard of alice's blip: %+v", ev)
+	}
+	if !isAway(bv) {
+		t.Fatalf("bob's view after the blip: %s", bv)
+	}
+	if av := alice.view(); !isAway(av) || av.Status != "open" {
+		t.Fatalf("alice's own view after the blip: %s", av)
+	}
+	carol := b.open("carol", pg.url(link(t, n.addr), pageOpts{room: room, user: "carol"}), true)
+	cv := carol.waitView(10*time.Second, "alice, bob and carol listed", func(v pageView) bool {
+		return slices.Equal(v.users(), []string{"alice", "bob", "carol"})
+	})
+	if !isAway(cv) {
+		t.Fatalf("carol, opened after the blip, does not see alice away: %s", cv)
+	}
+	bob.noConsoleErrors()
+	carol.noConsoleErrors()
+}
+
+// A duplicated tab copies sessionStorage, session id included; the
+// client notices the twin and takes an id of its own, so the user has
+// two sessions, and a page that lists sessions shows both.
+func TestBrowserDuplicatedTabGetsItsOwnSession(t *testing.T) {
+	b := newBrowser(t)
+	n := startDev(t)
+	pg := newTestPage(t, n.addr)
+	const room = "br-dup"
+
+	first := b.open("alice", pg.url(link(t, n.addr), pageOpts{room: room, user: "alice"}), true)
+	s1 := first.waitSynced().Session
+	if got := first.view().Stored; got != s1 {
+		t.Fatalf("sessionStorage holds %q, the client uses %q", got, s1)
+	}
+	second := first.duplicate("alice's duplicate")
+	v2 := second.waitSynced()
+	s2 := v2.Session
+	if s2 == "" || s2 == s1 {
+		t.Fatalf("the duplicated tab uses session %q, the first %q: want its own", s2, s1)
+	}
+	if v2.Stored != s2 {
+		t.Fatalf("the duplicate's sessionStorage holds %q, its client uses %q", v2.Stored, s2)
+	}
+	if v1 := first.view(); v1.Session != s1 || v1.Stored != s1 {
+		t.Fatalf("the first tab changed its session: %q (stored %q), was %q", v1.Session, v1.Stored, s1)
+	}
+
+	want := []string{s1, s2}
+	slices.Sort(want)
+	bob := b.open("bob", pg.url(link(t, n.addr), pageOpts{room: room, user: "bob"}), true)
+	for _, tb := range []*tab{bob, first, second} {
+		tb.waitView(10*time.Second, "alice with both sessions", func(v pageView) bool {
+			return slices.Equal(v.sessionIDs("alice"), want)
+		})
+	}
+	first.noConsoleErrors()
+	second.noConsoleErrors()
+	bob.noConsoleErrors()
+}
+
+// A connection whose tokens live a few seconds stays open past the first
+// token's exp: the client refreshes it on the same socket.
+func TestBrowserTokenRefreshKeepsConnection(t *testing.T) {
+	b := newBrowser(t)
+	n := startSecured(t)
+	// A few seconds: the client refreshes a tenth of the lifetime ahead.
+	const ttl = 5 * time.Second
+	pg := newTestPage(t, n.addr)
+	pg.serveTokens("sam", ttl)
+	l := link(t, n.addr)
+
+	sam := b.open("sam", pg.url(l, pageOpts{room: "br-token", tokens: true}), true)
+	sam.waitSynced()
+	minted := pg.tokens()
+	if len(minted) == 0 {
+		t.Fatal("the page connected without a token")
+	}
+	firstExp := minted[0]
+	// Past the second token's expiry too: at least two refreshes.
+	until := firstExp.Add(ttl + time.Second)
+	v := sam.waitView(time.Until(until)+5*time.Second, "a token lifetime past the first exp", func(pageView) bool {
+		return time.Now().After(until)
+	})
+	if v.Status != "open" {
+		t.Fatalf("status %q after the first token expired: %s", v.Status, v)
+	}
+	for _, s := range v.Statuses {
+		if s != "connecting" && s != "open" {
+			t.Fatalf("the connection did not stay up: statuses %v", v.Statuses)
+		}
+	}
+	if opens := countOf(v.Statuses, "open"); opens != 1 {
+		t.Fatalf("opened %d times: statuses %v", opens, v.Statuses)
+	}
+	if a, o := l.Accepted(), l.Open(); a != 1 || o != 1 {
+		t.Fatalf("the link carried %d connections (%d open), want the same one throughout", a, o)
+	}
+	if got := len(pg.tokens()); got < 3 {
+		t.Fatalf("%d tokens minted past two expiries: the client did not refresh twice", got)
+	}
+	if _, ok := v.member("sam"); !ok {
+		t.Fatalf("sam not listed: %s", v)
+	}
+	if len(v.Errors) != 0 {
+		t.Fatalf("client errors: %v", v.Errors)
+	}
+	// The connection still works: a state round trip.
+	sam.eval(`room.setState({status: "here"}).then(() => true)`, nil)
+	sam.waitView(5*time.Second, "sam's state", func(v pageView) bool { s, _ := v.status("sam", v.Session); return s == "here" })
+	sam.noConsoleErrors()
+}
+
+// Closing a user's last tab: the others see that user leave once, when
+// the grace has passed, and until then still list them.
+func TestBrowserLastTabCloseLeavesAfterGrace(t *testing.T) {
+	b := newBrowser(t)
+	n := startDev(t)
+	pg := newTestPage(t, n.addr)
+	const room = "br-close"
+
+	alice := b.open("alice", pg.url(link(t, n.addr), pageOpts{room: room, user: "alice"}), true)
+	bob := b.open("bob", pg.url(link(t, n.addr), pageOpts{room: room, user: "bob"}), true)
+	both := func(v pageView) bool { return slices.Equal(v.users(), []string{"alice", "bob"}) }
+	alice.waitView(10*time.Second, "alice and bob listed", both)
+	mark := len(bob.waitView(10*time.Second, "alice and bob listed", both).Events)
+
+	closedAt := time.Now()
+	alice.close()
+	time.Sleep(brGrace / 2)
+	if v := bob.view(); !both(v) {
+		t.Fatalf("alice gone from bob's view %v into the grace: %s", time.Since(closedAt), v)
+	}
+	bob.waitView(brGrace+5*time.Second, "alice's leave", func(v pageView) bool {
+		_, listed := v.member("alice")
+		return !listed
+	})
+	// Watch a little longer for a second leave.
+	time.Sleep(10*brReap + 500*time.Millisecond)
+	v := bob.view()
+	var aliceEvents []roomEvent
+	for _, e := range v.eventsSince(mark) {
+		if e.User == "alice" {
+			aliceEvents = append(aliceEvents, e)
+		}
+	}
+	if len(aliceEvents) != 1 || aliceEvents[0].Type != "leave" {
+		t.Fatalf("bob got %+v about alice after she closed her tab, want one leave", aliceEvents)
+	}
+	after := time.UnixMilli(aliceEvents[0].At).Sub(closedAt)
+	if after < brGrace-50*time.Millisecond { // the page's clock is the machine's, read in whole ms
+		t.Fatalf("alice's leave came %v after she closed her tab, before the grace (%v)", after, brGrace)
+	}
+	t.Logf("alice's leave came %v after she closed her tab (grace %v)", after.Round(time.Millisecond), brGrace)
+	if !slices.Equal(v.users(), []string{"bob"}) {
+		t.Fatalf("bob's view: %s", v)
+	}
+	bob.noConsoleErrors()
+}
+
+// The demo page of presenced dev: two users in two browsers see each
+// other, one picks a name in the form, "away" reaches the other, and
+// "drop connection" comes back without the other hearing of it; nothing
+// in either console.
+func TestBrowserDemoPage(t *testing.T) {
+	b := newBrowser(t)
+	n := startDev(t)
+	base := "http://" + n.addr + "/?room=br-demo"
+
+	alice := b.open("alice", base+"&user=alice", true)
+	bob := b.open("bob", base, true)
+	var name string
+	bob.eval(`document.getElementById("user").value`, &name)
+	if name == "" {
+		t.Fatal("the demo page offers no name without ?user=")
+	}
+	bob.eval(`(() => { const f = document.getElementById("who"); f.elements.user.value = "bob"; f.requestSubmit(); return true })()`, nil)
+	both := func(d demoView) bool { return slices.Equal(d.users(), []string{"alice", "bob"}) }
+	ad := waitDemo(t, alice, "alice and bob listed", both)
+	bd := waitDemo(t, bob, "alice and bob listed", both)
+	if bd.Me != "bob" || ad.Me != "alice" {
+		t.Fatalf("names: %q and %q", ad.Me, bd.Me)
+	}
+
+	sid := ad.Session
+	alice.click("#away")
+	isAway := func(d demoView) bool { return d.status("alice", sid) == "away" }
+	bd = waitDemo(t, bob, "alice away", isAway)
+	waitDemo(t, alice, "alice away in her own page", isAway)
+	mark := len(bd.Log)
+
+	alice.click("#drop")
+	ad = waitDemo(t, alice, "alice's page to drop its connection and come back, still away", func(d demoView) bool {
+		i := slices.Index(d.Log, "dropping the connection")
+		return i >= 0 && slices.Contains(d.Log[i:], "connection open") && d.Status == "open" && isAway(d)
+	})
+	if ad.Session != sid {
+		t.Fatalf("alice's session changed over the drop: %q, then %q", sid, ad.Session)
+	}
+	// The drop came back inside the grace: bob heard nothing of it.
+	time.Sleep(brGrace + 5*brReap)
+	bd = demoState(t, bob)
+	if extra := bd.Log[mark:]; len(extra) != 0 || !isAway(bd) {
+		t.Fatalf("bob's page after alice's drop: log %q, view %+v", extra, bd)
+	}
+	alice.noConsoleErrors()
+	bob.noConsoleErrors()
+}
+
+// demoView is what the demo page shows, read from its DOM.
+type demoView struct {
+	Me      string `json:"me"`
+	Status  string `json:"status"`
+	Session string `json:"session"`
+	Members []struct {
+		User     string `json:"user"`
+		Sessions []struct {
+			ID     string `json:"id"`
+			Status string `json:"status"`
+		} `json:"sessions"`
+	} `json:"members"`
+	Log []string `json:"log"` // oldest first
+}
+
+func (d demoView) users() []string {
+	var out []string
+	for _, m := range d.Members {
+		out = append(out, m.User)
+	}
+	return out
+}
+
+func (d demoView) status(user, session string) string {
+	for _, m := range d.Members {
+		if m.User == user {
+			for _, s := range m.Sessions {
+				if s.ID == session {
+					return s.Status
+				}
+			}
+		}
+	}
+	return ""
+}
+
+const demoDOM = `(() => {
+  const $ = id => document.getElementById(id);
+  if (!$("members")) return null;
+  return {
+    me: $("user").value,
+    status: $("status").textContent,
+    session: $("session").textContent,
+    members: [...document.querySelectorAll("#members > li")].map(li => ({
+      user: li.dataset.user,
+      sessions: [...li.querySelectorAll("li[data-session]")].map(s => ({id: s.dataset.session, status: s.dataset.status || ""})),
+    })),
+    log: [...document.querySelectorAll("#log > li")].map(li => li.textContent.slice(10)).reverse(),
+  };
+})()`
+
+func demoState(t *testing.T, tb *tab) demoView {
+	t.Helper()
+	var d demoView
+	tb.eval(demoDOM, &d)
+	return d
+}
+
+func waitDemo(t *testing.T, tb *tab, what string, cond func(demoView) bool) demoView {
+	t.Helper()
+	var last demoView
+	ok := poll(10*time.Second, 50*time.Millisecond, func() bool {
+		var d demoView
+		if err := tb.tryEval(demoDOM, &d); err != nil {
+			return false
+		}
+		last = d
+		return cond(d)
+	})
+	if !ok {
+		t.Fatalf("%s: timed out waiting for %s; last %+v", tb.name, what, last)
+	}
+	return last
+}
+
+func countOf(xs []string, x string) int {
+	n := 0
+	for _, y := range xs {
+		if y == x {
+			n++
+		}
+	}
+	return n
+}
