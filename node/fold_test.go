@@ -366,3 +366,48 @@ func (r *foldRun) joinedSeqs() map[uint64]bool {
 	}
 	return out
 }
+
+// A tab sets a state and its link drops; it comes back inside the grace
+// and does not send the state again. The state survives for every reader:
+// a page open throughout saw nothing, and the tab itself and a page opened
+// afterwards both see it, at either detail.
+func TestStateSurvivesABlipWithoutBeingSentAgain(t *testing.T) {
+	e := newEnv(t)
+	n := e.newNode()
+	all := []string{"*"}
+	obs := n.dial(t, token(t, "obs", all, time.Hour), "o")
+	obs.join("room")
+	tab := n.dial(t, token(t, "amy", all, time.Hour), "tab")
+	tab.join("room")
+	if f := obs.expect("event"); f.Event.Kind != presence.Online || f.Event.User != "amy" {
+		t.Fatalf("amy's online: %s", f.raw)
+	}
+	tab.send(map[string]any{"type": "state", "room": "room", "state": map[string]string{"status": "away"}, "ref": "s"})
+	tab.replyAndOwnEvent("state_set", presence.Update)
+	if f := obs.expect("event"); f.Event.Kind != presence.Update || string(f.Event.State) != `{"status":"away"}` {
+		t.Fatalf("amy's state: %s", f.raw)
+	}
+
+	_ = tab.ws.NetConn().Close() // the link drops
+	waitFor(t, 5*time.Second, "the dropped link to be released", func() bool { return n.keeper.held() == 1 }) // obs's
+	tab = n.dial(t, token(t, "amy", all, time.Hour), "tab")
+	for _, snap := range []presence.Snapshot{tab.join("room").Snapshot, tab.joinDetail("room", "").Snapshot} {
+		if s := findSession(snap, "amy", "tab"); string(s.State) != `{"status":"away"}` {
+			t.Fatalf("amy's own view after the blip: %+v", snap)
+		}
+	}
+	fresh := n.dial(t, token(t, "fay", all, time.Hour), "f")
+	if s := findSession(fresh.joinDetail("room", "").Snapshot, "amy", "tab"); string(s.State) != `{"status":"away"}` {
+		t.Fatal("a page opened after the blip does not see amy away")
+	}
+	if f := obs.expect("event"); f.Event.User != "fay" || f.Event.Kind != presence.Online {
+		t.Fatalf("the page open throughout: %s, want only fay's online", f.raw)
+	}
+	e.waitRedisPast(e.redisNow().Add(testTiming.OfflineGrace + time.Second + 2*testTiming.ReapInterval))
+	e.quiesce("room")
+	for _, tr := range e.rec.Of("", "room", "amy") {
+		if tr.Kind != presence.Online && tr.Reason != presence.State {
+			t.Fatalf("amy's transitions: %v, want her online and her one state", e.rec.Of("", "room", "amy"))
+		}
+	}
+}
