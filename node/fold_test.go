@@ -388,7 +388,7 @@ func TestStateSurvivesABlipWithoutBeingSentAgain(t *testing.T) {
 		t.Fatalf("amy's state: %s", f.raw)
 	}
 
-	_ = tab.ws.NetConn().Close() // the link drops
+	_ = tab.ws.NetConn().Close()                                                                              // the link drops
 	waitFor(t, 5*time.Second, "the dropped link to be released", func() bool { return n.keeper.held() == 1 }) // obs's
 	tab = n.dial(t, token(t, "amy", all, time.Hour), "tab")
 	for _, snap := range []presence.Snapshot{tab.join("room").Snapshot, tab.joinDetail("room", "").Snapshot} {
