@@ -225,6 +225,7 @@ type pageView struct {
 	Statuses []string     `json:"statuses"` // client status changes, in order
 	Errors   []string     `json:"errors"`   // client errors
 	Tokens   int          `json:"tokens"`   // getToken calls
+	Closes   []int        `json:"closes"`   // close codes of the client's WebSockets, in order
 }
 
 type pageMember struct {
@@ -468,7 +469,14 @@ func startDev(t *testing.T) *proc {
 // e2eSecret, against a test Redis and NATS.
 func startSecured(t *testing.T) *proc {
 	t.Helper()
-	e := newEnv(t)
+	return newEnv(t).startBrowserNode()
+}
+
+// startBrowserNode runs a node of region eu against e's Redis and NATS,
+// taking HS256 tokens signed with e2eSecret, with the browser tests'
+// timing. Several of them on one env are one region's nodes.
+func (e *env) startBrowserNode() *proc {
+	e.t.Helper()
 	args := []string{"node",
 		"--region", "eu", "--redis", e.redis, "--nats", e.nats, "--listen", "127.0.0.1:0",
 		"--jwt-secret", e2eSecret,
@@ -491,10 +499,17 @@ const testPageHTML = `<!doctype html>
 import { createClient } from "/v1/client.js";
 
 const q = new URLSearchParams(location.search);
-const log = { events: [], statuses: [], errors: [], synced: false, tokens: 0 };
+const log = { events: [], statuses: [], errors: [], synced: false, tokens: 0, closes: [] };
 const copy = e => { try { return JSON.stringify(e === undefined ? null : e); } catch (err) { return String(e); } };
 
-const opts = { url: q.get("ws") };
+// The client's WebSockets record how they closed (a drain is 1012).
+class RecordingWebSocket extends WebSocket {
+  constructor(url, protocols) {
+    super(url, protocols);
+    this.addEventListener("close", e => log.closes.push(e.code));
+  }
+}
+const opts = { url: q.get("ws"), WebSocket: RecordingWebSocket };
 if (q.has("user")) opts.user = q.get("user");
 if (q.has("tokens")) {
   opts.getToken = async () => {
@@ -533,6 +548,7 @@ window.view = () => ({
   statuses: log.statuses,
   errors: log.errors,
   tokens: log.tokens,
+  closes: log.closes,
 });
 </script>
 </html>

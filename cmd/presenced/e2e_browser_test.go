@@ -2,6 +2,7 @@ package main
 
 import (
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -255,6 +256,100 @@ func TestBrowserLastTabCloseLeavesAfterGrace(t *testing.T) {
 	if !slices.Equal(v.users(), []string{"bob"}) {
 		t.Fatalf("bob's view: %s", v)
 	}
+	bob.noConsoleErrors()
+}
+
+// A node drains (SIGTERM) while a tab is connected to it: the tab's
+// socket closes with 1012, and the client reconnects at once with the
+// same session id, here through its link now pointing at the region's
+// other node (as a load balancer would send it). The session was kept
+// alive for its TTL and the reconnect takes it over: a user watching on
+// the other node hears nothing, not when the TTL would have run out
+// either, and both pages still list the tab's state. The drained node
+// exits 0.
+func TestBrowserNodeDrain(t *testing.T) {
+	b := newBrowser(t)
+	e := newEnv(t)
+	n1 := e.startBrowserNode()
+	n2 := e.startBrowserNode()
+	// One page server per user, each minting its user's tokens; both
+	// forward /v1/client.js to node 2, the node that stays.
+	pa := newTestPage(t, n2.addr)
+	pa.serveTokens("alice", time.Hour)
+	pb := newTestPage(t, n2.addr)
+	pb.serveTokens("bob", time.Hour)
+	const room = "br-drain"
+
+	aliceLink := link(t, n1.addr)
+	alice := b.open("alice", pa.url(aliceLink, pageOpts{room: room, tokens: true}), true)
+	bob := b.open("bob", pb.url(link(t, n2.addr), pageOpts{room: room, tokens: true}), true)
+	both := func(v pageView) bool { return slices.Equal(v.users(), []string{"alice", "bob"}) }
+	sid := alice.waitView(10*time.Second, "alice and bob listed", both).Session
+	bob.waitView(10*time.Second, "alice and bob listed", both)
+
+	alice.eval(`room.setState({status: "away"}).then(() => true)`, nil)
+	isAway := func(v pageView) bool { s, ok := v.status("alice", sid); return ok && s == "away" }
+	alice.waitView(5*time.Second, "alice's own session away", isAway)
+	bv := bob.waitView(5*time.Second, "alice's session away", isAway)
+	mark := len(bv.Events)
+	if a := aliceLink.Accepted(); a != 1 {
+		t.Fatalf("alice's link carried %d connections before the drain, want 1", a)
+	}
+
+	// New connections of alice's link go to node 2 from now on; her open
+	// one stays on node 1, which drains.
+	aliceLink.SetTarget(n2.addr)
+	drained := time.Now()
+	n1.signal(syscall.SIGTERM)
+
+	av := alice.waitView(10*time.Second, "alice's socket closed with 1012 and her client open again, away", func(v pageView) bool {
+		return slices.Contains(v.Closes, 1012) && v.Status == "open" && isAway(v) && both(v)
+	})
+	back := time.Since(drained)
+	if av.Session != sid {
+		t.Fatalf("alice's session id changed over the drain: %q, then %q", sid, av.Session)
+	}
+	if !slices.Equal(av.Closes, []int{1012}) {
+		t.Fatalf("alice's sockets closed with %v, want one close, 1012", av.Closes)
+	}
+	if i := slices.Index(av.Statuses, "reconnecting"); i < 0 || !slices.Contains(av.Statuses[i:], "open") {
+		t.Fatalf("alice's statuses %v: want reconnecting, then open", av.Statuses)
+	}
+	waitFor(t, 5*time.Second, "alice's link to carry her second connection", func() bool {
+		return aliceLink.Accepted() == 2 && aliceLink.Open() == 1
+	})
+	t.Logf("alice was open again %v after the SIGTERM", back.Round(time.Millisecond))
+	if code := n1.exit(t, 10*time.Second); code != 0 {
+		t.Fatalf("the drained node exited %d\n%s", code, n1.out.String())
+	}
+
+	// Past the point where the kept session would have expired had
+	// nobody taken it over: its TTL from the drain (stored in whole
+	// seconds: up to a second more), a reap interval, and a margin.
+	until := drained.Add(brTTL + time.Second + brReap + time.Second)
+	bv = bob.waitView(time.Until(until)+5*time.Second, "the drain's TTL and a reap to pass", func(pageView) bool {
+		return time.Now().After(until)
+	})
+	var heard []roomEvent
+	for _, ev := range bv.eventsSince(mark) {
+		if ev.User == "alice" {
+			heard = append(heard, ev)
+		}
+	}
+	if len(heard) != 0 {
+		t.Fatalf("bob heard of alice's drain: %+v", heard)
+	}
+	if !isAway(bv) || !both(bv) || !slices.Equal(bv.sessionIDs("alice"), []string{sid}) {
+		t.Fatalf("bob's view past the drain's TTL: %s", bv)
+	}
+	av = alice.view()
+	if !isAway(av) || !both(av) || av.Status != "open" || !slices.Equal(av.sessionIDs("alice"), []string{sid}) {
+		t.Fatalf("alice's own view past the drain's TTL: %s", av)
+	}
+	if !slices.Equal(av.Closes, []int{1012}) || aliceLink.Accepted() != 2 {
+		t.Fatalf("alice's connection did not stay up on node 2: closes %v, %d connections", av.Closes, aliceLink.Accepted())
+	}
+	alice.noConsoleErrors()
 	bob.noConsoleErrors()
 }
 

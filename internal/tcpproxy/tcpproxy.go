@@ -9,6 +9,10 @@
 // them. Refuse is Cut that resets new connections instead of holding
 // them. A test puts a Proxy between a client (a browser tab) and a server
 // and cuts one client's link without touching the others.
+//
+// SetTarget points new connections at another server (the client's
+// server went away, a load balancer now sends it elsewhere); the
+// connections already forwarded stay with the server they reached.
 package tcpproxy
 
 import (
@@ -20,10 +24,10 @@ import (
 
 // Proxy forwards connections from its loopback listener to a target.
 type Proxy struct {
-	target string
-	ln     net.Listener
+	ln net.Listener
 
 	mu       sync.Mutex
+	target   string // where the next connection is dialed (SetTarget)
 	cut      bool
 	refuse   bool          // while cut: reset new connections, do not hold them
 	restored chan struct{} // closed by Restore (and Close): held connections go on
@@ -58,6 +62,23 @@ func New(target string) (*Proxy, error) {
 
 // Addr is the proxy's listening address (127.0.0.1:port).
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// SetTarget makes the connections that the proxy dials from now on go to
+// target (host:port). Connections already forwarded are untouched; one
+// held by a cut dials when the link is restored, so it goes to the
+// target of that moment.
+func (p *Proxy) SetTarget(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
+}
+
+// Target is the address that the next connection will be dialed to.
+func (p *Proxy) Target() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.target
+}
 
 // Cut resets every open connection on both sides and holds new ones
 // until Restore. It returns once every open connection is closed.
@@ -184,13 +205,13 @@ func (p *Proxy) forward(client net.Conn, hold <-chan struct{}) {
 	defer p.wg.Done()
 	<-hold // closed already unless the connection came while cut
 	p.mu.Lock()
-	closed := p.closed
+	closed, addr := p.closed, p.target
 	p.mu.Unlock()
 	if closed {
 		resetConn(client)
 		return
 	}
-	target, err := net.Dial("tcp", p.target)
+	target, err := net.Dial("tcp", addr)
 	if err != nil {
 		resetConn(client)
 		return

@@ -292,3 +292,124 @@ func TestCloseEndsHeldConnections(t *testing.T) {
 		t.Fatalf("a held connection reached the target after Close (%d ended, %d accepted)", n, p.Accepted())
 	}
 }
+
+// startNamed runs a server that answers every line it reads with its
+// name, a colon and the line: which server a connection reached.
+func startNamed(t *testing.T, name string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if _, err := c.Write([]byte(name + ":" + line)); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() { _ = ln.Close(); wg.Wait() })
+	return ln.Addr().String()
+}
+
+// ask sends line through conn and returns the answer, without its newline.
+func ask(t *testing.T, conn net.Conn, r *bufio.Reader, line string) string {
+	t.Helper()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Write([]byte(line + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got[:len(got)-1]
+}
+
+// SetTarget sends new connections to the new target, leaves open ones
+// where they are, and applies to a connection held by a cut when it is
+// restored; concurrent with dials, it is race-free (run under -race).
+func TestSetTarget(t *testing.T) {
+	one, two := startNamed(t, "one"), startNamed(t, "two")
+	p := newProxy(t, one)
+	if got := p.Target(); got != one {
+		t.Fatalf("Target = %s, want %s", got, one)
+	}
+	a, ra := dial(t, p.Addr())
+	if got := ask(t, a, ra, "a"); got != "one:a" {
+		t.Fatalf("before SetTarget: %q, want one:a", got)
+	}
+
+	p.SetTarget(two)
+	if got := p.Target(); got != two {
+		t.Fatalf("Target = %s, want %s", got, two)
+	}
+	b, rb := dial(t, p.Addr())
+	if got := ask(t, b, rb, "b"); got != "two:b" {
+		t.Fatalf("a new connection after SetTarget: %q, want two:b", got)
+	}
+	if got := ask(t, a, ra, "a again"); got != "one:a again" {
+		t.Fatalf("the open connection after SetTarget: %q, want one:a again", got)
+	}
+	if n, o := p.Accepted(), p.Open(); n != 2 || o != 2 {
+		t.Fatalf("Accepted %d, Open %d; want 2 and 2", n, o)
+	}
+
+	// Held by a cut: it dials on Restore, to the target of then.
+	p.Cut()
+	c, rc := dial(t, p.Addr())
+	waitUntil(t, "the connection to be held", func() bool { return p.Held() == 1 })
+	p.SetTarget(one)
+	p.Restore()
+	if got := ask(t, c, rc, "c"); got != "one:c" {
+		t.Fatalf("a held connection restored after SetTarget: %q, want one:c", got)
+	}
+
+	// Retargeting while connections are dialed.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if i%2 == 0 {
+				p.SetTarget(two)
+			} else {
+				p.SetTarget(one)
+			}
+		}
+	}()
+	for i := 0; i < 20; i++ {
+		d, rd := dial(t, p.Addr())
+		if got := ask(t, d, rd, "d"); got != "one:d" && got != "two:d" {
+			t.Fatalf("during retargeting: %q", got)
+		}
+		_ = d.Close()
+	}
+	close(stop)
+	wg.Wait()
+}
