@@ -17,6 +17,7 @@ import (
 
 	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
+	"github.com/gorilla/websocket"
 
 	"github.com/presence-dev/presence/internal/tcpproxy"
 	"github.com/presence-dev/presence/internal/testkit"
@@ -553,3 +554,28 @@ window.view = () => ({
 </script>
 </html>
 `
+
+// passMarker joins room on the dev node at addr as user, with a
+// connection of its own, and closes it cleanly. Its departure is due a
+// grace after the close; the reaper settles a room's due departures in the
+// order they fell due, and a page gets the room's events in seq order. So
+// once a page has seen the marker leave, any departure that fell due
+// before it has reached that page too: a test of "nothing was announced"
+// waits for that instead of for the clock.
+func passMarker(t *testing.T, addr, room, user string) {
+	t.Helper()
+	c := dialURL(t, fmt.Sprintf("ws://%s/v1/ws?session=m&user=%s", addr, user), user, "m")
+	c.join(room)
+	c.w.SendClose(websocket.CloseNormalClosure, "marker")
+}
+
+// sawLeave reports whether the page's events since from include user's
+// leave.
+func (v pageView) sawLeave(from int, user string) bool {
+	return slices.ContainsFunc(v.eventsSince(from), func(e roomEvent) bool { return e.Type == "leave" && e.User == user })
+}
+
+// about returns the events since from about user.
+func (v pageView) about(from int, user string) []roomEvent {
+	return slices.DeleteFunc(v.eventsSince(from), func(e roomEvent) bool { return e.User != user })
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -97,10 +98,11 @@ func TestBrowserStateSurvivesBlip(t *testing.T) {
 	t.Logf("alice reconnected %v after the cut (%d connection(s) held while cut)", back.Round(time.Millisecond), aliceLink.Held())
 
 	// Nothing is announced while the grace runs, nor when it would have
-	// ended: the window in which a departure would show.
-	time.Sleep(time.Until(cutAt.Add(brGrace + 5*brReap + 500*time.Millisecond)))
-	bv = bob.view()
-	if ev := bv.eventsSince(mark); len(ev) != 0 {
+	// ended: a marker released after alice's release leaves after her
+	// departure would have been announced.
+	passMarker(t, n.addr, room, "zz-marker")
+	bv = bob.waitView(brGrace+5*time.Second, "the marker's leave", func(v pageView) bool { return v.sawLeave(mark, "zz-marker") })
+	if ev := bv.about(mark, "alice"); len(ev) != 0 {
 		t.Fatalf("bob heard of alice's blip: %+v", ev)
 	}
 	if !isAway(bv) {
@@ -236,9 +238,9 @@ func TestBrowserLastTabCloseLeavesAfterGrace(t *testing.T) {
 		_, listed := v.member("alice")
 		return !listed
 	})
-	// Watch a little longer for a second leave.
-	time.Sleep(10*brReap + 500*time.Millisecond)
-	v := bob.view()
+	// A second leave would come before a marker's released after the first.
+	passMarker(t, n.addr, room, "zz-marker")
+	v := bob.waitView(brGrace+5*time.Second, "the marker's leave", func(v pageView) bool { return v.sawLeave(mark, "zz-marker") })
 	var aliceEvents []roomEvent
 	for _, e := range v.eventsSince(mark) {
 		if e.User == "alice" {
@@ -392,10 +394,17 @@ func TestBrowserDemoPage(t *testing.T) {
 	if ad.Session != sid {
 		t.Fatalf("alice's session changed over the drop: %q, then %q", sid, ad.Session)
 	}
-	// The drop came back inside the grace: bob heard nothing of it.
-	time.Sleep(brGrace + 5*brReap)
-	bd = demoState(t, bob)
-	if extra := bd.Log[mark:]; len(extra) != 0 || !isAway(bd) {
+	// The drop came back inside the grace: bob heard nothing of it, up to
+	// the leave of a marker released after the drop.
+	passMarker(t, n.addr, "br-demo", "zz-marker")
+	bd = waitDemo(t, bob, "the marker's leave", func(d demoView) bool { return slices.Contains(d.Log[mark:], "zz-marker left (left)") })
+	var extra []string
+	for _, l := range bd.Log[mark:] {
+		if strings.HasPrefix(l, "alice ") {
+			extra = append(extra, l)
+		}
+	}
+	if len(extra) != 0 || !isAway(bd) {
 		t.Fatalf("bob's page after alice's drop: log %q, view %+v", extra, bd)
 	}
 	alice.noConsoleErrors()
