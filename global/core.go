@@ -538,22 +538,31 @@ func (c *core) stateIntents(room, user string, now time.Time) []intent {
 			update(s, st)
 		}
 	}
+	// The user's sessions, read once and only when needed.
+	var ss []string
+	read := false
+	sessions := func() []string {
+		if !read {
+			ss, read = c.sessions(room, user), true
+		}
+		return ss
+	}
 	// A session that is live but lost its state: announce the clear; one
 	// that is gone while the user stays: announce its end. A user gone
 	// everywhere keeps their states through the grace.
-	present := len(c.sessions(room, user)) > 0
 	for _, s := range sortedKeys(was) {
 		if _, ok := union[s]; ok {
 			continue
 		}
-		if c.hasSession(room, user, s) {
+		switch {
+		case slices.Contains(sessions(), s):
 			update(s, "")
-		} else if present {
+		case len(sessions()) > 0:
 			out = append(out, intent{room: room, user: user, kind: presence.Update, reason: presence.Left, session: s})
 		}
 	}
 	if len(out) > 0 {
-		n := len(c.sessions(room, user))
+		n := len(sessions())
 		for i := range out {
 			out[i].sessions = n
 		}
@@ -582,16 +591,6 @@ func (c *core) states(room, user string, now time.Time) map[string]string {
 		}
 	}
 	return out
-}
-
-// hasSession reports whether a region not dropped lists the session.
-func (c *core) hasSession(room, user, session string) bool {
-	for _, r := range c.regions {
-		if !r.dropped && slices.Contains(r.rooms[room][user], session) {
-			return true
-		}
-	}
-	return false
 }
 
 // everyone returns every announced member and every present user, to

@@ -405,9 +405,7 @@ func TestStateSurvivesABlipWithoutBeingSentAgain(t *testing.T) {
 	}
 	e.waitRedisPast(e.redisNow().Add(testTiming.OfflineGrace + time.Second + 2*testTiming.ReapInterval))
 	e.quiesce("room")
-	for _, tr := range e.rec.Of("", "room", "amy") {
-		if tr.Kind != presence.Online && tr.Reason != presence.State {
-			t.Fatalf("amy's transitions: %v, want her online and her one state", e.rec.Of("", "room", "amy"))
-		}
+	if ts := e.rec.Of("", "room", "amy"); len(ts) != 2 || ts[0].Kind != presence.Online || ts[1].Reason != presence.State {
+		t.Fatalf("amy's transitions: %v, want her online and her one state", ts)
 	}
 }

@@ -104,7 +104,9 @@ type event struct {
 	epoch int64 // 0: not known
 	seq   uint64
 	frame []byte
-	t     presence.Transition // for members' detail.wants
+	// sessionsOnly: a new session of a member (update, joined), sent only
+	// to members kept at detailSessions.
+	sessionsOnly bool
 }
 
 // newHub makes the hub of a node configured by cfg. ctx bounds its store
@@ -546,7 +548,7 @@ func (h *hub) eventLocked(r *room, e event) {
 func (h *hub) deliverLocked(r *room, e event) {
 	for c, m := range r.members {
 		switch {
-		case e.seq <= m.after || !m.detail.wants(e.t):
+		case e.seq <= m.after || e.sessionsOnly && m.detail != detailSessions:
 		case m.live:
 			c.send(e.frame)
 			h.metrics.forwarded.Inc()
@@ -577,7 +579,7 @@ func (h *hub) onMsg(msg *nats.Msg) {
 	// A room takes the events of the view it follows; the other view's,
 	// queued before it moved, are dropped.
 	if r := h.rooms[t.Room]; r != nil && t.Region == r.view {
-		h.eventLocked(r, event{epoch: t.Epoch, seq: t.Seq, frame: frame, t: t})
+		h.eventLocked(r, event{epoch: t.Epoch, seq: t.Seq, frame: frame, sessionsOnly: sessionsOnly(t)})
 	}
 	h.mu.Unlock()
 }

@@ -141,11 +141,11 @@ const (
 // detailSessionsName is the join's detail value for detailSessions.
 const detailSessionsName = "sessions"
 
-// wants reports whether a member kept at detail d is sent t: a new
-// session of a member that is already online (update, joined) changes
-// only session lists.
-func (d detail) wants(t presence.Transition) bool {
-	return d == detailSessions || t.Kind != presence.Update || t.Reason != presence.Joined
+// sessionsOnly reports whether t changes only session lists: a new
+// session of a member that is already online (update, joined). Members
+// kept at detailStates are not sent it.
+func sessionsOnly(t presence.Transition) bool {
+	return t.Kind == presence.Update && t.Reason == presence.Joined
 }
 
 // forDetail returns s as a member kept at detail d sees it: without

@@ -140,6 +140,18 @@ local function index_remove(r, u, tok)
   index_set(r, old, new)
 end
 
+-- index_replace swaps one entry of the user's for another (tokens
+-- "session:holder"), if the room has u; a user it lacks is added.
+local function index_replace(r, u, old_tok, new_tok)
+  if redis.call('EXISTS', r.u) == 0 then return end
+  local old = index_get(r, u)
+  local new = u
+  for _, ss in ipairs(old and index_sids(u, old) or {}) do
+    if ss ~= old_tok and ss ~= new_tok then new = new .. ' ' .. ss end
+  end
+  index_set(r, old, new .. ' ' .. new_tok)
+end
+
 -- index_drop forgets a user who left the room.
 local function index_drop(r, u)
   local old = index_get(r, u)
@@ -322,13 +334,15 @@ local function settle(r, now, cut, maxo, limit)
     redis.call('ZREM', r.s, m)
     local u, sid, h = parse(m)
     index_remove(r, u, string.sub(m, #u + 2))
-    if #session_entries(r, u, sid, m) == 0 then
+    if not redis.call('ZSCORE', r.z, u) then
+      -- The user's departure is announced: the entry just goes (the usual
+      -- case after a node died, so it reads nothing more).
       redis.call('HDEL', r.st, u .. ':' .. sid)
-      if redis.call('ZSCORE', r.z, u) then
-        local reason = 'expired'
-        if h == '' then reason = 'left' end
-        emit(r, now, 'update', reason, u, listed(r, u, cut), sid, nil, maxo)
-      end
+    elseif #session_entries(r, u, sid, m) == 0 then
+      redis.call('HDEL', r.st, u .. ':' .. sid)
+      local reason = 'expired'
+      if h == '' then reason = 'left' end
+      emit(r, now, 'update', reason, u, listed(r, u, cut), sid, nil, maxo)
     end
   end
   return #dead == limit

@@ -36,13 +36,12 @@ local found = redis.call('ZREM', r.s, m)
 -- user was online before, and this is their departure.
 local lost = found == 0 and lost_data and not redis.call('ZSCORE', r.z, u)
 if found == 1 or lost then
-  index_remove(r, u, tok)
   -- The session stays listed, with its state, through its grace: a return
-  -- inside it is no change at all (see lib.lua, released sessions).
+  -- inside it is no change at all (see lib.lua, released sessions). The
+  -- released entry takes the holder's place, in s and in the index.
   local gexp = math.ceil((now + grace) / 1000)
-  if redis.call('ZADD', r.s, gexp, u .. ':' .. sid .. ':') == 1 then
-    index_add(r, u, sid .. ':')
-  end
+  redis.call('ZADD', r.s, gexp, u .. ':' .. sid .. ':')
+  index_replace(r, u, tok, sid .. ':')
   redis.call('ZADD', idx, 'LT', gexp * 1000 + 1, room)
   -- Fresh: refreshed within the unrefreshed span (expiry is rounded up,
   -- so a session may look up to a second fresher than it is). A released
