@@ -39,23 +39,28 @@ type folder struct {
 	mu    sync.Mutex
 	view  view
 	epoch int64
-	seq   uint64 // the room_seq of the snapshot, then of each event applied
-	ready bool   // a snapshot came
+	seq   uint64   // the room_seq of the snapshot, then of each event applied
+	ready bool     // a snapshot came
+	ended error    // why the connection ended, once it has
+	snaps []string // the snapshots it took: reason@room_seq
 	errs  []string
 }
 
-func newFolder(name, room string, sessions bool, frames <-chan frame) *folder {
+func newFolder(name, room string, sessions bool, c *client) *folder {
 	f := &folder{name: name, room: room, sessions: sessions, view: view{}}
 	go func() {
-		for fr := range frames {
+		for fr := range c.frames {
 			f.apply(fr)
 		}
+		f.mu.Lock()
+		f.ended = c.w.Err()
+		f.mu.Unlock()
 	}()
 	return f
 }
 
 func (f *folder) fail(format string, args ...any) {
-	f.errs = append(f.errs, fmt.Sprintf("%s: ", f.name)+fmt.Sprintf(format, args...))
+	f.errs = append(f.errs, fmt.Sprintf("%s (snapshots %v, view %v): ", f.name, f.snaps, f.view)+fmt.Sprintf(format, args...))
 }
 
 func (f *folder) apply(fr frame) {
@@ -67,6 +72,7 @@ func (f *folder) apply(fr frame) {
 			return
 		}
 		f.view, f.epoch, f.seq, f.ready = view{}, fr.Snapshot.Epoch, fr.Snapshot.RoomSeq, true
+		f.snaps = append(f.snaps, fmt.Sprintf("%s@%d", fr.Reason, fr.Snapshot.RoomSeq))
 		for _, m := range fr.Snapshot.Members {
 			ss := map[string]string{}
 			for _, si := range m.Sessions {
@@ -241,7 +247,7 @@ func (r *foldRun) join(c *client, name string, sessions bool) *folder {
 		req["detail"] = d
 	}
 	c.send(req)
-	return newFolder(name, r.room, sessions, c.frames)
+	return newFolder(name, r.room, sessions, c)
 }
 
 // open connects tab to a random node, joins at a random detail and, as a
@@ -267,6 +273,14 @@ func (j rawJSON) MarshalJSON() ([]byte, error) {
 
 func (r *foldRun) step() {
 	tb := r.tabs[r.rng.IntN(len(r.tabs))]
+	if tb.c != nil {
+		tb.f.mu.Lock()
+		ended := tb.f.ended
+		tb.f.mu.Unlock()
+		if ended != nil {
+			r.t.Fatalf("%s: the node ended the connection: %v", tb.f.name, ended)
+		}
+	}
 	switch op := r.rng.IntN(10); {
 	case tb.c == nil:
 		if tb.f == nil || r.rng.IntN(3) == 0 { // a closed tab opens again now and then
@@ -323,7 +337,10 @@ func (r *foldRun) check(when string) {
 		for _, f := range r.folders() {
 			f.mu.Lock()
 			if len(f.errs) > 0 {
-				r.t.Fatalf("%s: %s", when, strings.Join(f.errs, "\n"))
+				r.t.Fatalf("%s: %s\nthe room's transitions:\n%s", when, strings.Join(f.errs, "\n"), r.history())
+			}
+			if f.ended != nil { // the schedule ended it otherwise
+				r.t.Fatalf("%s: %s: the node ended the connection: %v", when, f.name, f.ended)
 			}
 			at := f.ready && f.epoch == snap.Epoch && f.seq <= snap.RoomSeq
 			for s := f.seq + 1; at && s <= snap.RoomSeq; s++ {
@@ -408,4 +425,15 @@ func TestStateSurvivesABlipWithoutBeingSentAgain(t *testing.T) {
 	if ts := e.rec.Of("", "room", "amy"); len(ts) != 2 || ts[0].Kind != presence.Online || ts[1].Reason != presence.State {
 		t.Fatalf("amy's transitions: %v, want her online and her one state", ts)
 	}
+}
+
+// history lists the room's transitions on the bus, for a failure report.
+func (r *foldRun) history() string {
+	var b strings.Builder
+	for _, t := range r.e.rec.All() {
+		if t.Room == r.room {
+			fmt.Fprintf(&b, "  %s session=%s at=%s\n", t, t.Session, t.At.Format("15:04:05.000"))
+		}
+	}
+	return b.String()
 }

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -56,6 +57,17 @@ type sessionKeeper struct {
 	// behind are slots whose last refresh failed: refreshed again at once
 	// after the next refresh that succeeds.
 	behind map[int]struct{}
+	// suspects are sessions a refresh found taken from a live connection
+	// here, or orphaned, waiting for confirmMove (see there).
+	suspects    map[presence.SessionRef]suspect
+	moveConfirm time.Duration
+}
+
+// suspect is a session found moved at since, while its last claim here was
+// gen.
+type suspect struct {
+	since time.Time
+	gen   uint64
 }
 
 // owner is a connection holding a session; the keeper tells it when
@@ -85,6 +97,13 @@ func newSessionKeeper(store Store, period time.Duration, nslots, batch int, time
 		locks:   map[presence.SessionRef]*refLock{},
 		pending: map[presence.SessionRef]struct{}{},
 		behind:  map[int]struct{}{},
+		// A connection's claim can reach the store after its client has
+		// already left it for another node: the dead connection's node
+		// then takes the session from the live one, and releases it a
+		// moment later. So a move is confirmed after this long before the
+		// live connection is closed.
+		suspects:    map[presence.SessionRef]suspect{},
+		moveConfirm: min(time.Second, period/2),
 	}
 }
 
@@ -196,8 +215,29 @@ func (s *sessionKeeper) revive(ctx context.Context, r presence.SessionRef) error
 // means another node holds the session now.
 func (s *sessionKeeper) setState(ctx context.Context, r presence.SessionRef, state json.RawMessage) error {
 	ok, err := s.store.SetState(ctx, r, state)
-	if err == nil && !ok {
+	switch {
+	case err == nil && !ok:
 		if err = s.revive(ctx, r); err == nil {
+			_, err = s.store.SetState(ctx, r, state)
+		}
+	case errors.Is(err, presence.ErrMoved):
+		// Moved, or taken by a connection that is already gone: wait for
+		// the verdict as the heartbeat does.
+		s.mu.Lock()
+		e := s.refs[r]
+		gen := uint64(0)
+		if e != nil {
+			gen = e.gen
+		}
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(s.moveConfirm):
+		}
+		if kept, cerr := s.confirmMove(ctx, r, gen); cerr != nil {
+			return cerr
+		} else if kept {
 			_, err = s.store.SetState(ctx, r, state)
 		}
 	}
@@ -330,6 +370,7 @@ func (s *sessionKeeper) run(ctx context.Context) {
 		if s.pendingReleases() > 0 {
 			s.retryReleases(ctx)
 		}
+		s.confirmMoves(ctx)
 	}
 }
 
@@ -391,9 +432,10 @@ func (s *sessionKeeper) verify(ctx context.Context, refs []presence.SessionRef) 
 	}
 }
 
-// refresh refreshes refs and tells the owners of the ones another node
-// took over. A verdict is stale, and ignored, when a claim of this node
-// went out since the refresh was sent: that claim decides.
+// refresh refreshes refs and marks as suspects the held ones another node
+// took over or that nobody holds now; confirmMove settles them. A verdict
+// is stale, and ignored, when a claim of this node went out since the
+// refresh was sent: that claim decides.
 func (s *sessionKeeper) refresh(ctx context.Context, refs []presence.SessionRef) error {
 	// One counter read instead of a map of the batch's entries: the
 	// heartbeat's cost per session is what idle nodes spend their CPU on.
@@ -403,19 +445,98 @@ func (s *sessionKeeper) refresh(ctx context.Context, refs []presence.SessionRef)
 	tctx, cancel := context.WithTimeout(ctx, s.timeout)
 	res, err := s.store.Refresh(tctx, refs)
 	cancel()
-	if len(res.Lost) == 0 {
+	if len(res.Lost) == 0 && len(res.Orphaned) == 0 {
 		return err
 	}
-	var owners []owner
+	now := time.Now()
 	s.mu.Lock()
-	for _, r := range res.Lost {
-		if e := s.refs[r]; e != nil && e.claiming == 0 && e.gen <= sent {
-			owners = append(owners, e.owners...)
+	for _, r := range slices.Concat(res.Lost, res.Orphaned) {
+		e := s.refs[r]
+		if _, ok := s.suspects[r]; !ok && e != nil && len(e.owners) > 0 && e.claiming == 0 && e.gen <= sent {
+			s.suspects[r] = suspect{since: now, gen: e.gen}
 		}
 	}
 	s.mu.Unlock()
-	if len(owners) > 0 {
-		s.moved(owners)
-	}
 	return err
+}
+
+// confirmMoves settles the suspects found at least moveConfirm ago.
+func (s *sessionKeeper) confirmMoves(ctx context.Context) {
+	s.mu.Lock()
+	var due []presence.SessionRef
+	var gens []uint64
+	for r, sp := range s.suspects {
+		if time.Since(sp.since) >= s.moveConfirm {
+			due, gens = append(due, r), append(gens, sp.gen)
+		}
+	}
+	s.mu.Unlock()
+	for i, r := range due {
+		if _, err := s.confirmMove(ctx, r, gens[i]); err != nil && ctx.Err() == nil {
+			s.log.Warn("node: checking a moved session failed; retried", "room", r.Room, "user", r.User, "err", err)
+		}
+	}
+}
+
+// confirmMove asks the store once more about a session found moved while
+// its last claim here was gen, and acts on the answer: held by another
+// node, its connections here are told (they close with 4001); held by no
+// one (the taker's connection ended and released it), it is claimed back
+// silently; still here, nothing. It reports whether the session is held
+// here after it. A claim here since gen decides instead: nothing is done.
+func (s *sessionKeeper) confirmMove(ctx context.Context, r presence.SessionRef, gen uint64) (bool, error) {
+	unlock := s.lockRef(r)
+	defer unlock()
+	s.mu.Lock()
+	delete(s.suspects, r)
+	e := s.refs[r]
+	live := e != nil && len(e.owners) > 0
+	s.mu.Unlock()
+	if !live {
+		return false, nil
+	}
+	if e.gen != gen {
+		return true, nil
+	}
+	retry := func(err error) (bool, error) {
+		s.mu.Lock()
+		if _, ok := s.suspects[r]; !ok {
+			s.suspects[r] = suspect{since: time.Now(), gen: gen}
+		}
+		s.mu.Unlock()
+		return true, err
+	}
+	tctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	res, err := s.store.Refresh(tctx, []presence.SessionRef{r})
+	switch {
+	case err != nil:
+		return retry(err)
+	case len(res.Lost) > 0:
+		s.mu.Lock()
+		owners := slices.Clone(e.owners)
+		s.mu.Unlock()
+		s.moved(owners)
+		return false, nil
+	case len(res.Orphaned) > 0:
+		cres, err := s.store.Claim(tctx, []presence.SessionRef{r})
+		if err != nil {
+			return retry(err)
+		}
+		s.mu.Lock()
+		s.claims++
+		e.gen = s.claims
+		s.mu.Unlock()
+		if len(cres.Taken) > 0 {
+			s.taken(cres.Taken)
+		}
+	}
+	return true, nil
+}
+
+// suspectCount is how many sessions wait for confirmMove.
+func (s *sessionKeeper) suspectCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.suspects)
 }

@@ -29,6 +29,7 @@ type fakeStore struct {
 	fail        error
 	releaseFail error
 	lost        []presence.SessionRef
+	orphaned    []presence.SessionRef
 }
 
 type touchCall struct {
@@ -70,7 +71,7 @@ func (f *fakeStore) touch(claim bool, refs []presence.SessionRef) (presence.Touc
 	f.log = append(f.log, fmt.Sprintf("%s-end %d", kind, n))
 	var res presence.TouchResult
 	if !claim {
-		res.Lost = f.lost
+		res.Lost, res.Orphaned = f.lost, f.orphaned
 	}
 	return res, f.fail
 }
@@ -306,7 +307,7 @@ func TestKeeperHoldersShareASession(t *testing.T) {
 }
 
 // A refresh that finds a session taken over by another node tells the
-// connections holding it here.
+// connections holding it here, once a second look confirms it.
 func TestRefreshTellsOwnersOfAMovedSession(t *testing.T) {
 	fs := &fakeStore{lost: []presence.SessionRef{refN(1)}}
 	s := newTestKeeper(fs, time.Second, 1, 100)
@@ -314,9 +315,38 @@ func TestRefreshTellsOwnersOfAMovedSession(t *testing.T) {
 	s.moved = func(os []owner) { moved = append(moved, os...) }
 	a := holdAll(t, s, refN(1))
 	b := holdAll(t, s, refN(1), refN(2))
+	s.moveConfirm = 0
 	s.touchSlot(context.Background(), 0)
+	if len(moved) != 0 {
+		t.Fatalf("moved %v on the first verdict, before the second look", moved)
+	}
+	s.confirmMoves(context.Background())
 	if len(moved) != 2 || !slices.Contains(moved, owner(a)) || !slices.Contains(moved, owner(b)) {
 		t.Fatalf("moved %v, want both holders of the lost session", moved)
+	}
+}
+
+// A connection's claim can reach the store after its client has left it
+// for this node: the other node takes the session, then releases it as
+// its connection is gone. The second look finds it held by no one, and
+// the keeper claims it back instead of closing the live connection here.
+func TestASessionTakenByAGoneConnectionIsClaimedBack(t *testing.T) {
+	fs := &fakeStore{orphaned: []presence.SessionRef{refN(1)}}
+	s := newTestKeeper(fs, time.Second, 1, 100)
+	var moved []owner
+	s.moved = func(os []owner) { moved = append(moved, os...) }
+	holdAll(t, s, refN(1))
+	s.moveConfirm = 0
+	s.touchSlot(context.Background(), 0)
+	s.confirmMoves(context.Background())
+	fs.mu.Lock()
+	log := fmt.Sprint(fs.log)
+	fs.mu.Unlock()
+	if len(moved) != 0 || log != "[claim-start 0 claim-end 0 refresh-start 1 refresh-end 1 refresh-start 2 refresh-end 2 claim-start 3 claim-end 3]" {
+		t.Fatalf("moved %v, store calls %s: want the session claimed back and nobody told", moved, log)
+	}
+	if !s.holds(refN(1)) || len(s.suspects) != 0 {
+		t.Fatal("the session is not held, or still suspect")
 	}
 }
 
@@ -459,5 +489,36 @@ func TestFailedSlotsCatchUpWhenTheStoreAnswers(t *testing.T) {
 	defer s.mu.Unlock()
 	if len(s.behind) != 0 {
 		t.Fatalf("slots still behind: %v", s.behind)
+	}
+}
+
+// A client leaves a connection on another node while its join there is
+// still on its way to the store, and comes back here: the late claim
+// takes the session from the live connection, and that node releases it
+// at once as its connection is gone. The live connection here is not
+// closed: the keeper finds the session held by no one and claims it back,
+// and nothing is announced.
+func TestALateClaimOfAGoneConnectionDoesNotCloseTheLiveOne(t *testing.T) {
+	e := newEnv(t)
+	n := e.newNode()
+	c := n.dial(t, token(t, "lia", []string{"*"}, time.Hour), "tab")
+	c.join("room")
+	ref := presence.SessionRef{Room: "room", User: "lia", Session: "tab"}
+	ctx := context.Background()
+	res, err := e.store.Claim(ctx, []presence.SessionRef{ref}) // the late claim of the other node
+	if err != nil || len(res.Taken) != 1 {
+		t.Fatalf("late claim: %+v %v, want the session taken from the node", res, err)
+	}
+	if err := e.store.Release(ctx, ref); err != nil { // its connection is gone
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the node to claim the session back", func() bool {
+		return slices.Equal(e.live("room", "lia"), []string{"tab"}) && n.keeper.suspectCount() == 0
+	})
+	e.waitRedisPast(e.redisNow().Add(testTiming.OfflineGrace + time.Second + 2*testTiming.ReapInterval))
+	c.ping() // still open: no 4001 came before the pong
+	e.quiesce("room")
+	if ts := e.rec.Of("", "room", "lia"); len(ts) != 1 || ts[0].Kind != presence.Online {
+		t.Fatalf("lia's transitions: %v, want only her online", ts)
 	}
 }

@@ -53,4 +53,9 @@ type TouchResult struct {
 	Lost []SessionRef
 	// Taken are sessions of a claim that another node held until now.
 	Taken []SessionRef
+	// Orphaned are sessions of a refresh that were taken from the node
+	// that asked, or released, and that no node holds now: the taker's
+	// connection ended (its client came back here meanwhile). They were
+	// not refreshed; a node with a live connection for one claims it again.
+	Orphaned []SessionRef
 }

@@ -84,7 +84,10 @@
 // join changes nothing, whatever order the scripts arrive in. A tombstone
 // keeps a holder's late refresh from bringing back a session that was
 // taken from it or that it released itself (a refresh already under way
-// when it decided to release); its next claim lifts it.
+// when it decided to release); its next claim lifts it. A refresh that
+// finds its session taken reports it Lost while another holder has it, and
+// Orphaned once that holder has released it too: a node whose connection
+// for it is live (the taker's connection was already gone) claims it back.
 //
 // # Transitions
 //

@@ -724,3 +724,38 @@ func TestStartAndCloseOwnTheReaper(t *testing.T) {
 		time.Sleep(testTiming.ReapInterval / 4)
 	}
 }
+
+// With the reaper late, reads leave out a user whose grace ended more than
+// the read slack ago, and a session whose grace did. A join then settles
+// them first, so the stream agrees with what readers saw: offline then
+// online for the user, update (left) then update (joined) for the session.
+func TestAJoinAfterAnUnreapedGraceFollowsTheReads(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	s := newStore(t, rdb, c) // no reaper runs
+	touch(t, s, ref("r1", "ann", "tab"), ref("r1", "bo", "a"), ref("r1", "bo", "b"))
+	release(t, s, ref("r1", "ann", "tab"))
+	release(t, s, ref("r1", "bo", "a"))
+	waitRedisPast(t, rdb, redisNow(t, rdb).Add(testTiming.OfflineGrace+time.Second+s.readSlack()+100*time.Millisecond))
+	// The heartbeat of bo's other tab settles nothing.
+	if _, err := s.Refresh(context.Background(), []presence.SessionRef{ref("r1", "bo", "b")}); err != nil {
+		t.Fatal(err)
+	}
+	if m := members(t, s, "r1"); m["ann"] != 0 || m["bo"] != 1 {
+		t.Fatalf("reads: %v, want ann gone and bo with tab b only", m)
+	}
+	before := len(c.All())
+	if before != 3 {
+		t.Fatalf("transitions before the joins: %v, want the two onlines and bo's second tab", c.All())
+	}
+	touch(t, s, ref("r1", "ann", "tab"), ref("r1", "bo", "a")) // both come back
+	got := c.All()[before:]
+	var kinds []string
+	for _, tr := range got {
+		kinds = append(kinds, fmt.Sprintf("%s %s %s %s", tr.Kind, tr.Reason, tr.User, tr.Session))
+	}
+	want := []string{"offline left ann ", "update left bo a", "online joined ann tab", "update joined bo a"}
+	if !slices.Equal(kinds, want) {
+		t.Fatalf("transitions %q, want %q", kinds, want)
+	}
+}

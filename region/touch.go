@@ -129,7 +129,7 @@ func (s *Store) touchCalls(sorted []presence.SessionRef, claim bool) []touchCall
 	var calls []touchCall
 	for _, k := range order {
 		b := touchBatcher{s: s, index: k, chunk: s.opt.ChunkSize,
-			head: []any{ms(s.t.SessionTTL), ms(s.opt.PublishLease), s.opt.MaxOutbox, s.holder, flag, expected[k]}}
+			head: []any{ms(s.t.SessionTTL), ms(s.opt.PublishLease), s.opt.MaxOutbox, s.holder, flag, expected[k], s.readCut(), ms(s.readSlack())}}
 		b.reset()
 		for _, rb := range byIndex[k] {
 			b.add(rb)
@@ -182,8 +182,8 @@ func (b *touchBatcher) flush() {
 }
 
 // touchReplies reads the replies of touch.lua (see there): the slot's
-// incarnation, then per room the new outbox entries, the refs lost and
-// the refs taken. It returns the entries by room.
+// incarnation, then per room the new outbox entries, the refs lost, the
+// refs taken and the refs orphaned. It returns the entries by room.
 func (s *Store) touchReplies(calls []touchCall, cmds []*redis.Cmd, res *presence.TouchResult) map[string][]string {
 	pending := map[string][]string{}
 	for ci, cmd := range cmds {
@@ -194,7 +194,7 @@ func (s *Store) touchReplies(calls []touchCall, cmds []*redis.Cmd, res *presence
 		s.sawIncarnation(calls[ci].index, str(out[0]))
 		for ri, v := range out[1:] {
 			parts, ok := v.([]any)
-			if !ok || ri >= len(calls[ci].rooms) || len(parts) != 3 {
+			if !ok || ri >= len(calls[ci].rooms) || len(parts) != 4 {
 				continue
 			}
 			room := calls[ci].rooms[ri]
@@ -203,6 +203,7 @@ func (s *Store) touchReplies(calls []touchCall, cmds []*redis.Cmd, res *presence
 			}
 			res.Lost = appendRefs(res.Lost, room, parts[1])
 			res.Taken = appendRefs(res.Taken, room, parts[2])
+			res.Orphaned = appendRefs(res.Orphaned, room, parts[3])
 		}
 	}
 	return pending

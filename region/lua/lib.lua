@@ -348,6 +348,9 @@ local function settle(r, now, cut, maxo, limit)
   return #dead == limit
 end
 
+-- SETTLE_LIMIT bounds what a join settles for a late reaper.
+local SETTLE_LIMIT = 1000
+
 local function first_score(key)
   local a = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
   if a[2] then

@@ -4,13 +4,16 @@
 -- KEYS[2..] eight keys per room, in ARGV order (see lib.lua)
 -- ARGV[1] session TTL ms, ARGV[2] publish lease ms, ARGV[3] outbox cap,
 -- ARGV[4] holder, ARGV[5] '1' for a claim, '0' for a refresh,
--- ARGV[6] the slot's incarnation the caller saw last ('' if none)
--- ARGV[7..] per room: room id, k, then k pairs (user, session), a user's
+-- ARGV[6] the slot's incarnation the caller saw last ('' if none),
+-- ARGV[7] the read cut ms (0: none) and ARGV[8] the read slack ms (see
+-- read_cut)
+-- ARGV[9..] per room: room id, k, then k pairs (user, session), a user's
 -- pairs adjacent (their until is raised once)
 -- Returns the slot's incarnation, then one entry per room: 0, or {events,
--- lost, taken}: the outbox entries this call added, the "user:session"
--- refreshes found held by another holder (not written), and those a claim
--- took from another holder.
+-- lost, taken, orphaned}: the outbox entries this call added, the
+-- "user:session" refreshes found held by another holder (not written),
+-- those a claim took from another holder, and the refreshes found taken
+-- from this holder or released but held by no one now (not written).
 local now = now_ms()
 local ttl, lease, maxo = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local holder, claim = ARGV[4], ARGV[5] == '1'
@@ -22,16 +25,28 @@ local inc, restoring = incarnation(idx, now, ARGV[6])
 local exps = math.ceil((now + ttl) / 1000)
 local exp = exps * 1000
 local out = {inc}
-local a, ri = 7, 0
+local rc = read_cut(now, ARGV[7], ARGV[8])
+local scut = sweep_cut(now, ARGV[7], 0, 0)
+local a, ri = 9, 0
 while a <= #ARGV do
   local room, k = ARGV[a], tonumber(ARGV[a + 1])
   a = a + 2
   local r = room_at(2 + ri * ROOM_KEYS)
   ri = ri + 1
   emitted = 0
+  if claim then
+    -- The reaper is late: reads already leave out what is overdue beyond
+    -- the read slack. A join settles it first, so that its own events
+    -- follow the departures readers already see (a return after a grace
+    -- that ended is offline then online, as a fresh snapshot shows it).
+    local z1, s1 = first_score(r.z), first_score(r.s)
+    if z1 and z1 < rc or s1 and s1 < live_s(rc) then
+      settle(r, now, scut, maxo, SETTLE_LIMIT)
+    end
+  end
   -- Most rooms have no grace running: then no refresh looks at g.
   local ng = redis.call('HLEN', r.g)
-  local lost, taken = {}, {}
+  local lost, taken, orphaned = {}, {}, {}
   local prev = nil -- the last user whose until was raised
   for _ = 1, k do
     local u, sid = ARGV[a], ARGV[a + 1]
@@ -43,9 +58,21 @@ while a <= #ARGV do
       -- a session that moved here from another holder.
       local others = session_entries(r, u, sid, m)
       if not claim and (#others > 0 or redis.call('ZSCORE', r.mv, m)) then
-        -- Taken over by another holder: a refresh never takes it back.
+        -- Taken over by another holder, or released: a refresh never
+        -- takes it back. Orphaned when no holder has it now, only a
+        -- released entry (its taker's connection ended, or this
+        -- holder released it itself): the caller may claim it again.
         redis.call('ZREM', r.s, m)
-        lost[#lost + 1] = u .. ':' .. sid
+        local held = false
+        for _, o in ipairs(others) do
+          local _, _, h = parse(o)
+          if h ~= '' then held = true end
+        end
+        if held or #others == 0 then
+          lost[#lost + 1] = u .. ':' .. sid
+        else
+          orphaned[#orphaned + 1] = u .. ':' .. sid
+        end
       else
         if claim then
           local held = false
@@ -100,13 +127,13 @@ while a <= #ARGV do
       end
     end
   end
-  if emitted > 0 or #lost > 0 or #taken > 0 then
+  if emitted > 0 or #lost > 0 or #taken > 0 or #orphaned > 0 then
     local ev = {}
     if emitted > 0 then
       redis.call('ZADD', idx, 'LT', now + lease, room)
       ev = redis.call('LRANGE', r.o, -emitted, -1)
     end
-    out[ri + 1] = {ev, lost, taken}
+    out[ri + 1] = {ev, lost, taken, orphaned}
   else
     out[ri + 1] = 0
   end
