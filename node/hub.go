@@ -396,8 +396,9 @@ func (h *hub) readyLocked(r *room, snap presence.Snapshot, ref, reason string, m
 		c.send(frames[m.detail])
 		m.after, m.live, m.resync = snap.RoomSeq, true, false
 		for _, e := range m.buf {
-			if e.seq > m.after {
+			if e.seq > m.after && (e.epoch == snap.Epoch || e.epoch == 0) {
 				c.send(e.frame)
+				m.after = e.seq // so the room's replay of its early events skips it
 			}
 		}
 		m.buf = nil
@@ -521,6 +522,11 @@ func (h *hub) eventLocked(r *room, e event) {
 			return
 		}
 		r.early = append(r.early, e)
+		// Every member keeps it too (none is live before the room's first
+		// snapshot): the first snapshot to arrive may have been read after
+		// a member's, and the room then starts past events that member's
+		// snapshot does not reflect.
+		h.deliverLocked(r, e)
 		return
 	case bus.NewEpoch:
 		h.log.Info("node: room numbering restarted; starting the room over", "room", r.name, "epoch", e.epoch)
