@@ -71,6 +71,7 @@ type room struct {
 	members map[*conn]*member
 
 	seq       *bus.Sequencer[event] // (epoch, base): every Seq <= base is passed on or in a snapshot
+	start     uint64                // the RoomSeq the room's position started from (the last Reset)
 	early     []event               // received before the first snapshot
 	lost      bool                  // early overflowed
 	resyncing bool
@@ -359,9 +360,13 @@ func (r *room) memberOf(c *conn) *member {
 // buffers overflowed) and a newer one is needed.
 //
 // A snapshot of the room's numbering serves however far the room's events
-// have run past it: it was read after the members were added, so every
-// event above its RoomSeq reached their buffers. (Asking for a newer one
-// instead, under a steady stream of joins, can chase the stream forever.)
+// have run past it, as long as it is not older than the one the room's
+// position started from: it was read after the members were added, so
+// every event above its RoomSeq that the room passed on reached their
+// buffers, and the room passes over only what its starting snapshot
+// covers. (Asking for one newer than the room's position instead, under a
+// steady stream of joins, can chase the stream forever; one at least as
+// new as its start is a single read away, as the store is ahead of it.)
 // A snapshot of a later numbering means the store restarted the room, and
 // one with no numbering while the room has one means the store lost it:
 // either way the room starts over from it.
@@ -377,7 +382,13 @@ func (h *hub) readyLocked(r *room, snap presence.Snapshot, ref, reason string, m
 		}
 		h.resetLocked(r)
 	}
-	_, _, synced := r.seq.Position()
+	epoch, _, synced := r.seq.Position()
+	if synced && snap.Epoch == epoch && snap.RoomSeq < r.start {
+		// The room started from a later snapshot: events between this one
+		// and that one were passed over, not buffered. A new read is at
+		// least that far.
+		return false
+	}
 	if !synced && r.lost {
 		r.lost, r.early = false, nil
 		return false
@@ -396,15 +407,15 @@ func (h *hub) readyLocked(r *room, snap presence.Snapshot, ref, reason string, m
 		c.send(frames[m.detail])
 		m.after, m.live, m.resync = snap.RoomSeq, true, false
 		for _, e := range m.buf {
-			if e.seq > m.after && (e.epoch == snap.Epoch || e.epoch == 0) {
+			if e.seq > m.after {
 				c.send(e.frame)
-				m.after = e.seq // so the room's replay of its early events skips it
 			}
 		}
 		m.buf = nil
 	}
 	if !synced {
 		r.seq.Reset(snap.Epoch, snap.RoomSeq)
+		r.start = snap.RoomSeq
 		early := r.early
 		r.early = nil
 		for _, e := range early {
@@ -522,11 +533,6 @@ func (h *hub) eventLocked(r *room, e event) {
 			return
 		}
 		r.early = append(r.early, e)
-		// Every member keeps it too (none is live before the room's first
-		// snapshot): the first snapshot to arrive may have been read after
-		// a member's, and the room then starts past events that member's
-		// snapshot does not reflect.
-		h.deliverLocked(r, e)
 		return
 	case bus.NewEpoch:
 		h.log.Info("node: room numbering restarted; starting the room over", "room", r.name, "epoch", e.epoch)

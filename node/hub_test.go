@@ -2,7 +2,7 @@ package node
 
 import (
 	"fmt"
-	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,10 +13,11 @@ import (
 )
 
 // Two joiners of a room that has no position yet: a's snapshot is read
-// first (at seq 7), b's later (at 8), and event 8 arrives before either.
-// If b's snapshot is handed out first, the room starts at 8; a must still
-// get event 8, which its snapshot does not reflect, then 9 once, in order.
-func TestAnEarlierSnapshotReadiedLaterStillGetsTheEventsAfterIt(t *testing.T) {
+// first (at seq 7), b's later (at 8). b's is handed out first and starts
+// the room at 8; event 8 then arrives (a snapshot can outrun the bus) and
+// is passed over. a's snapshot cannot serve: a would never get event 8.
+// It is refused (a new read follows), and a new one serves.
+func TestASnapshotOlderThanTheRoomsStartIsRefused(t *testing.T) {
 	zero := func() int { return 0 }
 	m, err := newMetrics(prometheus.NewRegistry(), gauges{zero, zero, zero, zero, zero})
 	if err != nil {
@@ -34,27 +35,28 @@ func TestAnEarlierSnapshotReadiedLaterStillGetsTheEventsAfterIt(t *testing.T) {
 	snap := func(seq uint64) presence.Snapshot { return presence.Snapshot{Room: "r", Epoch: 1, RoomSeq: seq} }
 
 	h.mu.Lock()
+	if !h.readyLocked(r, snap(8), "", reasonJoin, map[*conn]*member{b: r.members[b]}) {
+		t.Fatal("the room's first snapshot was refused")
+	}
 	h.eventLocked(r, ev(8))
-	if !h.readyLocked(r, snap(8), "", reasonJoin, map[*conn]*member{b: r.members[b]}) ||
-		!h.readyLocked(r, snap(7), "", reasonJoin, map[*conn]*member{a: r.members[a]}) {
-		t.Fatal("a snapshot of the room's numbering was refused")
+	if h.readyLocked(r, snap(7), "", reasonJoin, map[*conn]*member{a: r.members[a]}) {
+		t.Fatal("a snapshot older than the room's start served: a misses event 8")
+	}
+	if !h.readyLocked(r, snap(8), "", reasonJoin, map[*conn]*member{a: r.members[a]}) {
+		t.Fatal("a snapshot as new as the room's start was refused")
 	}
 	h.eventLocked(r, ev(9))
 	h.mu.Unlock()
 
-	events := func(c *conn) []string {
+	for _, c := range []*conn{a, b} {
 		c.mu.Lock()
-		defer c.mu.Unlock()
-		var out []string
-		for _, f := range c.queue[1:] { // after the snapshot
-			out = append(out, string(f))
+		var got []string
+		for _, f := range c.queue {
+			got = append(got, string(f))
 		}
-		return out
-	}
-	if got := events(a); !slices.Equal(got, []string{"e8", "e9"}) {
-		t.Fatalf("a got %q after its snapshot at 7, want e8 then e9", got)
-	}
-	if got := events(b); !slices.Equal(got, []string{"e9"}) {
-		t.Fatalf("b got %q after its snapshot at 8, want e9", got)
+		c.mu.Unlock()
+		if len(got) != 2 || !strings.Contains(got[0], `"room_seq":8`) || got[1] != "e9" {
+			t.Fatalf("%s got %q, want its snapshot at 8 then e9", c.user, got)
+		}
 	}
 }
