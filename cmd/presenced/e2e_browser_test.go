@@ -462,13 +462,6 @@ const demoDOM = `(() => {
   };
 })()`
 
-func demoState(t *testing.T, tb *tab) demoView {
-	t.Helper()
-	var d demoView
-	tb.eval(demoDOM, &d)
-	return d
-}
-
 func waitDemo(t *testing.T, tb *tab, what string, cond func(demoView) bool) demoView {
 	t.Helper()
 	var last demoView
