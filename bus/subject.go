@@ -118,6 +118,12 @@ func RoomFilter(region, room string) string {
 	return Root + "." + region + "." + room + ".>"
 }
 
+// UserFilter matches the transitions of one user in one room of a region:
+// what a watch list needs, and nothing of the room's other members.
+func UserFilter(region, room, user string) string {
+	return Root + "." + region + "." + room + ".*." + user
+}
+
 // RegionFilter matches every transition of one region.
 func RegionFilter(region string) string { return Root + "." + region + ".>" }
 

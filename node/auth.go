@@ -61,8 +61,12 @@ const maxRoomPatterns = 256
 // required. Rooms lists exact room ids, or prefixes ending in '*' ("team7-*"
 // matches every room starting with "team7-", "*" matches all rooms); '*'
 // is not a valid id byte, so a pattern never reads as a room.
+//
+// Observe lets the user join its rooms with "present":false: follow a room
+// without being listed in it.
 type Claims struct {
-	Rooms []string `json:"rooms"`
+	Rooms   []string `json:"rooms"`
+	Observe bool     `json:"observe,omitempty"`
 	jwt.RegisteredClaims
 }
 
@@ -70,6 +74,8 @@ type Claims struct {
 type identity struct {
 	user  string
 	rooms []string  // exact ids, or prefixes with a trailing '*'
+	// observe: may join without a session ("present":false).
+	observe bool
 	until time.Time // exp plus the leeway; zero in dev mode (no token)
 }
 
@@ -184,7 +190,7 @@ func (a *authenticator) authenticate(r *http.Request, q url.Values) (*identity, 
 		if err := presence.ValidateUser(u); err != nil {
 			return nil, &authError{fmt.Sprintf("dev mode needs ?%s=<user id>: %v", UserQueryParam, err)}
 		}
-		return &identity{user: u, rooms: []string{"*"}}, nil
+		return &identity{user: u, rooms: []string{"*"}, observe: true}, nil
 	}
 	raw := tokenFrom(r, q)
 	if raw == "" {
@@ -220,7 +226,7 @@ func (a *authenticator) parse(raw string) (*identity, error) {
 			return nil, &authError{"token rooms claim: " + err.Error()}
 		}
 	}
-	return &identity{user: c.Subject, rooms: c.Rooms, until: c.ExpiresAt.Add(a.cfg.Leeway)}, nil
+	return &identity{user: c.Subject, rooms: c.Rooms, observe: c.Observe, until: c.ExpiresAt.Add(a.cfg.Leeway)}, nil
 }
 
 // checkRoomPattern accepts a room id, or a prefix of id bytes followed by

@@ -70,6 +70,16 @@ type Config struct {
 	// for one heartbeat batch. Default 5s.
 	StoreTimeout time.Duration
 
+	// FanoutTick is how often batched events and counts go out (see
+	// docs/PROTOCOL.md, "Big rooms"): a room's events of one tick reach a
+	// member taking events frames as one frame, and a count member gets at
+	// most one count per tick. Default 100ms; at least 5ms.
+	FanoutTick time.Duration
+	// BatchFrom is the local member count from which a room's events are
+	// batched for the members that take events frames; smaller rooms get
+	// one frame per event, at once. Default 100; negative: never.
+	BatchFrom int
+
 	// Checks are more health checks, by name: while one returns an error
 	// the node reports itself degraded (503), e.g. "stream" while
 	// transitions cannot be stored.
@@ -97,6 +107,11 @@ type Limits struct {
 	// MaxRooms per connection; a join beyond it is refused with the error
 	// code too_many_rooms. Default 32.
 	MaxRooms int
+	// MaxWatches is the most rooms one connection watches (too_many_rooms
+	// past it), MaxWatchUsers the most users of one watch (invalid_watch).
+	// Defaults 32 and 100; MaxWatchUsers at most 1000.
+	MaxWatches    int
+	MaxWatchUsers int
 	// FrameRate and FrameBurst are a token bucket over every client frame
 	// (joins, leaves, state, pings). Defaults 10/s and 20.
 	FrameRate  float64
@@ -166,6 +181,12 @@ const (
 	DefaultWriteBufferBytes = 4096
 	DefaultHeartbeatSlots   = 10
 	DefaultStoreTimeout     = 5 * time.Second
+	DefaultFanoutTick       = 100 * time.Millisecond
+	DefaultBatchFrom        = 100
+	DefaultMaxWatches       = 32
+	DefaultMaxWatchUsers    = 100
+	// maxWatchUsersCap is region.MaxUsersRead: one watch is one read.
+	maxWatchUsersCap = 1000
 )
 
 // configError reports a setting New rejected, as the project's one config
@@ -190,6 +211,8 @@ func (l Limits) withDefaults() Limits {
 	defI(&l.MaxConnections, DefaultMaxConnections)
 	defI(&l.MaxFrameBytes, DefaultMaxFrameBytes)
 	defI(&l.MaxRooms, DefaultMaxRooms)
+	defI(&l.MaxWatches, DefaultMaxWatches)
+	defI(&l.MaxWatchUsers, DefaultMaxWatchUsers)
 	if l.FrameRate == 0 {
 		l.FrameRate = DefaultFrameRate
 	}
@@ -217,6 +240,7 @@ func (l Limits) validate() error {
 		v    int
 	}{
 		{"max connections", l.MaxConnections}, {"max frame bytes", l.MaxFrameBytes}, {"max rooms", l.MaxRooms},
+		{"max watches", l.MaxWatches}, {"max watch users", l.MaxWatchUsers},
 		{"frame burst", l.FrameBurst}, {"rate strikes", l.RateStrikes}, {"send queue", l.SendQueue},
 		{"snapshot members", l.SnapshotMembers}, {"touch batch", l.TouchBatch}, {"max inflight", l.MaxInflight}, {"max http conns", l.MaxHTTPConns},
 		{"read buffer bytes", l.ReadBufferBytes}, {"write buffer bytes", l.WriteBufferBytes},
@@ -235,6 +259,9 @@ func (l Limits) validate() error {
 		if c.d <= 0 {
 			return configError("limits: "+c.name, fmt.Sprintf("must be positive, got %v", c.d))
 		}
+	}
+	if l.MaxWatchUsers > maxWatchUsersCap {
+		return configError("limits: max watch users", fmt.Sprintf("must be at most %d, got %d", maxWatchUsersCap, l.MaxWatchUsers))
 	}
 	if l.FrameRate <= 0 {
 		return configError("limits: frame rate", fmt.Sprintf("must be positive, got %v", l.FrameRate))
@@ -282,6 +309,15 @@ func (c Config) check() (Config, error) {
 	}
 	if c.StoreTimeout < 0 {
 		return c, configError("store timeout", fmt.Sprintf("must be positive, got %v", c.StoreTimeout))
+	}
+	if c.FanoutTick == 0 {
+		c.FanoutTick = DefaultFanoutTick
+	}
+	if c.FanoutTick < 5*time.Millisecond {
+		return c, configError("fanout tick", fmt.Sprintf("must be at least 5ms, got %v", c.FanoutTick))
+	}
+	if c.BatchFrom == 0 {
+		c.BatchFrom = DefaultBatchFrom
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -38,7 +38,9 @@ type conn struct {
 
 	// Reader goroutine only.
 	grant   *identity // the latest token's; a refresh replaces it
-	rooms   []string
+	rooms   []string  // joined with a session
+	follows []string  // joined without one ("present":false)
+	watches []string  // watched
 	tokens  float64
 	last    int64 // monotonic ns of the last refill
 	strikes int32
@@ -85,15 +87,20 @@ type connDeps struct {
 // snapshots and pages of their members.
 type roomSet interface {
 	// add makes c a (not yet live) member of room.
-	add(ctx context.Context, room string, c *conn, d detail) error
+	add(ctx context.Context, room string, c *conn, in interest) error
 	// remove takes c out of room.
 	remove(room string, c *conn)
 	// snapshot sends c the room's snapshot, answering ref, and makes it
 	// live, kept at detail d from now on.
-	snapshot(ctx context.Context, room string, c *conn, ref string, d detail) error
+	snapshot(ctx context.Context, room string, c *conn, ref string, in interest) error
 	// page reads one page of room's members, from where snapshots come,
 	// at c's detail.
 	page(ctx context.Context, room string, c *conn, offset, limit int) (presence.Snapshot, error)
+	// watchUsers replaces c's watch of room by users (none: ends it) and
+	// sends the watching reply; on error c no longer watches room.
+	watchUsers(ctx context.Context, room string, c *conn, ref string, users []string) error
+	// unwatch ends c's watch of room.
+	unwatch(room string, c *conn)
 }
 
 // sessionHolder is what the session keeper offers a connection: holding

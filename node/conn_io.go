@@ -51,6 +51,14 @@ func (c *conn) send(b []byte) {
 	c.signal()
 }
 
+// queued is how many frames wait for the writer: a member taking events
+// frames is held under behindFrames by the hub.
+func (c *conn) queued() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.queue)
+}
+
 // requestPing asks the writer for a ping; the wheel calls it.
 func (c *conn) requestPing() {
 	c.mu.Lock()
@@ -182,6 +190,13 @@ func (c *conn) cleanup(err error) {
 	for _, room := range c.rooms {
 		d.rooms.remove(room, c)
 	}
+	for _, room := range c.follows {
+		d.rooms.remove(room, c)
+	}
+	for _, room := range c.watches {
+		d.rooms.unwatch(room, c)
+	}
+	c.follows, c.watches = nil, nil
 	c.mu.Lock()
 	c.done, c.queue = true, nil
 	c.mu.Unlock()

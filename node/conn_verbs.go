@@ -47,7 +47,7 @@ func (c *conn) handle(mt int, data []byte) {
 		return
 	}
 	switch req.Type {
-	case typeJoin, typeLeave, typeState, typeMembers:
+	case typeJoin, typeLeave, typeState, typeMembers, typeWatch:
 		if !c.d.admission.admit() {
 			c.d.metrics.rejectedFrames.WithLabelValues(string(CodeUnavailable)).Inc()
 			c.send(mustJSON(errorFrame{Type: typeError, Code: CodeUnavailable, Ref: req.Ref,
@@ -72,10 +72,12 @@ func (c *conn) handle(mt int, data []byte) {
 		c.refresh(ctx, req)
 	case typeMembers:
 		c.members(ctx, req)
+	case typeWatch:
+		c.watch(ctx, req)
 	case "":
 		c.reject(CodeBadFrame, "frame has no type", req.Ref)
 	default:
-		c.reject(CodeUnknownType, fmt.Sprintf("unknown frame type %.40q (protocol v%d knows join, leave, state, ping, refresh, members)", req.Type, ProtocolVersion), req.Ref)
+		c.reject(CodeUnknownType, fmt.Sprintf("unknown frame type %.40q (protocol v%d knows join, leave, state, ping, refresh, members, watch)", req.Type, ProtocolVersion), req.Ref)
 	}
 }
 
@@ -134,26 +136,47 @@ func (c *conn) join(ctx context.Context, req request) {
 		return
 	}
 	room := req.Room
-	d, ok := c.detailOf(req)
+	in, ok := c.interestOf(req)
 	if !ok {
 		return
 	}
+	present := req.Present == nil || *req.Present
 	if !c.grant.allowed(room) {
 		c.reject(CodeForbidden, fmt.Sprintf("the token does not grant room %q", room), req.Ref)
 		return
 	}
-	if slices.Contains(c.rooms, room) {
-		if err := c.d.rooms.snapshot(ctx, room, c, req.Ref, d); err != nil {
+	if !present && !c.grant.observe {
+		c.reject(CodeForbidden, `joining without presence ("present":false) needs the token's observe claim`, req.Ref)
+		return
+	}
+	joined, following := slices.Contains(c.rooms, room), slices.Contains(c.follows, room)
+	if joined || following {
+		if joined != present {
+			c.reject(CodeInvalidView, fmt.Sprintf("room %q is joined with present %t; leave it first to change that", room, joined), req.Ref)
+			return
+		}
+		if err := c.d.rooms.snapshot(ctx, room, c, req.Ref, in); err != nil {
 			c.unavailable("snapshot", err, req.Ref)
 		}
 		return
 	}
-	if len(c.rooms) >= c.d.lim.MaxRooms {
+	if len(c.rooms)+len(c.follows) >= c.d.lim.MaxRooms {
 		c.reject(CodeTooManyRooms, fmt.Sprintf("at most %d rooms per connection", c.d.lim.MaxRooms), req.Ref)
 		return
 	}
-	if err := c.d.rooms.add(ctx, room, c, d); err != nil {
+	if err := c.d.rooms.add(ctx, room, c, in); err != nil {
 		c.unavailable("subscribe", err, req.Ref)
+		return
+	}
+	if !present {
+		c.follows = append(c.follows, room)
+		if err := c.d.rooms.snapshot(ctx, room, c, req.Ref, in); err != nil {
+			c.follows = c.follows[:len(c.follows)-1]
+			c.d.rooms.remove(room, c)
+			c.unavailable("snapshot", err, req.Ref)
+			return
+		}
+		c.d.metrics.joins.Inc()
 		return
 	}
 	ref := c.ref(room)
@@ -163,7 +186,7 @@ func (c *conn) join(ctx context.Context, req request) {
 		return
 	}
 	c.rooms = append(c.rooms, room)
-	if err := c.d.rooms.snapshot(ctx, room, c, req.Ref, d); err != nil {
+	if err := c.d.rooms.snapshot(ctx, room, c, req.Ref, in); err != nil {
 		// Undo the join, so that the error means what it says. The grace
 		// makes a retry inside it silent.
 		c.rooms = c.rooms[:len(c.rooms)-1]
@@ -175,6 +198,28 @@ func (c *conn) join(ctx context.Context, req request) {
 		return
 	}
 	c.d.metrics.joins.Inc()
+}
+
+// interestOf reads a join's detail, view and batch, or rejects the join.
+func (c *conn) interestOf(req request) (interest, bool) {
+	d, ok := c.detailOf(req)
+	if !ok {
+		return interest{}, false
+	}
+	in := interest{detail: d, batch: req.Batch}
+	switch req.View {
+	case "", viewMembersName:
+	case viewCountName:
+		if req.Detail != "" {
+			c.reject(CodeInvalidView, `detail applies to the members view; a count view has none`, req.Ref)
+			return interest{}, false
+		}
+		in.count = true
+	default:
+		c.reject(CodeInvalidView, fmt.Sprintf("view must be %q, %q or absent, got %.40q", viewMembersName, viewCountName, req.View), req.Ref)
+		return interest{}, false
+	}
+	return in, true
 }
 
 // detailOf reads a join's detail, or rejects the join.
@@ -193,6 +238,12 @@ func (c *conn) detailOf(req request) (detail, bool) {
 }
 
 func (c *conn) leave(ctx context.Context, req request) {
+	if i := slices.Index(c.follows, req.Room); i >= 0 {
+		c.follows = slices.Delete(c.follows, i, i+1)
+		c.d.rooms.remove(req.Room, c)
+		c.send(mustJSON(replyFrame{Type: typeLeft, Ref: req.Ref, Room: req.Room}))
+		return
+	}
 	i, ok := c.joinedRoom(req)
 	if !ok {
 		return
@@ -217,6 +268,10 @@ func (c *conn) drop(ctx context.Context, i int, why string) {
 }
 
 func (c *conn) setState(ctx context.Context, req request) {
+	if slices.Contains(c.follows, req.Room) {
+		c.reject(CodeNotJoined, fmt.Sprintf("room %q is joined without presence: there is no session to set a state on", req.Room), req.Ref)
+		return
+	}
 	if _, ok := c.joinedRoom(req); !ok {
 		return
 	}
@@ -252,8 +307,10 @@ func (c *conn) setState(ctx context.Context, req request) {
 // members sends one page of a joined room's members, from the same
 // source as the room's snapshots; it changes nothing.
 func (c *conn) members(ctx context.Context, req request) {
-	if _, ok := c.joinedRoom(req); !ok {
-		return
+	if !slices.Contains(c.follows, req.Room) {
+		if _, ok := c.joinedRoom(req); !ok {
+			return
+		}
 	}
 	most := c.d.lim.SnapshotMembers
 	offset, limit := 0, most
@@ -309,8 +366,75 @@ func (c *conn) refresh(ctx context.Context, req request) {
 			c.send(mustJSON(replyFrame{Type: typeLeft, Room: room, Reason: reasonRevoked}))
 		}
 	}
+	for i := len(c.follows) - 1; i >= 0; i-- {
+		if room := c.follows[i]; !id.allowed(room) || !id.observe {
+			c.follows = slices.Delete(c.follows, i, i+1)
+			c.d.rooms.remove(room, c)
+			c.send(mustJSON(replyFrame{Type: typeLeft, Room: room, Reason: reasonRevoked}))
+		}
+	}
+	for i := len(c.watches) - 1; i >= 0; i-- {
+		if room := c.watches[i]; !id.allowed(room) {
+			c.watches = slices.Delete(c.watches, i, i+1)
+			c.d.rooms.unwatch(room, c)
+			c.send(encodeWatching("", reasonRevoked, room, []string{}, nil))
+		}
+	}
 	until := id.until
 	c.send(mustJSON(refreshedFrame{Type: typeRefreshed, Ref: req.Ref, TokenExpires: &until}))
+}
+
+// watch replaces the connection's watch list of a room; an empty list
+// ends it. Bad input changes nothing.
+func (c *conn) watch(ctx context.Context, req request) {
+	if !c.checkRoom(req) {
+		return
+	}
+	room, lim := req.Room, &c.d.lim
+	if req.Users == nil {
+		c.reject(CodeInvalidWatch, "watch needs users: an array of user ids ([] ends the watch)", req.Ref)
+		return
+	}
+	users := *req.Users
+	if len(users) > lim.MaxWatchUsers {
+		c.reject(CodeInvalidWatch, fmt.Sprintf("%d users, at most %d per watch", len(users), lim.MaxWatchUsers), req.Ref)
+		return
+	}
+	seen := make(map[string]struct{}, len(users))
+	for _, u := range users {
+		if err := presence.ValidateUser(u); err != nil {
+			c.reject(CodeInvalidWatch, fmt.Sprintf("users: %v", err), req.Ref)
+			return
+		}
+		if _, dup := seen[u]; dup {
+			c.reject(CodeInvalidWatch, fmt.Sprintf("users: %q is listed twice", u), req.Ref)
+			return
+		}
+		seen[u] = struct{}{}
+	}
+	if c.d.global {
+		c.reject(CodeInvalidWatch, "watch lists are not offered on a node serving the global view", req.Ref)
+		return
+	}
+	if !c.grant.allowed(room) {
+		c.reject(CodeForbidden, fmt.Sprintf("the token does not grant room %q", room), req.Ref)
+		return
+	}
+	i := slices.Index(c.watches, room)
+	if len(users) > 0 && i < 0 && len(c.watches) >= lim.MaxWatches {
+		c.reject(CodeTooManyRooms, fmt.Sprintf("at most %d watched rooms per connection", lim.MaxWatches), req.Ref)
+		return
+	}
+	err := c.d.rooms.watchUsers(ctx, room, c, req.Ref, users)
+	switch {
+	case (err != nil || len(users) == 0) && i >= 0:
+		c.watches = slices.Delete(c.watches, i, i+1)
+	case err == nil && len(users) > 0 && i < 0:
+		c.watches = append(c.watches, room)
+	}
+	if err != nil {
+		c.unavailable("watch", err, req.Ref)
+	}
 }
 
 func (c *conn) unavailable(op string, err error, ref string) {

@@ -139,3 +139,112 @@ func appendJSON(b []byte, v any) []byte {
 	}
 	return append(b, enc...)
 }
+
+// encodeEntry is a transition as an entry of an events frame:
+// [seq,kind,reason,user,session,sessions] and the state last, only on an
+// update that sets one (docs/PROTOCOL.md, "Batched events").
+func encodeEntry(t presence.Transition) []byte {
+	b := make([]byte, 0, 64+len(t.User)+len(t.Session)+len(t.State))
+	b = append(b, '[')
+	b = strconv.AppendUint(b, t.Seq, 10)
+	b = append(b, ',')
+	b = appendString(b, string(t.Kind))
+	b = append(b, ',')
+	b = appendString(b, string(t.Reason))
+	b = append(b, ',')
+	b = appendString(b, t.User)
+	b = append(b, ',')
+	b = appendString(b, t.Session)
+	b = append(b, ',')
+	b = strconv.AppendInt(b, int64(t.Sessions), 10)
+	if t.Kind == presence.Update && t.Reason == presence.State && len(t.State) > 0 {
+		b = append(b, ',')
+		b = appendRaw(b, t.State)
+	}
+	return append(b, ']')
+}
+
+// encodeEvents is one events frame: the entries of es with a seq above
+// after, leaving out session-only ones unless d is detailSessions; nil
+// when none is left. es share one epoch.
+func encodeEvents(region, room string, es []event, after uint64, d detail) []byte {
+	n := 0
+	for _, e := range es {
+		n += len(e.entry) + 1
+	}
+	b := make([]byte, 0, 96+len(region)+len(room)+n)
+	b = append(b, `{"type":"events","room":`...)
+	b = appendString(b, room)
+	b = append(b, `,"region":`...)
+	b = appendString(b, region)
+	b = append(b, `,"epoch":`...)
+	if len(es) > 0 {
+		b = strconv.AppendInt(b, es[0].epoch, 10)
+	} else {
+		b = append(b, '0')
+	}
+	b = append(b, `,"events":[`...)
+	first := true
+	for _, e := range es {
+		if e.seq <= after || e.sessionsOnly && d != detailSessions {
+			continue
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = append(b, e.entry...)
+	}
+	if first {
+		return nil
+	}
+	return append(b, "]}"...)
+}
+
+// encodeCount is a count frame: a join's reply (ref and reason set) or a
+// change.
+func encodeCount(ref, reason, room string, count int) []byte {
+	b := make([]byte, 0, 80+len(ref)+len(room))
+	b = append(b, `{"type":"count"`...)
+	if ref != "" {
+		b = append(b, `,"ref":`...)
+		b = appendString(b, ref)
+	}
+	b = append(b, `,"room":`...)
+	b = appendString(b, room)
+	if reason != "" {
+		b = append(b, `,"reason":`...)
+		b = appendString(b, reason)
+	}
+	b = append(b, `,"count":`...)
+	b = strconv.AppendInt(b, int64(count), 10)
+	return append(b, '}')
+}
+
+// encodeWatching is a watching frame: a watch's reply (ref set) or a
+// resync; s is the watched users' presence, absent when the watch ended.
+func encodeWatching(ref, reason, room string, users []string, s *presence.Snapshot) []byte {
+	b := make([]byte, 0, 128+len(users)*24)
+	b = append(b, `{"type":"watching"`...)
+	if ref != "" {
+		b = append(b, `,"ref":`...)
+		b = appendString(b, ref)
+	}
+	b = append(b, `,"room":`...)
+	b = appendString(b, room)
+	b = append(b, `,"reason":`...)
+	b = appendString(b, reason)
+	b = append(b, `,"users":[`...)
+	for i, u := range users {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, u)
+	}
+	b = append(b, ']')
+	if s != nil {
+		b = append(b, `,"snapshot":`...)
+		b = appendSnapshotBody(b, *s)
+	}
+	return append(b, '}')
+}

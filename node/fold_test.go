@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -43,6 +45,8 @@ type folder struct {
 	ready bool     // a snapshot came
 	ended error    // why the connection ended, once it has
 	snaps []string // the snapshots it took: reason@room_seq
+	// batches counts events frames, batched entries their events.
+	batches, batched int
 	errs  []string
 }
 
@@ -87,16 +91,51 @@ func (f *folder) apply(fr frame) {
 			f.view[m.User] = ss
 		}
 	case "event":
-		f.event(fr)
+		f.event(fr.Event, fr.raw)
+	case "events":
+		if fr.Room != f.room {
+			return
+		}
+		if len(fr.Events) == 0 {
+			f.fail("an events frame without events: %s", fr.raw)
+		}
+		f.batches++
+		f.batched += len(fr.Events)
+		for _, raw := range fr.Events {
+			e, err := decodeEntry(fr, raw)
+			if err != nil {
+				f.fail("%v", err)
+				continue
+			}
+			f.event(e, string(raw))
+		}
 	case "error":
 		f.fail("error frame %s", fr.raw)
 	}
 }
 
-func (f *folder) event(fr frame) {
-	e := fr.Event
+// decodeEntry reads one entry of an events frame as the event it stands
+// for (docs/PROTOCOL.md, "Batched events").
+func decodeEntry(fr frame, raw json.RawMessage) (bus.Event, error) {
+	var a []json.RawMessage
+	e := bus.Event{Room: fr.Room, Region: fr.Region, Epoch: fr.Epoch}
+	if err := json.Unmarshal(raw, &a); err != nil || len(a) < 6 || len(a) > 7 {
+		return e, fmt.Errorf("malformed entry %s", raw)
+	}
+	for i, dst := range []any{&e.Seq, &e.Kind, &e.Reason, &e.User, &e.Session, &e.Sessions} {
+		if err := json.Unmarshal(a[i], dst); err != nil {
+			return e, fmt.Errorf("entry %s, field %d: %v", raw, i, err)
+		}
+	}
+	if len(a) == 7 {
+		e.State = a[6]
+	}
+	return e, nil
+}
+
+func (f *folder) event(e bus.Event, raw string) {
 	if e.Room != f.room || !f.ready {
-		f.fail("event before the room's snapshot: %s", fr.raw)
+		f.fail("event before the room's snapshot: %s", raw)
 		return
 	}
 	if e.Epoch != f.epoch || e.Seq <= f.seq {
@@ -107,7 +146,7 @@ func (f *folder) event(fr frame) {
 	switch {
 	case e.Kind == presence.Online:
 		if member {
-			f.fail("online of a member: %s", fr.raw)
+			f.fail("online of a member: %s", raw)
 		}
 		ss = map[string]string{}
 		if f.sessions {
@@ -116,14 +155,14 @@ func (f *folder) event(fr frame) {
 		f.view[e.User] = ss
 	case e.Kind == presence.Offline:
 		if !member {
-			f.fail("offline of a non-member: %s", fr.raw)
+			f.fail("offline of a non-member: %s", raw)
 		}
 		delete(f.view, e.User)
 	case !member:
-		f.fail("update of a non-member: %s", fr.raw)
+		f.fail("update of a non-member: %s", raw)
 	case e.Reason == presence.State:
 		if _, listed := ss[e.Session]; f.sessions && !listed {
-			f.fail("state of an unlisted session: %s", fr.raw)
+			f.fail("state of an unlisted session: %s", raw)
 		}
 		if !f.sessions && len(e.State) == 0 {
 			delete(ss, e.Session)
@@ -132,16 +171,16 @@ func (f *folder) event(fr frame) {
 		}
 	case e.Reason == presence.Joined:
 		if _, listed := ss[e.Session]; !f.sessions || listed {
-			f.fail("a new session's update, listed %v, detail sessions %v: %s", listed, f.sessions, fr.raw)
+			f.fail("a new session's update, listed %v, detail sessions %v: %s", listed, f.sessions, raw)
 		}
 		ss[e.Session] = ""
 	case e.Reason == presence.Left || e.Reason == presence.Expired:
 		if _, listed := ss[e.Session]; f.sessions && !listed {
-			f.fail("end of an unlisted session: %s", fr.raw)
+			f.fail("end of an unlisted session: %s", raw)
 		}
 		delete(ss, e.Session)
 	default:
-		f.fail("unknown update: %s", fr.raw)
+		f.fail("unknown update: %s", raw)
 	}
 }
 
@@ -212,7 +251,11 @@ func TestFoldedViewsEqualFreshSnapshots(t *testing.T) {
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
 			e := newEnv(t)
-			r := &foldRun{t: t, e: e, nodes: []*node{e.newNode(), e.newNode()}, rng: rand.New(rand.NewPCG(seed, 10)), room: "fold"}
+			// Rooms of 3 local members or more batch for the members that
+			// take events frames (half of the joins ask), so both ways of
+			// delivery, and the switch between them, run in the schedule.
+			batched := func(c *Config) { c.BatchFrom, c.FanoutTick = 3, 50*time.Millisecond }
+			r := &foldRun{t: t, e: e, nodes: []*node{e.newNode(batched), e.newNode(batched)}, rng: rand.New(rand.NewPCG(seed, 10)), room: "fold"}
 			for u := range 4 {
 				for s := range 2 {
 					r.tabs = append(r.tabs, &tab{user: fmt.Sprintf("u%d", u), session: fmt.Sprintf("t%d", s)})
@@ -220,7 +263,7 @@ func TestFoldedViewsEqualFreshSnapshots(t *testing.T) {
 			}
 			for i, sessions := range []bool{true, false} {
 				c := r.nodes[i].dial(t, token(t, fmt.Sprintf("obs%d", i), []string{"*"}, time.Hour), "o")
-				r.observers = append(r.observers, r.join(c, fmt.Sprintf("observer %d", i), sessions))
+				r.observers = append(r.observers, r.join(c, fmt.Sprintf("observer %d", i), sessions, i == 0))
 			}
 			for step := range 120 {
 				r.step()
@@ -232,19 +275,27 @@ func TestFoldedViewsEqualFreshSnapshots(t *testing.T) {
 			// ending reaches every view.
 			e.waitRedisPast(e.redisNow().Add(testTiming.OfflineGrace + 2*time.Second))
 			r.check("settled")
+			// The batched path must have run, or the oracle proved nothing
+			// of it.
+			nBatches, nBatched := 0, 0
+			for _, f := range append(slices.Clone(r.observers), r.allTabFolders()...) {
+				f.mu.Lock()
+				nBatches, nBatched = nBatches+f.batches, nBatched+f.batched
+				f.mu.Unlock()
+			}
+			if nBatches == 0 {
+				t.Fatal("no events frame reached any connection: batching never ran")
+			}
+			t.Logf("%d events frames carried %d events", nBatches, nBatched)
 		})
 	}
 }
 
 // join joins the room on c and starts folding its frames.
-func (r *foldRun) join(c *client, name string, sessions bool) *folder {
-	d := ""
+func (r *foldRun) join(c *client, name string, sessions, batch bool) *folder {
+	req := map[string]any{"type": "join", "room": r.room, "ref": "j", "batch": batch}
 	if sessions {
-		d = detailSessionsName
-	}
-	req := map[string]string{"type": "join", "room": r.room, "ref": "j"}
-	if d != "" {
-		req["detail"] = d
+		req["detail"] = detailSessionsName
 	}
 	c.send(req)
 	return newFolder(name, r.room, sessions, c)
@@ -256,7 +307,7 @@ func (r *foldRun) join(c *client, name string, sessions bool) *folder {
 func (r *foldRun) open(tb *tab) {
 	n := r.nodes[r.rng.IntN(len(r.nodes))]
 	tb.c = n.dial(r.t, token(r.t, tb.user, []string{"*"}, time.Hour), tb.session)
-	tb.f = r.join(tb.c, tb.user+"/"+tb.session, r.rng.IntN(2) == 0)
+	tb.f = r.join(tb.c, tb.user+"/"+tb.session, r.rng.IntN(2) == 0, r.rng.IntN(2) == 0)
 	if tb.state != "" && r.rng.IntN(2) == 0 {
 		tb.c.send(map[string]any{"type": "state", "room": r.room, "state": rawJSON(tb.state), "ref": "s"})
 	}
@@ -303,6 +354,18 @@ func (r *foldRun) step() {
 		}
 		time.Sleep(d) // lets the schedule's clock run; nothing waits on its outcome
 	}
+}
+
+// allTabFolders returns the folders of every tab that ever opened; a
+// reopened tab's earlier folders are gone.
+func (r *foldRun) allTabFolders() []*folder {
+	var fs []*folder
+	for _, tb := range r.tabs {
+		if tb.f != nil {
+			fs = append(fs, tb.f)
+		}
+	}
+	return fs
 }
 
 // folders returns the folders of every open connection.

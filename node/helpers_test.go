@@ -160,6 +160,12 @@ type frame struct {
 	Truncated bool              `json:"truncated"`
 	Snapshot  presence.Snapshot `json:"snapshot"`
 	Event     bus.Event         `json:"event"`
+	// events, count and watching frames
+	Events []json.RawMessage `json:"events"`
+	Epoch  int64             `json:"epoch"`
+	Region string            `json:"region"`
+	Count  *int              `json:"count"`
+	Users  []string          `json:"users"`
 	V         int               `json:"v"`
 	User      string            `json:"user"`
 	Session   string            `json:"session"`

@@ -25,6 +25,10 @@ const (
 	gapTimeout   = time.Second
 	resyncPause  = time.Second // between failed resync snapshots
 	maxSnapTries = 4
+	// behindFrames is the most frames a member taking events frames may
+	// have queued: past it the member gets nothing more of the room until
+	// its queue has drained, then a resync snapshot.
+	behindFrames = 8
 )
 
 // errNATSDown refuses a join while NATS is away.
@@ -57,9 +61,24 @@ type hub struct {
 	wg       *sync.WaitGroup
 	gapAfter time.Duration
 
-	mu    sync.Mutex
-	rooms map[string]*room
-	gappy map[*room]struct{}
+	// Batching (docs/PROTOCOL.md, "Big rooms"): rooms with at least
+	// batchFrom local members send members taking events frames one per
+	// tick; counts go out at most once per tick.
+	tick      time.Duration
+	batchFrom int
+	counter   Counter // where count frames come from; nil: view count refused
+
+	mu     sync.Mutex
+	rooms  map[string]*room
+	gappy  map[*room]struct{}
+	dirty  map[*room]struct{} // a batch or a count to send at the next tick
+	behind map[*room]struct{} // rooms with members waiting for their queue to drain
+	// Count reads: one goroutine at a time; gen numbers the reads, so a
+	// member is never sent a count read before the one it has.
+	counting bool
+	gen      uint64
+
+	watched map[string]*wroom // watch.go
 }
 
 type room struct {
@@ -69,6 +88,13 @@ type room struct {
 	ready   chan struct{} // closed once subscribed, or failed (err set)
 	err     error
 	members map[*conn]*member
+	// counters is how many members have view count; countDirty that the
+	// room's membership changed since its count was last read.
+	counters   int
+	countDirty bool
+	readN      int    // the latest count read, and its read
+	readGen    uint64
+	pending    []event // the tick's events for members taking events frames
 
 	seq       *bus.Sequencer[event] // (epoch, base): every Seq <= base is passed on or in a snapshot
 	start     uint64                // the RoomSeq the room's position started from (the last Reset)
@@ -92,19 +118,29 @@ type flight struct {
 // member is one connection in a room. Until its snapshot is sent it is
 // not live and its transitions are buffered; after, it gets those with a
 // Seq above its snapshot's.
+//
+// after is a high-water mark: every event at or below it was sent to the
+// member or is in its snapshot, so nothing is ever sent twice, whether
+// alone, batched or buffered.
 type member struct {
-	detail detail // what the member is kept up to date with
+	in     interest // what the member is kept up to date with
 	after  uint64
 	live   bool
 	resync bool // waiting for the room's resync snapshot
 	lost   bool // buf overflowed: needs a newer snapshot
+	behind bool // its queue was full: nothing until it drains, then a resync
 	buf    []event
+	// View count: the count last sent and the read it came from.
+	sent int
+	gen  uint64
 }
 
 type event struct {
 	epoch int64 // 0: not known
 	seq   uint64
-	frame []byte
+	frame []byte // the event frame
+	entry []byte // the entry of an events frame
+	delta int8   // +1 online, -1 offline
 	// sessionsOnly: a new session of a member (update, joined), sent only
 	// to members kept at detailSessions.
 	sessionsOnly bool
@@ -119,12 +155,15 @@ func newHub(ctx context.Context, cfg Config, views *views, log *slog.Logger, m *
 		log: log, metrics: m, ctx: ctx, timeout: cfg.StoreTimeout, wg: wg,
 		msgs:     make(chan *nats.Msg, msgQueue),
 		gapAfter: cmp.Or(cfg.gapTimeout, gapTimeout),
+		tick:     cfg.FanoutTick, batchFrom: cfg.BatchFrom,
 		rooms:    map[string]*room{}, gappy: map[*room]struct{}{},
+		dirty: map[*room]struct{}{}, behind: map[*room]struct{}{}, watched: map[string]*wroom{},
 	}
 	if views != nil {
 		h.views = views
 		h.store = views
 	}
+	h.counter, _ = h.store.(Counter)
 	return h
 }
 
@@ -146,7 +185,7 @@ func (h *hub) count() int {
 // add makes c a (not yet live) member of the room. The first member
 // subscribes and flushes, so that the server has the interest before any
 // snapshot is taken; later members wait for that.
-func (h *hub) add(ctx context.Context, name string, c *conn, d detail) error {
+func (h *hub) add(ctx context.Context, name string, c *conn, in interest) error {
 	// Without NATS no event of the room can reach the member: refuse the
 	// join at once rather than after the store timeout.
 	if !h.nc.IsConnected() {
@@ -161,7 +200,10 @@ func (h *hub) add(ctx context.Context, name string, c *conn, d detail) error {
 			seq: bus.NewSequencer[event](bus.SeqLimits{GapTimeout: h.gapAfter, MaxAhead: maxHeld})}
 		h.rooms[name] = r
 	}
-	r.members[c] = &member{detail: d}
+	r.members[c] = &member{in: in}
+	if in.count {
+		r.counters++
+	}
 	h.mu.Unlock()
 
 	if create {
@@ -211,6 +253,9 @@ func (h *hub) removeFrom(r *room, c *conn) {
 // removeLocked returns the subscription to drop when c was the last
 // member.
 func (h *hub) removeLocked(r *room, c *conn) *nats.Subscription {
+	if m := r.members[c]; m != nil && m.in.count {
+		r.counters--
+	}
 	delete(r.members, c)
 	if len(r.members) > 0 || h.rooms[r.name] != r {
 		return nil
@@ -243,7 +288,7 @@ func (h *hub) page(ctx context.Context, name string, c *conn, offset, limit int)
 	h.mu.Lock()
 	d := detailStates
 	if m := h.rooms[name].memberOf(c); m != nil {
-		d = m.detail
+		d = m.in.detail
 	}
 	h.mu.Unlock()
 	return forDetail(snap, d), nil
@@ -252,20 +297,26 @@ func (h *hub) page(ctx context.Context, name string, c *conn, offset, limit int)
 // snapshot takes the room's snapshot for member c and makes it live:
 // the snapshot frame is queued first, then the buffered transitions above
 // it, then live ones.
-func (h *hub) snapshot(ctx context.Context, name string, c *conn, ref string, d detail) error {
+func (h *hub) snapshot(ctx context.Context, name string, c *conn, ref string, in interest) error {
 	h.mu.Lock()
 	if r := h.rooms[name]; r != nil && r.members[c] != nil {
 		m := r.members[c]
-		m.live, m.buf, m.lost, m.detail = false, nil, false, d
+		if m.in.count != in.count {
+			r.counters += map[bool]int{true: 1, false: -1}[in.count]
+		}
+		m.live, m.buf, m.lost, m.behind, m.resync, m.in = false, nil, false, false, false, in
 	}
 	h.mu.Unlock()
+	if in.count {
+		return h.countReply(ctx, name, c, ref)
+	}
 	for try := 1; ; try++ {
 		snap, err := h.freshSnapshot(ctx, name)
 		if err != nil {
 			// A member that was live (a repeated join) must not stay
 			// muted: the room's resync serves it once the store is back.
 			h.mu.Lock()
-			if r := h.rooms[name]; r.memberOf(c) != nil {
+			if r := h.rooms[name]; r.memberOf(c) != nil && !r.members[c].in.count {
 				r.members[c].resync = true
 				h.startResyncLocked(r)
 			}
@@ -401,14 +452,16 @@ func (h *hub) readyLocked(r *room, snap presence.Snapshot, ref, reason string, m
 	}
 	var frames [detailSessions + 1][]byte // encoded once per detail
 	for c, m := range ms {
-		if frames[m.detail] == nil {
-			frames[m.detail] = encodeSnapshot(ref, reason, forDetail(snap, m.detail))
+		d := m.in.detail
+		if frames[d] == nil {
+			frames[d] = encodeSnapshot(ref, reason, forDetail(snap, d))
 		}
-		c.send(frames[m.detail])
+		c.send(frames[d])
 		m.after, m.live, m.resync = snap.RoomSeq, true, false
 		for _, e := range m.buf {
-			if e.seq > m.after {
+			if e.seq > m.after && (!e.sessionsOnly || d == detailSessions) {
 				c.send(e.frame)
+				m.after = e.seq
 			}
 		}
 		m.buf = nil
@@ -429,10 +482,22 @@ func (h *hub) readyLocked(r *room, snap presence.Snapshot, ref, reason string, m
 // resync.
 func (h *hub) resetLocked(r *room) {
 	r.seq.Forget()
-	r.early, r.lost = nil, false
+	r.early, r.lost, r.pending = nil, false, nil
 	delete(h.gappy, r)
 	for _, m := range r.members {
-		m.live, m.buf, m.lost, m.resync = false, nil, false, true
+		switch {
+		case m.in.count:
+			// Counts are read, not folded: read again, as events may
+			// have been lost.
+		case m.behind:
+			// Served once its queue has drained (checkBehind).
+		default:
+			m.live, m.buf, m.lost, m.resync = false, nil, false, true
+		}
+	}
+	if r.counters > 0 {
+		r.countDirty = true
+		h.dirty[r] = struct{}{}
 	}
 	h.metrics.resyncs.Inc()
 	h.startResyncLocked(r)
@@ -515,6 +580,7 @@ func (h *hub) waitingLocked(r *room) map[*conn]*member {
 func (h *hub) resyncAll() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.resyncWatchesLocked()
 	for _, r := range h.rooms {
 		select {
 		case <-r.ready:
@@ -557,18 +623,31 @@ func (h *hub) eventLocked(r *room, e event) {
 	}
 }
 
+//
+// In a room with at least batchFrom members, or while the tick's batch
+// has begun, live members taking events frames get the event at the next
+// tick (flushLocked) instead, with the rest of the tick's events.
 func (h *hub) deliverLocked(r *room, e event) {
+	batching := len(r.pending) > 0 || h.batchFrom > 0 && len(r.members) >= h.batchFrom
+	queued := false
 	for c, m := range r.members {
 		switch {
-		case e.seq <= m.after || e.sessionsOnly && m.detail != detailSessions:
+		case m.in.count || m.behind || e.seq <= m.after || e.sessionsOnly && m.in.detail != detailSessions:
+		case m.live && m.in.batch && batching:
+			queued = true
 		case m.live:
 			c.send(e.frame)
+			m.after = e.seq
 			h.metrics.forwarded.Inc()
 		case len(m.buf) >= maxBuffered:
 			m.lost, m.buf = true, nil
 		case !m.lost:
 			m.buf = append(m.buf, e)
 		}
+	}
+	if queued {
+		r.pending = append(r.pending, e)
+		h.dirty[r] = struct{}{}
 	}
 }
 
@@ -582,18 +661,36 @@ func (h *hub) onMsg(msg *nats.Msg) {
 	if err == nil {
 		frame, err = encodeEvent(t)
 	}
+	var delta int8
+	switch t.Kind {
+	case presence.Online:
+		delta = 1
+	case presence.Offline:
+		delta = -1
+	}
 	if err != nil {
 		h.metrics.badEvents.Inc()
 		h.log.Debug("node: ignoring a malformed event", "subject", msg.Subject, "err", err)
 		return
 	}
+	e := event{epoch: t.Epoch, seq: t.Seq, frame: frame, entry: encodeEntry(t), delta: delta, sessionsOnly: sessionsOnly(t)}
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	if w := h.watched[t.Room]; w != nil && w.subs[msg.Sub] {
+		h.watchEventLocked(w, t.User, e)
+		return
+	}
 	// A room takes the events of the view it follows; the other view's,
 	// queued before it moved, are dropped.
-	if r := h.rooms[t.Room]; r != nil && t.Region == r.view {
-		h.eventLocked(r, event{epoch: t.Epoch, seq: t.Seq, frame: frame, sessionsOnly: sessionsOnly(t)})
+	if r := h.rooms[t.Room]; r != nil && t.Region == r.view && (msg.Sub == nil || msg.Sub == r.sub) {
+		if delta != 0 && r.counters > 0 {
+			// Counts are read at the tick, whatever the room's position:
+			// a room of count members only never takes a snapshot.
+			r.countDirty = true
+			h.dirty[r] = struct{}{}
+		}
+		h.eventLocked(r, e)
 	}
-	h.mu.Unlock()
 }
 
 // checkGaps resyncs rooms whose gap stayed open too long.
@@ -613,6 +710,8 @@ func (h *hub) checkGaps(now time.Time) {
 func (h *hub) dispatch(ctx context.Context) {
 	t := time.NewTicker(h.gapAfter / 4)
 	defer t.Stop()
+	fan := time.NewTicker(h.tick)
+	defer fan.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -621,6 +720,8 @@ func (h *hub) dispatch(ctx context.Context) {
 			h.onMsg(m)
 		case now := <-t.C:
 			h.checkGaps(now)
+		case <-fan.C:
+			h.fanOut()
 		}
 	}
 }

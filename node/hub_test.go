@@ -30,7 +30,7 @@ func TestASnapshotOlderThanTheRoomsStartIsRefused(t *testing.T) {
 	d := &connDeps{lim: Limits{SendQueue: 100}, log: quiet}
 	a := &conn{d: d, user: "a", writing: true} // frames stay queued, for the test to read
 	b := &conn{d: d, user: "b", writing: true}
-	r.members[a], r.members[b] = &member{detail: detailSessions}, &member{detail: detailSessions}
+	r.members[a], r.members[b] = &member{in: interest{detail: detailSessions}}, &member{in: interest{detail: detailSessions}}
 	ev := func(seq uint64) event { return event{epoch: 1, seq: seq, frame: fmt.Appendf(nil, "e%d", seq)} }
 	snap := func(seq uint64) presence.Snapshot { return presence.Snapshot{Room: "r", Epoch: 1, RoomSeq: seq} }
 

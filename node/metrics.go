@@ -16,6 +16,9 @@ type metrics struct {
 	resyncs        prometheus.Counter
 	snapshotReads  prometheus.Counter
 	forwarded      prometheus.Counter
+	batches        prometheus.Counter
+	behind         prometheus.Counter
+	watchSubs      prometheus.Counter
 	badEvents      prometheus.Counter
 	overloaded     prometheus.Counter
 }
@@ -49,7 +52,13 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 		snapshotReads: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "join_snapshot_reads_total",
 			Help: "Snapshot reads for joins; joiners of one room who ask at once share a read."}),
 		forwarded: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "events_forwarded_total",
-			Help: "Transitions queued to clients."}),
+			Help: "Transitions queued to clients one event frame each (batched ones count in events_frames_total)."}),
+		batches: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "events_frames_total",
+			Help: "Events frames queued to clients: one room's events of one tick, to one member."}),
+		behind: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "members_behind_total",
+			Help: "Members taking events frames that read too slowly: they got nothing more until their queue drained, then a resync snapshot."}),
+		watchSubs: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "watch_subscriptions_total",
+			Help: "NATS subscriptions made for watched users (one per room and user watched on this node)."}),
 		badEvents: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "bad_events_total",
 			Help: "Messages on room subjects that are not valid events of this region."}),
 		overloaded: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "overloaded_requests_total",
@@ -57,7 +66,7 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 	}
 	cs := []prometheus.Collector{
 		m.joins, m.leaves, m.touchSeconds, m.touchErrors, m.rejectedFrames, m.rejectedConns, m.closes,
-		m.resyncs, m.snapshotReads, m.forwarded, m.badEvents, m.overloaded,
+		m.resyncs, m.snapshotReads, m.forwarded, m.batches, m.behind, m.watchSubs, m.badEvents, m.overloaded,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "pending_releases",
 			Help: "Releases that failed (the store out of reach) and are retried until it answers."}, func() float64 { return float64(g.pendingReleases()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "inflight_requests",

@@ -350,7 +350,8 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 	lim := &n.cfg.Limits
 	hello := helloFrame{Type: typeHello, V: ProtocolVersion, Region: n.cfg.Region, User: id.user, Session: session,
 		Limits: helloLimits{MaxRooms: lim.MaxRooms, MaxFrameBytes: lim.MaxFrameBytes, MaxStateBytes: presence.MaxStateBytes,
-			FrameRate: lim.FrameRate, FrameBurst: lim.FrameBurst, PingIntervalMS: lim.PingInterval.Milliseconds()}}
+			FrameRate: lim.FrameRate, FrameBurst: lim.FrameBurst, PingIntervalMS: lim.PingInterval.Milliseconds(),
+			MaxWatches: lim.MaxWatches, MaxWatchUsers: lim.MaxWatchUsers, TickMS: n.cfg.FanoutTick.Milliseconds()}}
 	if !id.until.IsZero() {
 		hello.TokenExpires = &id.until
 	}

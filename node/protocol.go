@@ -38,7 +38,9 @@ const (
 	CodeInvalidPage   ErrorCode = "invalid_page"   // members with an offset or limit out of range
 	CodeInvalidDetail ErrorCode = "invalid_detail" // join with a detail other than "sessions"
 	CodeTooManyRooms  ErrorCode = "too_many_rooms" // Limits.MaxRooms reached
-	CodeNotJoined     ErrorCode = "not_joined"     // leave or state for a room not joined
+	CodeNotJoined     ErrorCode = "not_joined"     // leave or state for a room not joined (state: or joined without presence)
+	CodeInvalidView   ErrorCode = "invalid_view"   // join with a view other than "members" or "count", detail with count, or a presence change
+	CodeInvalidWatch  ErrorCode = "invalid_watch"  // watch without users, too many, an invalid or repeated id, or on the global view
 	CodeRateLimited   ErrorCode = "rate_limited"   // frame dropped by the rate limit; slow down
 	CodeUnavailable   ErrorCode = "unavailable"    // the store or NATS failed; nothing changed, retry later
 )
@@ -51,6 +53,10 @@ const (
 	typePing      = "ping"
 	typeRefresh   = "refresh"
 	typeMembers   = "members"
+	typeWatch     = "watch"
+	typeWatching  = "watching"
+	typeEvents    = "events"
+	typeCount     = "count"
 	typeHello     = "hello"
 	typeSnapshot  = "snapshot"
 	typeEvent     = "event"
@@ -75,6 +81,14 @@ type request struct {
 	// Detail, on join: "sessions" keeps every member's session list live;
 	// absent keeps their states.
 	Detail string `json:"detail"`
+	// On join: Batch takes events frames; View is "members" (absent) or
+	// "count"; Present false follows the room without a session (nil:
+	// true).
+	Batch   bool   `json:"batch"`
+	View    string `json:"view"`
+	Present *bool  `json:"present"`
+	// Users, on watch: the list; nil when absent.
+	Users *[]string `json:"users"`
 	// members paging; pointers tell "absent" from 0.
 	Offset *int `json:"offset"`
 	Limit  *int `json:"limit"`
@@ -126,6 +140,9 @@ type helloLimits struct {
 	FrameRate      float64 `json:"frame_rate"`
 	FrameBurst     int     `json:"frame_burst"`
 	PingIntervalMS int64   `json:"ping_interval_ms"`
+	MaxWatches     int     `json:"max_watches"`
+	MaxWatchUsers  int     `json:"max_watch_users"`
+	TickMS         int64   `json:"tick_ms"`
 }
 
 // detail is what a member of a room is kept up to date with (the join's
@@ -140,6 +157,20 @@ const (
 
 // detailSessionsName is the join's detail value for detailSessions.
 const detailSessionsName = "sessions"
+
+// The join's view values.
+const (
+	viewMembersName = "members"
+	viewCountName   = "count"
+)
+
+// interest is what a member of a room is sent: the join's detail, view
+// and batch.
+type interest struct {
+	detail detail
+	count  bool // view "count": the member count, never the members
+	batch  bool // the client reads events frames
+}
 
 // sessionsOnly reports whether t changes only session lists: a new
 // session of a member that is already online (update, joined). Members
@@ -188,6 +219,7 @@ func statesOnly(ss []presence.SessionInfo) []presence.SessionInfo {
 const (
 	reasonJoin   = "join"   // reply to a join
 	reasonResync = "resync" // the node lost events and starts the room over
+	reasonWatch  = "watch"  // reply to a watch
 )
 
 type snapshotFrame struct {

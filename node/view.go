@@ -96,6 +96,23 @@ func (v *views) Snapshot(ctx context.Context, room string, offset, limit int) (p
 	return v.regional.Snapshot(ctx, room, offset, limit)
 }
 
+// Count is the member count from the view snapshots come from now.
+func (v *views) Count(ctx context.Context, room string) (int, error) {
+	if !v.degraded.Load() {
+		if c, ok := v.global.(Counter); ok {
+			n, err := c.Count(ctx, room)
+			if err == nil || errors.Is(ctx.Err(), context.Canceled) {
+				return n, err
+			}
+			v.degrade(err)
+		}
+	}
+	if c, ok := v.regional.(Counter); ok {
+		return c.Count(ctx, room)
+	}
+	return 0, errNoCounts
+}
+
 func (v *views) degrade(err error) {
 	if v.degraded.CompareAndSwap(false, true) {
 		v.log.Warn("node: the global view does not answer; serving the region's view", "region", v.region, "err", err)

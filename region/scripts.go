@@ -53,9 +53,10 @@ var (
 	scriptCount    = load("count", true)
 	scriptSessions = load("sessions", true)
 	scriptRoster   = load("roster", true)
+	scriptUsers    = load("users", true)
 )
 
-var allScripts = []*redis.Script{scriptTouch, scriptRelease, scriptReap, scriptClock, scriptAck, scriptSeen, scriptDue, scriptDueAll, scriptSnapshot, scriptState, scriptCount, scriptSessions, scriptRoster}
+var allScripts = []*redis.Script{scriptTouch, scriptRelease, scriptReap, scriptClock, scriptAck, scriptSeen, scriptDue, scriptDueAll, scriptSnapshot, scriptState, scriptCount, scriptSessions, scriptRoster, scriptUsers}
 
 type call struct {
 	script *redis.Script

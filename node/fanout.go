@@ -1,0 +1,207 @@
+package node
+
+import (
+	"context"
+	"errors"
+)
+
+// The tick's work (docs/PROTOCOL.md, "Big rooms"): each room's batch of
+// events goes out as one events frame per member, encoded once per detail;
+// count members get the room's count when it changed; members whose queue
+// has drained after falling behind get a resync snapshot.
+
+// Counter reads a room's member count without listing it: the regional
+// store (*region.Store), the global view's client, and the node's views
+// all have it. Count frames come from it.
+type Counter interface {
+	Count(ctx context.Context, room string) (int, error)
+}
+
+// errNoCounts refuses view count where the snapshots' source has no
+// Counter.
+var errNoCounts = errors.New("node: the store does not count rooms")
+
+// fanOut runs once per tick on the dispatcher.
+func (h *hub) fanOut() {
+	h.mu.Lock()
+	var reads []*room
+	for r := range h.dirty {
+		if h.rooms[r.name] != r {
+			delete(h.dirty, r)
+			continue
+		}
+		h.flushLocked(r)
+		if r.countDirty && !h.counting {
+			r.countDirty = false
+			reads = append(reads, r)
+		}
+		if !r.countDirty {
+			delete(h.dirty, r)
+		}
+	}
+	h.checkBehindLocked()
+	if len(reads) > 0 {
+		h.counting = true
+		h.wg.Add(1)
+		go h.readCounts(reads)
+	}
+	h.mu.Unlock()
+}
+
+// flushLocked sends the tick's batch of r to its live members taking
+// events frames: the whole batch, encoded once per detail, to those that
+// have seen none of it; the rest of it to a member that joined in the
+// middle. A member with behindFrames frames queued gets nothing: it falls
+// behind (checkBehindLocked).
+func (h *hub) flushLocked(r *room) {
+	if len(r.pending) == 0 {
+		return
+	}
+	first, last := r.pending[0].seq, r.pending[len(r.pending)-1].seq
+	var whole [detailSessions + 1][]byte
+	var done [detailSessions + 1]bool
+	for c, m := range r.members {
+		if !m.live || !m.in.batch || m.in.count || m.after >= last {
+			continue
+		}
+		if c.queued() >= behindFrames {
+			m.live, m.behind, m.buf, m.lost = false, true, nil, false
+			h.behind[r] = struct{}{}
+			h.metrics.behind.Inc()
+			continue
+		}
+		d := m.in.detail
+		var f []byte
+		if m.after < first {
+			if !done[d] {
+				whole[d], done[d] = encodeEvents(r.view, r.name, r.pending, 0, d), true
+			}
+			f = whole[d]
+		} else {
+			f = encodeEvents(r.view, r.name, r.pending, m.after, d)
+		}
+		if f != nil {
+			c.send(f)
+			h.metrics.batches.Inc()
+		}
+		m.after = last
+	}
+	if cap(r.pending) > 1024 {
+		r.pending = nil // a burst's array is not kept
+	} else {
+		clear(r.pending)
+		r.pending = r.pending[:0]
+	}
+}
+
+// checkBehindLocked puts members that fell behind on a resync once their
+// queue has drained.
+func (h *hub) checkBehindLocked() {
+	for r := range h.behind {
+		waiting, ready := false, false
+		if h.rooms[r.name] == r {
+			for c, m := range r.members {
+				if !m.behind {
+					continue
+				}
+				if c.queued() > 0 {
+					waiting = true
+					continue
+				}
+				m.behind, m.resync, ready = false, true, true
+			}
+		}
+		if ready {
+			h.startResyncLocked(r)
+		}
+		if !waiting {
+			delete(h.behind, r)
+		}
+	}
+}
+
+// readCounts reads the count of each room and sends it to its count
+// members that have an older one. A failed read is retried at the next
+// tick.
+func (h *hub) readCounts(rooms []*room) {
+	defer h.wg.Done()
+	for _, r := range rooms {
+		h.mu.Lock()
+		h.gen++
+		gen := h.gen
+		h.mu.Unlock()
+		ctx, cancel := context.WithTimeout(h.ctx, h.timeout)
+		n, err := h.counter.Count(ctx, r.name)
+		cancel()
+		h.mu.Lock()
+		if err != nil {
+			r.countDirty = true
+			h.dirty[r] = struct{}{}
+		} else {
+			r.readN, r.readGen = n, gen
+			h.sendCountLocked(r, n, gen)
+		}
+		h.mu.Unlock()
+		if err != nil {
+			h.log.Warn("node: count read failed; retried at the next tick", "room", r.name, "err", err)
+		}
+	}
+	h.mu.Lock()
+	h.counting = false
+	h.mu.Unlock()
+}
+
+// sendCountLocked sends count n, read by read gen, to r's live count
+// members whose count is older and different. A member whose queue is
+// full is skipped and the room read again at the next tick: counts are
+// whole, so only the latest matters.
+func (h *hub) sendCountLocked(r *room, n int, gen uint64) {
+	var f []byte
+	for c, m := range r.members {
+		if !m.in.count || !m.live || m.gen >= gen {
+			continue
+		}
+		if m.sent != n {
+			if c.queued() >= behindFrames {
+				r.countDirty = true
+				h.dirty[r] = struct{}{}
+				continue
+			}
+			if f == nil {
+				f = encodeCount("", "", r.name, n)
+			}
+			c.send(f)
+			m.sent = n
+		}
+		m.gen = gen
+	}
+}
+
+// countReply answers a join with view count: the room's count, read now.
+// The member is live from then on.
+func (h *hub) countReply(ctx context.Context, name string, c *conn, ref string) error {
+	if h.counter == nil {
+		return errNoCounts
+	}
+	h.mu.Lock()
+	h.gen++
+	gen := h.gen
+	h.mu.Unlock()
+	n, err := h.counter.Count(ctx, name)
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r := h.rooms[name]
+	m := r.memberOf(c)
+	if m == nil || !m.in.count {
+		return nil // left, or joined again with another view, meanwhile
+	}
+	if r.readGen > gen {
+		n, gen = r.readN, r.readGen // a tick's read, newer, skipped this member
+	}
+	c.send(encodeCount(ref, reasonJoin, name, n))
+	m.live, m.sent, m.gen = true, n, gen
+	return nil
+}

@@ -1,0 +1,181 @@
+package node
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/presence"
+)
+
+// The tick's fan-out, driven by hand on a hub with no I/O: connections
+// whose writer is marked running keep their frames queued for the test to
+// read.
+
+func fanoutHub(t *testing.T, batchFrom int) (*hub, *room) {
+	t.Helper()
+	m, err := newMetrics(prometheus.NewRegistry(), gauges{func() int { return 0 }, func() int { return 0 }, func() int { return 0 }, func() int { return 0 }, func() int { return 0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &hub{log: quiet, metrics: m, batchFrom: batchFrom, rooms: map[string]*room{}, gappy: map[*room]struct{}{},
+		dirty: map[*room]struct{}{}, behind: map[*room]struct{}{}, watched: map[string]*wroom{}}
+	r := &room{name: "r", view: "eu", members: map[*conn]*member{}, resyncing: true, // no resync goroutine: the test looks at who waits
+		seq: bus.NewSequencer[event](bus.SeqLimits{GapTimeout: time.Second, MaxAhead: maxHeld})}
+	h.rooms["r"] = r
+	return h, r
+}
+
+func queuedConn(user string) *conn {
+	return &conn{d: &connDeps{lim: Limits{SendQueue: 1000}, log: quiet}, user: user, writing: true}
+}
+
+func (c *conn) takeQueue() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for _, f := range c.queue {
+		out = append(out, string(f))
+	}
+	c.queue = nil
+	return out
+}
+
+// fanEvent is transition seq of the room, as the hub gets it from NATS.
+func fanEvent(seq uint64, kind presence.Kind, reason presence.Reason) event {
+	t := presence.Transition{ID: fmt.Sprintf("eu/r/7/%d", seq), Region: "eu", Room: "r", User: fmt.Sprintf("u%d", seq), Kind: kind, Reason: reason,
+		Sessions: 1, Seq: seq, Epoch: 7, Session: "s"}
+	frame, err := encodeEvent(t)
+	if err != nil {
+		panic(err)
+	}
+	return event{epoch: 7, seq: seq, frame: frame, entry: encodeEntry(t), sessionsOnly: sessionsOnly(t)}
+}
+
+func entrySeqs(t *testing.T, f string) []uint64 {
+	t.Helper()
+	var fr struct {
+		Type   string
+		Epoch  int64
+		Events [][]json.RawMessage
+	}
+	if err := json.Unmarshal([]byte(f), &fr); err != nil || fr.Type != "events" || fr.Epoch != 7 {
+		t.Fatalf("not an events frame of epoch 7: %s (%v)", f, err)
+	}
+	var seqs []uint64
+	for _, e := range fr.Events {
+		var s uint64
+		if err := json.Unmarshal(e[0], &s); err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, s)
+	}
+	return seqs
+}
+
+func TestATicksEventsGoOutAsOneFramePerMember(t *testing.T) {
+	h, r := fanoutHub(t, 2)
+	batch, states, single := queuedConn("batch"), queuedConn("states"), queuedConn("single")
+	r.members[batch] = &member{in: interest{detail: detailSessions, batch: true}}
+	r.members[states] = &member{in: interest{detail: detailStates, batch: true}}
+	r.members[single] = &member{in: interest{detail: detailSessions}}
+	h.mu.Lock()
+	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 10}, "j", reasonJoin, r.members) {
+		t.Fatal("snapshot refused")
+	}
+	h.mu.Unlock()
+	for _, c := range []*conn{batch, states, single} {
+		c.takeQueue()
+	}
+
+	h.mu.Lock()
+	h.eventLocked(r, fanEvent(11, presence.Online, presence.Joined))
+	h.eventLocked(r, fanEvent(12, presence.Update, presence.Joined)) // a second tab: sessions only
+	h.eventLocked(r, fanEvent(13, presence.Offline, presence.Left))
+	h.mu.Unlock()
+	if got := single.takeQueue(); len(got) != 3 || !strings.HasPrefix(got[0], `{"type":"event"`) {
+		t.Fatalf("a member without batch got %q, want three event frames at once", got)
+	}
+	if got := batch.takeQueue(); len(got) != 0 {
+		t.Fatalf("a batch member got %q before the tick", got)
+	}
+	h.fanOut()
+	if got := batch.takeQueue(); len(got) != 1 || fmt.Sprint(entrySeqs(t, got[0])) != "[11 12 13]" {
+		t.Fatalf("batch member at the tick: %q, want one frame of 11..13", got)
+	}
+	if got := states.takeQueue(); len(got) != 1 || fmt.Sprint(entrySeqs(t, got[0])) != "[11 13]" {
+		t.Fatalf("states member at the tick: %q, want 11 and 13 (12 is sessions only)", got)
+	}
+	h.fanOut()
+	if got := batch.takeQueue(); len(got) != 0 {
+		t.Fatalf("a tick with nothing new sent %q", got)
+	}
+
+	// A member that joins in the middle of a tick gets the rest of it
+	// once: its buffered events with its snapshot, the others at the tick.
+	late := queuedConn("late")
+	h.mu.Lock()
+	r.members[late] = &member{in: interest{detail: detailSessions, batch: true}}
+	h.eventLocked(r, fanEvent(14, presence.Online, presence.Joined))
+	h.eventLocked(r, fanEvent(15, presence.Online, presence.Joined))
+	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 14}, "j", reasonJoin, map[*conn]*member{late: r.members[late]}) {
+		t.Fatal("late snapshot refused")
+	}
+	h.eventLocked(r, fanEvent(16, presence.Online, presence.Joined))
+	h.mu.Unlock()
+	h.fanOut()
+	got := late.takeQueue()
+	if len(got) != 3 || !strings.Contains(got[0], `"room_seq":14`) || !strings.Contains(got[1], `"seq":15`) || fmt.Sprint(entrySeqs(t, got[2])) != "[16]" {
+		t.Fatalf("late member: %q, want its snapshot at 14, event 15, then a batch of 16", got)
+	}
+	if got := batch.takeQueue(); len(got) != 1 || fmt.Sprint(entrySeqs(t, got[0])) != "[14 15 16]" {
+		t.Fatalf("batch member: %q, want 14..16", got)
+	}
+}
+
+func TestAMemberThatFallsBehindIsResyncedNotQueued(t *testing.T) {
+	h, r := fanoutHub(t, 1)
+	slow := queuedConn("slow")
+	r.members[slow] = &member{in: interest{batch: true}}
+	h.mu.Lock()
+	h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 0}, "j", reasonJoin, r.members)
+	h.mu.Unlock()
+	seq := uint64(0)
+	for range behindFrames + 20 { // the client reads nothing
+		seq++
+		h.mu.Lock()
+		h.eventLocked(r, fanEvent(seq, presence.Online, presence.Joined))
+		h.mu.Unlock()
+		h.fanOut()
+	}
+	if n := slow.queued(); n != behindFrames {
+		t.Fatalf("a member that reads nothing has %d frames queued, want the bound %d", n, behindFrames)
+	}
+	h.mu.Lock()
+	m := r.members[slow]
+	if !m.behind || m.live || m.resync {
+		t.Fatalf("member behind %v live %v resync %v, want behind only", m.behind, m.live, m.resync)
+	}
+	h.mu.Unlock()
+	slow.takeQueue() // the client reads its queue
+	h.fanOut()
+	h.mu.Lock()
+	if m.behind || !m.resync {
+		t.Fatalf("a drained member: behind %v resync %v, want a resync", m.behind, m.resync)
+	}
+	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: seq}, "", reasonResync, map[*conn]*member{slow: m}) {
+		t.Fatal("resync snapshot refused")
+	}
+	h.eventLocked(r, fanEvent(seq+1, presence.Online, presence.Joined))
+	h.mu.Unlock()
+	h.fanOut()
+	got := slow.takeQueue()
+	if len(got) != 2 || !strings.Contains(got[0], `"reason":"resync"`) || fmt.Sprint(entrySeqs(t, got[1])) != fmt.Sprintf("[%d]", seq+1) {
+		t.Fatalf("after the resync: %q", got)
+	}
+}
