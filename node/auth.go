@@ -73,10 +73,10 @@ type Claims struct {
 // identity is who a connection is, where it may go and until when.
 type identity struct {
 	user  string
-	rooms []string  // exact ids, or prefixes with a trailing '*'
+	rooms []string // exact ids, or prefixes with a trailing '*'
 	// observe: may join without a session ("present":false).
 	observe bool
-	until time.Time // exp plus the leeway; zero in dev mode (no token)
+	until   time.Time // exp plus the leeway; zero in dev mode (no token)
 }
 
 // allowed reports whether the identity may join room.

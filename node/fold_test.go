@@ -47,7 +47,7 @@ type folder struct {
 	snaps []string // the snapshots it took: reason@room_seq
 	// batches counts events frames, batched entries their events.
 	batches, batched int
-	errs  []string
+	errs             []string
 }
 
 func newFolder(name, room string, sessions bool, c *client) *folder {

@@ -161,16 +161,16 @@ type frame struct {
 	Snapshot  presence.Snapshot `json:"snapshot"`
 	Event     bus.Event         `json:"event"`
 	// events, count and watching frames
-	Events []json.RawMessage `json:"events"`
-	Epoch  int64             `json:"epoch"`
-	Region string            `json:"region"`
-	Count  *int              `json:"count"`
-	Users  []string          `json:"users"`
-	V         int               `json:"v"`
-	User      string            `json:"user"`
-	Session   string            `json:"session"`
-	Expires   *time.Time        `json:"token_expires"`
-	raw       string
+	Events  []json.RawMessage `json:"events"`
+	Epoch   int64             `json:"epoch"`
+	Region  string            `json:"region"`
+	Count   *int              `json:"count"`
+	Users   []string          `json:"users"`
+	V       int               `json:"v"`
+	User    string            `json:"user"`
+	Session string            `json:"session"`
+	Expires *time.Time        `json:"token_expires"`
+	raw     string
 }
 
 // client is a test WebSocket client (see testkit.WS) reading typed

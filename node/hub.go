@@ -92,7 +92,7 @@ type room struct {
 	// room's membership changed since its count was last read.
 	counters   int
 	countDirty bool
-	readN      int    // the latest count read, and its read
+	readN      int // the latest count read, and its read
 	readGen    uint64
 	pending    []event // the tick's events for members taking events frames
 
@@ -156,7 +156,7 @@ func newHub(ctx context.Context, cfg Config, views *views, log *slog.Logger, m *
 		msgs:     make(chan *nats.Msg, msgQueue),
 		gapAfter: cmp.Or(cfg.gapTimeout, gapTimeout),
 		tick:     cfg.FanoutTick, batchFrom: cfg.BatchFrom,
-		rooms:    map[string]*room{}, gappy: map[*room]struct{}{},
+		rooms: map[string]*room{}, gappy: map[*room]struct{}{},
 		dirty: map[*room]struct{}{}, behind: map[*room]struct{}{}, watched: map[string]*wroom{},
 	}
 	if views != nil {
@@ -623,7 +623,6 @@ func (h *hub) eventLocked(r *room, e event) {
 	}
 }
 
-//
 // In a room with at least batchFrom members, or while the tick's batch
 // has begun, live members taking events frames get the event at the next
 // tick (flushLocked) instead, with the rest of the tick's events.
