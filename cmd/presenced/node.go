@@ -20,6 +20,8 @@ type commonFlags struct {
 	redisCluster, insecureDev                 bool
 	timing                                    presence.Timing
 	maxConns, maxRooms                        int
+	maxWatchUsers, batchFrom                  int
+	fanoutTick                                time.Duration
 	streamMaxAge, drainTimeout                time.Duration
 	logLevel, logFormat                       string
 	pprofListen                               string
@@ -50,7 +52,10 @@ func (c *commonFlags) register(fs *flag.FlagSet, listen string) {
 		fmt.Fprint(fs.Output(), timingRules)
 	}
 	fs.IntVar(&c.maxConns, "max-connections", node.DefaultMaxConnections, "connections per node (keep under the open-files limit)")
-	fs.IntVar(&c.maxRooms, "max-rooms", node.DefaultMaxRooms, "rooms per connection")
+	fs.IntVar(&c.maxRooms, "max-rooms", node.DefaultMaxRooms, "rooms per connection (and watched rooms)")
+	fs.IntVar(&c.maxWatchUsers, "max-watch-users", node.DefaultMaxWatchUsers, "users of one watch list")
+	fs.DurationVar(&c.fanoutTick, "fanout-tick", node.DefaultFanoutTick, "how often batched events and counts go out")
+	fs.IntVar(&c.batchFrom, "batch-from", node.DefaultBatchFrom, "local members from which a room's events go out batched, once per tick, to clients that take them (negative: never)")
 	fs.DurationVar(&c.streamMaxAge, "stream-max-age", 24*time.Hour, "how long the transition stream keeps events")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 10*time.Second, "how long a graceful stop waits for clients to close")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -81,8 +86,9 @@ func (c *commonFlags) config(stderr io.Writer) (serverConfig, error) {
 	return serverConfig{
 		Region: c.region, Redis: c.redis, RedisCluster: c.redisCluster,
 		NATS: c.nats, NATSPort: c.natsPort, NATSStoreDir: c.natsStoreDir, Listen: c.listen,
-		Timing:       c.timing,
-		Limits:       node.Limits{MaxConnections: c.maxConns, MaxRooms: c.maxRooms},
+		Timing:     c.timing,
+		Limits:     node.Limits{MaxConnections: c.maxConns, MaxRooms: c.maxRooms, MaxWatches: c.maxRooms, MaxWatchUsers: c.maxWatchUsers},
+		FanoutTick: c.fanoutTick, BatchFrom: c.batchFrom,
 		Auth:         node.AuthConfig{InsecureDev: c.insecureDev},
 		StreamMaxAge: c.streamMaxAge, DrainTimeout: c.drainTimeout, Log: lg,
 		PprofListen: c.pprofListen, Global: c.global, GlobalCadence: c.globalCadence,

@@ -44,6 +44,8 @@ type serverConfig struct {
 	Timing       presence.Timing
 	Auth         node.AuthConfig
 	Limits       node.Limits
+	FanoutTick   time.Duration // node.Config.FanoutTick
+	BatchFrom    int           // node.Config.BatchFrom
 	StreamMaxAge time.Duration
 	DrainTimeout time.Duration
 	Log          *slog.Logger
@@ -453,6 +455,7 @@ func (s *nodeServer) startNode(context.Context) error {
 	n, err := node.New(node.Config{
 		Region: s.cfg.Region, Store: s.store, NATS: s.nc, Global: s.global,
 		Auth: s.cfg.Auth, Limits: s.cfg.Limits, Logger: s.lg, Metrics: s.reg,
+		FanoutTick: s.cfg.FanoutTick, BatchFrom: s.cfg.BatchFrom,
 		Checks: map[string]func() error{"stream": s.publisher.Err},
 	})
 	if err != nil {
