@@ -2,14 +2,21 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"slices"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/gorilla/websocket"
 
 	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -148,6 +155,94 @@ func TestJoiningWithoutPresenceNeedsTheObserveClaim(t *testing.T) {
 	}
 }
 
+// A member taking events frames that stops reading is held at a bounded
+// queue, and once it reads again gets a resync snapshot from which its
+// view is true again: order and exactly-once hold across the gap.
+func TestASlowBatchMemberIsResyncedWithABoundedQueue(t *testing.T) {
+	e := newEnv(t)
+	n := e.newNode(func(c *Config) {
+		c.BatchFrom, c.FanoutTick = 1, 10*time.Millisecond
+		c.Limits.SnapshotMembers = 5000
+		// The client reads nothing for a while, pongs included.
+		c.Limits.PingInterval, c.Limits.PongTimeout = time.Minute, time.Minute
+	})
+	room := "big"
+	// A client whose socket takes little: the node's writes block soon.
+	d := websocket.Dialer{NetDialContext: (&net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 2048) })
+	}}).DialContext}
+	h := http.Header{}
+	h.Set("Authorization", "Bearer "+token(t, "slow", []string{"*"}, time.Hour))
+	ws, _, err := d.Dial(n.wsURL("session=s"), h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ws.WriteJSON(map[string]any{"type": "join", "room": room, "batch": true, "ref": "j"}); err != nil {
+		t.Fatal(err)
+	}
+	// It reads nothing while 600 users join, then change their 900-byte
+	// states round after round until the node's writes to it block and
+	// its queue reaches the bound (the kernel takes megabytes first).
+	ctx := context.Background()
+	refs := make([]presence.SessionRef, 600)
+	for i := range refs {
+		refs[i] = presence.SessionRef{Room: room, User: fmt.Sprintf("u%04d", i), Session: "s"}
+	}
+	var slow *conn
+	behind := func() bool {
+		n.hub.mu.Lock()
+		defer n.hub.mu.Unlock()
+		if r := n.hub.rooms[room]; r != nil {
+			for c, m := range r.members {
+				if m.behind {
+					slow = c
+				}
+			}
+		}
+		return slow != nil
+	}
+	for round := 0; !behind(); round++ {
+		if round == 40 {
+			t.Fatal("24,000 updates of 900 bytes did not make the member fall behind")
+		}
+		if _, err := e.store.Claim(ctx, refs); err != nil { // keeps them alive
+			t.Fatal(err)
+		}
+		state := json.RawMessage(fmt.Sprintf(`{"bio":%q,"round":%d}`, strings.Repeat("x", 900), round))
+		for _, ref := range refs {
+			if _, err := e.store.SetState(ctx, ref, state); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if q := slow.queued(); q > behindFrames+2 { // + a ping, a reply
+		t.Fatalf("a member behind has %d frames queued", q)
+	}
+	// It reads again: a resync, then the room as it is.
+	c := &client{t: t}
+	c.w = testkit.NewWS(t, ws, decodeFrame)
+	c.ws, c.frames = ws, c.w.Frames
+	f := newFolder("slow", room, false, c)
+	waitFor(t, 20*time.Second, "a resync snapshot", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return slices.ContainsFunc(f.snaps, func(s string) bool { return strings.HasPrefix(s, "resync@") })
+	})
+	// The 600 were never refreshed: they expire; the view ends with the
+	// slow member alone, as the store has it.
+	waitFor(t, 30*time.Second, "the view to end as the store's", func() bool {
+		snap, err := n.store.Snapshot(ctx, room, 0, 5000)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return err == nil && snap.Total == 1 && fmt.Sprint(f.view) == fmt.Sprint(project(snap, false))
+	})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.errs) > 0 {
+		t.Fatalf("the slow member's frames broke the protocol: %v", f.errs)
+	}
+}
+
 func TestBadViewsAreRefusedAndChangeNothing(t *testing.T) {
 	e := newEnv(t)
 	n := e.newNode()
@@ -221,7 +316,7 @@ func TestAWatchListSeesExactlyItsUsers(t *testing.T) {
 	expectEvent := func(user string, kind presence.Kind, reason presence.Reason) {
 		t.Helper()
 		f := w.expect("event")
-		if f.Event.User != user || f.Event.Kind != kind || f.Event.Reason != reason || f.Event.Seq <= after {
+		if !strings.HasPrefix(f.raw, `{"type":"event","watch":true,`) || f.Event.User != user || f.Event.Kind != kind || f.Event.Reason != reason || f.Event.Seq <= after {
 			t.Fatalf("watcher got %s, want %s %s/%s above %d", f.raw, user, kind, reason, after)
 		}
 		after = f.Event.Seq

@@ -676,6 +676,7 @@ func (h *hub) onMsg(msg *nats.Msg) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if w := h.watched[t.Room]; w != nil && w.subs[msg.Sub] {
+		e.frame = watchFrame(e.frame)
 		h.watchEventLocked(w, t.User, e)
 		return
 	}

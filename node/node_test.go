@@ -562,6 +562,19 @@ func TestNATSReconnectResyncs(t *testing.T) {
 	all := []string{"*"}
 	c := n.dial(t, token(t, "pat", all, time.Hour), "tab")
 	c.join("room")
+	// A watcher of the room (watch lists are read again too) and a count
+	// member (its count is read again).
+	w := n.dial(t, token(t, "wes", all, time.Hour), "tab")
+	w.send(map[string]any{"type": "watch", "room": "room", "users": []string{"pat", "quin"}, "ref": "w"})
+	w.expect("watching")
+	cnt := n.dial(t, token(t, "cy", all, time.Hour), "tab")
+	cnt.send(map[string]any{"type": "join", "room": "room", "view": "count", "ref": "c"})
+	if f := cnt.expect("count"); *f.Count != 2 {
+		t.Fatalf("count: %s", f.raw)
+	}
+	if f := c.expect("event"); f.Event.User != "cy" {
+		t.Fatalf("pat got %s, want cy's online", f.raw)
+	}
 
 	port := e.ns.Addr().(*net.TCPAddr).Port
 	e.ns.Shutdown()
@@ -578,10 +591,25 @@ func TestNATSReconnectResyncs(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("no resync snapshot within 15s of the NATS restart")
 	}
+	if f := w.expect("watching"); f.Reason != "resync" || f.Ref != "" || !slices.Equal(members(f.Snapshot), []string{"pat"}) {
+		t.Fatalf("watcher after reconnect: %s", f.raw)
+	}
 	b := n.dial(t, token(t, "quin", all, time.Hour), "tab")
 	b.join("room")
 	if f := c.expect("event"); f.Event.User != "quin" || f.Event.Kind != presence.Online {
 		t.Fatalf("live event after resync: %s", f.raw)
+	}
+	if f := w.expect("event"); f.Event.User != "quin" || f.Event.Kind != presence.Online {
+		t.Fatalf("watcher's live event after resync: %s", f.raw)
+	}
+	for {
+		f := cnt.expect("count")
+		if *f.Count == 3 {
+			break
+		}
+		if *f.Count != 2 {
+			t.Fatalf("count after reconnect: %s, want 2 then 3", f.raw)
+		}
 	}
 }
 

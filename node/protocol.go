@@ -253,6 +253,18 @@ func encodeError(code ErrorCode, msg, ref string) []byte {
 	return mustJSON(errorFrame{Type: typeError, Code: code, Message: msg, Ref: ref})
 }
 
+// eventPrefix begins every event frame encodeEvent makes.
+const eventPrefix = `{"type":"event","event":`
+
+// watchFrame is an event frame of a watch list: marked "watch":true, so a
+// client that also joined the room tells the two streams apart.
+func watchFrame(frame []byte) []byte {
+	const watchPrefix = `{"type":"event","watch":true,"event":`
+	b := make([]byte, 0, len(frame)+len(watchPrefix)-len(eventPrefix))
+	b = append(b, watchPrefix...)
+	return append(b, frame[len(eventPrefix):]...)
+}
+
 // encodeEvent wraps a version 1 bus event: {"type":"event","event":{...}}.
 func encodeEvent(t presence.Transition) ([]byte, error) {
 	ev, err := bus.EncodeEvent(t)
@@ -260,7 +272,7 @@ func encodeEvent(t presence.Transition) ([]byte, error) {
 		return nil, err
 	}
 	b := make([]byte, 0, len(ev)+27)
-	b = append(b, `{"type":"event","event":`...)
+	b = append(b, eventPrefix...)
 	b = append(b, ev...)
 	return append(b, '}'), nil
 }
