@@ -13,6 +13,7 @@ const ID_RE = /^[A-Za-z0-9\-_=@+~]{1,64}$/;
 const DEFAULT_LIMITS = Object.freeze({
   max_rooms: 32, max_frame_bytes: 4096, max_state_bytes: 1024,
   frame_rate: 10, frame_burst: 20, ping_interval_ms: 25000,
+  max_watches: 32, max_watch_users: 100, tick_ms: 100,
 });
 
 const BACKOFF_BASE_MS = 500;
@@ -226,6 +227,20 @@ class Fold {
   }
 }
 
+// One entry of an `events` frame, [seq, kind, reason, user, session,
+// sessions, state?], as the event object an `event` frame carries, so both
+// go through the same code. null for an entry of the wrong shape.
+function compactEvent(f, e) {
+  if (!Array.isArray(e) || typeof e[0] !== "number" || typeof e[1] !== "string" || typeof e[3] !== "string") return null;
+  const ev = { kind: e[1], reason: typeof e[2] === "string" ? e[2] : "", user: e[3], sessions: typeof e[5] === "number" ? e[5] : 0, seq: e[0] };
+  if (typeof e[4] === "string" && e[4] !== "") ev.session = e[4]; // "" = the event names no session
+  if (e.length > 6) ev.state = e[6]; // present only when a state was set
+  ev.region = f.region;
+  ev.room = f.room;
+  ev.epoch = f.epoch;
+  return ev;
+}
+
 function sessionChanges(before, after) {
   // For a view replaced by a snapshot: what changed per session.
   const changes = [];
@@ -240,41 +255,27 @@ function sessionChanges(before, after) {
   return changes;
 }
 
-// ---- rooms ----
+// ---- views: a folded member list, shared by rooms and watch lists ----
 
-const TERMINAL = new Set(["left", "revoked", "failed", "closed"]);
-
-class Room extends Emitter {
-  constructor(client, id, detail) {
+// A member list kept by the folding rule, with subscribe/getSnapshot for
+// useSyncExternalStore and join/leave/update/sync events that fire only
+// when what members() shows changes.
+class View extends Emitter {
+  constructor(detail) {
     super();
-    this.id = id;
-    this.detail = detail === "sessions" ? "sessions" : undefined;
-    this.status = "joining";
-    this.region = undefined; // the view's region ("global", or a region's name)
-    this.total = 0;
-    this.error = undefined;
-    this._c = client;
-    this._view = new Fold(!!this.detail);
-    this._paging = null; // {fold, gen, epoch, limit, expect, back}
-    this._pageGen = 0;
+    this._view = new Fold(detail);
     this._snapshot = Object.freeze([]);
     this._subs = new Set();
-    this._joinRef = undefined;
-    this._synced = false; // a snapshot arrived on the current connection
-    // Desired state: last setState value; gen counts setState calls.
-    this._desired = null;
-    this._acked = null;
-    this._gen = 0;
-    this._ackGen = 0;
-    this._waiters = [];
+    // The seq of the last event applied since the last snapshot. The node
+    // sends each seq once, in order, per stream; a seq at or below it is a
+    // copy that reached us by another stream of the same connection (a
+    // join and a watch of one room), so it is skipped.
+    this._lastSeq = -Infinity;
+    this.total = 0;
     // Bound, so they can be handed over as they are (useSyncExternalStore).
     this.subscribe = this.subscribe.bind(this);
     this.getSnapshot = this.getSnapshot.bind(this);
   }
-
-  get state() { return this._desired; }
-  /** False while the pages of a large room are still being read. */
-  get complete() { return this._paging === null && this.status === "joined"; }
 
   members() { return this._snapshot; }
   getSnapshot() { return this._snapshot; }
@@ -283,8 +284,114 @@ class Room extends Emitter {
     return () => { this._subs.delete(fn); };
   }
 
+  // False for a copy of an event already applied (see _lastSeq).
+  _fresh(ev) {
+    if (typeof ev.seq !== "number") return true;
+    if (ev.seq <= this._lastSeq) return false;
+    this._lastSeq = ev.seq;
+    return true;
+  }
+
+  _applyEvent(ev) {
+    const r = this._view.apply(ev);
+    if (!r) return;
+    const [before, after] = r;
+    if (sameMember(before, after)) {
+      if (before) this._view.members.set(before.user, before); // keep the reference stable
+      return;
+    }
+    this._changed();
+    if (!before) this._emit("join", after, { reason: ev.reason });
+    else if (!after) this._emit("leave", before, { reason: ev.reason });
+    else this._emit("update", after, { session: ev.session, state: hasState(ev.state) && ev.reason === "state" ? ev.state : undefined, reason: ev.reason });
+  }
+
+  // Replaces the view; emits what changed, then `status` via _published, then "sync".
+  _publish(fold) {
+    const old = this._view.members;
+    const now = fold.members;
+    // Keep references of unchanged members (cheap re-renders), and the
+    // snapshot array itself when nothing changed (getSnapshot stability).
+    let changed = old.size !== now.size;
+    for (const [u, m] of now) {
+      const o = old.get(u);
+      if (o && o !== m && sameMember(o, m)) now.set(u, o);
+      else if (o !== m) changed = true;
+    }
+    this._view = fold;
+    if (changed) this._changed();
+    // In user order: leaves first, then joins and updates.
+    for (const o of [...old.values()].sort((a, b) => cmp(a.user, b.user))) {
+      if (!now.has(o.user)) this._emit("leave", o, { reason: "sync" });
+    }
+    for (const m of this._snapshot) {
+      const o = old.get(m.user);
+      if (!o) this._emit("join", m, { reason: "sync" });
+      else if (o !== m) for (const ch of sessionChanges(o, m)) this._emit("update", m, ch);
+    }
+    this._published();
+    this._emit("sync", this._snapshot);
+  }
+
+  _published() {}
+
+  _changed() {
+    const arr = [...this._view.members.values()].sort((a, b) => cmp(a.user, b.user));
+    this._snapshot = Object.freeze(arr);
+    this.total = arr.length;
+    this._notify();
+  }
+
+  _notify() {
+    for (const fn of [...this._subs]) {
+      try { fn(); } catch (e) { reportAsync(e); }
+    }
+  }
+
+  _setStatus(s) {
+    if (this.status === s) return;
+    this.status = s;
+    this._emit("status", s);
+  }
+}
+
+// ---- rooms ----
+
+const TERMINAL = new Set(["left", "revoked", "failed", "closed"]);
+
+class Room extends View {
+  constructor(client, id, opts = {}) {
+    super(opts.detail === "sessions");
+    this.id = id;
+    this.view = "members";
+    this.detail = opts.detail === "sessions" ? "sessions" : undefined;
+    // present false: following the room without a session in it (needs the observe claim).
+    this.present = opts.present !== false;
+    this._batch = opts.batch !== false; // this client reads `events` frames
+    this.status = "joining";
+    this.region = undefined; // the view's region ("global", or a region's name)
+    this.error = undefined;
+    this._c = client;
+    this._paging = null; // {fold, gen, epoch, limit, expect, back}
+    this._pageGen = 0;
+    this._joinRef = undefined;
+    this._synced = false; // a snapshot arrived on the current connection
+    // Desired state: last setState value; gen counts setState calls.
+    this._desired = null;
+    this._acked = null;
+    this._gen = 0;
+    this._ackGen = 0;
+    this._waiters = [];
+  }
+
+  get state() { return this._desired; }
+  /** False while the pages of a large room are still being read. */
+  get complete() { return this._paging === null && this.status === "joined"; }
+
   setState(state) {
     if (TERMINAL.has(this.status)) return Promise.reject(new PresenceError("not_joined", `room ${this.id} is ${this.status}`, { room: this.id }));
+    // The node refuses it too: a room followed without a session has no state.
+    if (!this.present) return Promise.reject(new PresenceError("not_joined", `room ${this.id} is joined with present false`, { room: this.id }));
     if (state === undefined) state = null;
     let json;
     try { json = JSON.stringify(state); } catch (e) { json = undefined; }
@@ -319,8 +426,7 @@ class Room extends Emitter {
   _join() {
     this._synced = false;
     this._paging = null;
-    const frame = { type: "join", room: this.id };
-    if (this.detail) frame.detail = this.detail;
+    const frame = this._joinFrame();
     const conn = this._c._conn;
     const ref = this._c._request(frame, (err) => {
       if (!err || ref !== this._joinRef || err.code === "disconnected") return;
@@ -337,6 +443,14 @@ class Room extends Emitter {
     this._joinRef = ref;
   }
 
+  _joinFrame() {
+    const frame = { type: "join", room: this.id };
+    if (this.detail) frame.detail = this.detail;
+    if (this._batch) frame.batch = true;
+    if (!this.present) frame.present = false; // only when asked: it needs the observe claim
+    return frame;
+  }
+
   _disconnected() {
     this._synced = false;
     this._paging = null;
@@ -350,6 +464,7 @@ class Room extends Emitter {
     const isJoinReply = f.ref !== undefined && f.ref === this._joinRef;
     if (!isJoinReply && !this._synced) return; // a reply to an older join: the next one follows
     this._synced = true;
+    this._lastSeq = typeof s.room_seq === "number" ? s.room_seq : -Infinity;
     const fold = new Fold(!!this.detail);
     for (const w of s.members) {
       const m = wireMember(w, !!this.detail);
@@ -370,23 +485,14 @@ class Room extends Emitter {
       this._paging = null;
       this._publish(fold);
     }
-    if (isJoinReply && (this._desired !== null || this._gen > this._ackGen)) this._sendState();
+    if (isJoinReply && this.present && (this._desired !== null || this._gen > this._ackGen)) this._sendState();
   }
 
   _onEvent(ev) {
     if (!this._synced || typeof ev.user !== "string") return; // before this connection's snapshot: stale
+    if (!this._fresh(ev)) return;
     if (this._paging) this._paging.fold.apply(ev);
-    const r = this._view.apply(ev);
-    if (!r) return;
-    const [before, after] = r;
-    if (sameMember(before, after)) {
-      if (before) this._view.members.set(before.user, before); // keep the reference stable
-      return;
-    }
-    this._changed();
-    if (!before) this._emit("join", after, { reason: ev.reason });
-    else if (!after) this._emit("leave", before, { reason: ev.reason });
-    else this._emit("update", after, { session: ev.session, state: hasState(ev.state) && ev.reason === "state" ? ev.state : undefined, reason: ev.reason });
+    this._applyEvent(ev);
   }
 
   _requestPage(offset) {
@@ -441,47 +547,7 @@ class Room extends Emitter {
     this._publish(fold);
   }
 
-  // Replaces the view; emits what changed, then "sync".
-  _publish(fold) {
-    const old = this._view.members;
-    const now = fold.members;
-    // Keep references of unchanged members (cheap re-renders), and the
-    // snapshot array itself when nothing changed (getSnapshot stability).
-    let changed = old.size !== now.size;
-    for (const [u, m] of now) {
-      const o = old.get(u);
-      if (o && o !== m && sameMember(o, m)) now.set(u, o);
-      else if (o !== m) changed = true;
-    }
-    this._view = fold;
-    if (changed) this._changed();
-    // In user order: leaves first, then joins and updates.
-    for (const o of [...old.values()].sort((a, b) => cmp(a.user, b.user))) {
-      if (!now.has(o.user)) this._emit("leave", o, { reason: "sync" });
-    }
-    for (const m of this._snapshot) {
-      const o = old.get(m.user);
-      if (!o) this._emit("join", m, { reason: "sync" });
-      else if (o !== m) for (const ch of sessionChanges(o, m)) this._emit("update", m, ch);
-    }
-    this._setStatus("joined");
-    this._emit("sync", this._snapshot);
-  }
-
-  _changed() {
-    const arr = [...this._view.members.values()].sort((a, b) => cmp(a.user, b.user));
-    this._snapshot = Object.freeze(arr);
-    this.total = arr.length;
-    for (const fn of [...this._subs]) {
-      try { fn(); } catch (e) { reportAsync(e); }
-    }
-  }
-
-  _setStatus(s) {
-    if (this.status === s) return;
-    this.status = s;
-    this._emit("status", s);
-  }
+  _published() { this._setStatus("joined"); }
 
   _sendState() {
     const gen = this._gen;
@@ -710,7 +776,7 @@ class Client extends Emitter {
     let r = this._rooms.get(id);
     if (r) return r;
     if (this._closed) throw new PresenceError("closed", "the client is closed");
-    r = new Room(this, id, opts && opts.detail);
+    r = new Room(this, id, opts || {});
     this._rooms.set(id, r);
     if (this._isOpen()) r._join();
     return r;
@@ -813,9 +879,16 @@ class Client extends Emitter {
         if (room) room._onSnapshot(f);
         break;
       case "event":
-        if (isObject(f.event) && typeof f.event.room === "string") {
-          const r = this._rooms.get(f.event.room);
-          if (r) r._onEvent(f.event);
+        if (isObject(f.event) && typeof f.event.room === "string") this._deliver(f.event);
+        break;
+      case "events":
+        // A tick's events of one room, in seq order: applied one by one,
+        // exactly as if each had come in its own `event` frame.
+        if (roomId !== undefined && Array.isArray(f.events)) {
+          for (const e of f.events) {
+            const ev = compactEvent(f, e);
+            if (ev) this._deliver(ev);
+          }
         }
         break;
       case "left":
@@ -835,6 +908,11 @@ class Client extends Emitter {
         else cb(null, f);
       }
     }
+  }
+
+  _deliver(ev) {
+    const r = this._rooms.get(ev.room);
+    if (r) r._onEvent(ev);
   }
 
   _onHello(f) {
