@@ -590,6 +590,54 @@ class Room extends View {
   }
 }
 
+// A room joined with view "count": the node sends its member count, not
+// its members. Joined, rejoined and left as any room; members() stays empty.
+class CountRoom extends Room {
+  constructor(client, id, opts = {}) {
+    super(client, id, { present: opts.present });
+    this.view = "count";
+    this._count = null; // frozen {count, roomSeq} of the last count frame; null before the first
+  }
+
+  count() { return this._count ? this._count.count : undefined; }
+  // Stable until the count or its room_seq changes (useSyncExternalStore).
+  getSnapshot() { return this._count; }
+
+  _joinFrame() {
+    // No detail (refused with a count) and no batch (a count view takes no events).
+    const frame = { type: "join", room: this.id, view: "count" };
+    if (!this.present) frame.present = false;
+    return frame;
+  }
+
+  _onSnapshot() {}
+  _onEvent() {}
+
+  _onCount(f) {
+    if (typeof f.count !== "number") return;
+    const isJoinReply = f.ref !== undefined && f.ref === this._joinRef;
+    if (!isJoinReply && !this._synced) return; // a count from before this connection's join reply
+    this._synced = true;
+    if (isJoinReply && this.present && (this._desired !== null || this._gen > this._ackGen)) this._sendState();
+    // Every count frame is whole (a resync needs no other handling): the latest wins.
+    const roomSeq = typeof f.room_seq === "number" ? f.room_seq : undefined;
+    const old = this._count;
+    const changed = !old || old.count !== f.count || old.roomSeq !== roomSeq;
+    if (changed) {
+      this._count = Object.freeze({ count: f.count, roomSeq });
+      this.total = f.count;
+      this._notify();
+    }
+    this._setStatus("joined");
+    if (changed) this._emit("count", f.count, { reason: typeof f.reason === "string" ? f.reason : "update", roomSeq });
+  }
+
+  _terminate(status, err) {
+    this._count = null;
+    super._terminate(status, err);
+  }
+}
+
 function retryDelay(c, err) {
   const base = typeof err.retryAfterMs === "number" && err.retryAfterMs > 0 ? err.retryAfterMs : 1000;
   return base * (0.75 + 0.5 * c._random()); // jittered: clients refused together do not return together
@@ -774,9 +822,18 @@ class Client extends Emitter {
   room(id, opts) {
     if (typeof id !== "string" || id === "") throw new TypeError("presence: room id must be a non-empty string");
     let r = this._rooms.get(id);
-    if (r) return r;
+    if (r) {
+      // The first call's options win, but a count room is another kind of object.
+      const want = opts && opts.view === "count" ? "count" : "members";
+      if (r.view !== want) throw new PresenceError("invalid_view", `room ${id} is open with view ${r.view}: leave it first`, { room: id });
+      return r;
+    }
     if (this._closed) throw new PresenceError("closed", "the client is closed");
-    r = new Room(this, id, opts || {});
+    opts = opts || {};
+    const view = opts.view === undefined ? "members" : opts.view;
+    if (view !== "members" && view !== "count") throw new PresenceError("invalid_view", `view must be "members" or "count", not ${JSON.stringify(view)}`, { room: id });
+    if (view === "count" && opts.detail !== undefined) throw new PresenceError("invalid_view", "detail does not go with view count", { room: id });
+    r = view === "count" ? new CountRoom(this, id, opts) : new Room(this, id, opts);
     this._rooms.set(id, r);
     if (this._isOpen()) r._join();
     return r;
@@ -877,6 +934,9 @@ class Client extends Emitter {
     switch (f.type) {
       case "snapshot":
         if (room) room._onSnapshot(f);
+        break;
+      case "count":
+        if (room && room.view === "count") room._onCount(f);
         break;
       case "event":
         if (isObject(f.event) && typeof f.event.room === "string") this._deliver(f.event);
