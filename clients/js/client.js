@@ -266,11 +266,14 @@ class View extends Emitter {
     this._view = new Fold(detail);
     this._snapshot = Object.freeze([]);
     this._subs = new Set();
-    // The seq of the last event applied since the last snapshot. The node
-    // sends each seq once, in order, per stream; a seq at or below it is a
-    // copy that reached us by another stream of the same connection (a
-    // join and a watch of one room), so it is skipped.
-    this._lastSeq = -Infinity;
+    // Copies: a join and a watch of one room are two streams of the same
+    // connection, and the node may send an event on both, at different
+    // times (a batch waits for its tick). Each stream is in seq order, and
+    // the fold of a user depends only on that user's events, so an event is
+    // a copy when its seq is at or below the snapshot's (already in it) or
+    // the last one applied for its user. Reset by every snapshot.
+    this._floor = -Infinity;
+    this._seqs = new Map(); // user -> seq of the last event applied
     this.total = 0;
     // Bound, so they can be handed over as they are (useSyncExternalStore).
     this.subscribe = this.subscribe.bind(this);
@@ -284,12 +287,19 @@ class View extends Emitter {
     return () => { this._subs.delete(fn); };
   }
 
-  // False for a copy of an event already applied (see _lastSeq).
+  // False for a copy of an event already applied (see _floor).
   _fresh(ev) {
     if (typeof ev.seq !== "number") return true;
-    if (ev.seq <= this._lastSeq) return false;
-    this._lastSeq = ev.seq;
+    if (ev.seq <= this._floor) return false;
+    const last = this._seqs.get(ev.user);
+    if (last !== undefined && ev.seq <= last) return false;
+    this._seqs.set(ev.user, ev.seq);
     return true;
+  }
+
+  _resetSeqs(snapshotSeq) {
+    this._floor = typeof snapshotSeq === "number" ? snapshotSeq : -Infinity;
+    this._seqs = new Map();
   }
 
   _applyEvent(ev) {
@@ -464,7 +474,7 @@ class Room extends View {
     const isJoinReply = f.ref !== undefined && f.ref === this._joinRef;
     if (!isJoinReply && !this._synced) return; // a reply to an older join: the next one follows
     this._synced = true;
-    this._lastSeq = typeof s.room_seq === "number" ? s.room_seq : -Infinity;
+    this._resetSeqs(s.room_seq);
     const fold = new Fold(!!this.detail);
     for (const w of s.members) {
       const m = wireMember(w, !!this.detail);
@@ -638,6 +648,198 @@ class CountRoom extends Room {
   }
 }
 
+// ---- watch lists ----
+
+const WATCH_DONE = new Set(["closed", "failed"]);
+
+// The list as sent: valid ids, each once, within the node's limits. Throws
+// invalid_watch, the code the node would answer with, without a round trip.
+function checkUsers(c, room, users) {
+  const bad = (msg) => new PresenceError("invalid_watch", msg, { room });
+  if (!Array.isArray(users)) throw bad("users must be an array of user ids");
+  const seen = new Set();
+  for (const u of users) {
+    if (typeof u !== "string" || !ID_RE.test(u)) throw bad(`invalid user id ${JSON.stringify(u)}`);
+    seen.add(u); // a repeated id is watched once (the node refuses repeats)
+  }
+  const max = c.limits.max_watch_users;
+  if (seen.size > max) throw bad(`at most ${max} users per watch, not ${seen.size}`);
+  const list = Object.freeze([...seen]);
+  // Over max_frame_bytes the node closes the connection (1009), and the
+  // reconnect would send it again: long ids can make 100 users too many.
+  const bytes = byteLength(JSON.stringify({ type: "watch", room, users: list, ref: "9".repeat(20) }));
+  if (bytes > c.limits.max_frame_bytes) throw bad(`the watch frame would be ${bytes} bytes, over ${c.limits.max_frame_bytes}`);
+  return list;
+}
+
+// Follows some users of a room without joining it. The node holds one list
+// per room and connection, so a client has one Watch per room. Watched
+// members are kept as without detail (states only).
+class Watch extends View {
+  constructor(client, room, users) {
+    super(false);
+    this.room = room;
+    this.status = "pending";
+    this.region = undefined;
+    this.error = undefined;
+    this._c = client;
+    this._want = users; // the list asked for last: sent again on every connect
+    this._acked = null; // the list the node holds on this connection; null: none
+    this._watched = new Set(); // whose events apply: the list of the last `watching` applied
+    this._synced = false; // a `watching` reply arrived on this connection
+    this._sent = false; // a watch frame went out on this connection
+    this._gen = 0; // counts lists asked for; replies settle every promise up to theirs
+    this._ackGen = 0;
+    this._waiters = [];
+    this.ready = this._set(users);
+  }
+
+  get users() { return this._want; }
+
+  /** Replaces the list; resolves once the node answered with the new one. */
+  update(users) {
+    if (WATCH_DONE.has(this.status)) return Promise.reject(new PresenceError("closed", `the watch of ${this.room} is ${this.status}`, { room: this.room }));
+    let list;
+    try { list = checkUsers(this._c, this.room, users); } catch (e) { return Promise.reject(e); }
+    return (this.ready = this._set(list));
+  }
+
+  /** Ends the watch (users: []); the view empties at once. */
+  close() {
+    if (WATCH_DONE.has(this.status)) return Promise.resolve();
+    const c = this._c;
+    const send = c._isOpen() && this._sent;
+    this._terminate("closed", new PresenceError("closed", `the watch of ${this.room} was closed`, { room: this.room }));
+    if (!send) return Promise.resolve();
+    return new Promise((resolve) => {
+      const attempt = () => c._request({ type: "watch", room: this.room, users: [] }, (err) => {
+        if (err && err.code === "unavailable" && c._isOpen()) c._later(retryDelay(c, err), attempt);
+        else resolve(); // disconnected: the node forgets the watch with the connection
+      });
+      attempt();
+    });
+  }
+
+  // -- driven by the client --
+
+  _set(list) {
+    this._want = list;
+    const gen = ++this._gen;
+    const p = new Promise((resolve, reject) => this._waiters.push({ gen, resolve, reject }));
+    p.catch(() => {}); // `ready` may go unread: a refusal is also an `error` event
+    if (this._c._isOpen()) this._push();
+    return p;
+  }
+
+  // Sends the list, at hello and when it changes while open.
+  _push() {
+    if (this._want.length > 0 || this._sent) return this._send();
+    // An empty list and nothing sent on this connection: the node holds no
+    // watch for us, which is what was asked. Nothing to send.
+    this._ackGen = this._gen;
+    this._settle(this._gen, null);
+    this._onWatching({}, this._want);
+  }
+
+  _send() {
+    const c = this._c;
+    const gen = this._gen;
+    const users = this._want;
+    const conn = c._conn;
+    this._sent = true;
+    c._request({ type: "watch", room: this.room, users: [...users] }, (err, f) => {
+      if (WATCH_DONE.has(this.status)) return;
+      if (err) {
+        if (err.code === "disconnected") return; // sent again after the next hello
+        if (err.code === "unavailable") {
+          return c._later(retryDelay(c, err), () => {
+            if (this._gen === gen && conn === c._conn && c._isOpen() && !WATCH_DONE.has(this.status)) this._send();
+          });
+        }
+        // Refused: nothing changed at the node. Requests are answered in
+        // order, so this settles every list asked for up to gen.
+        this._ackGen = Math.max(this._ackGen, gen);
+        if (this._gen === gen) {
+          if (this._acked === null) return this._fail(err); // the node holds no list for us
+          this._want = this._acked; // it kept the old one
+        }
+        this._settle(gen, err);
+        this._emit("error", err);
+        return;
+      }
+      this._ackGen = Math.max(this._ackGen, gen);
+      this._acked = users;
+      this._onWatching(f, users);
+      this._settle(gen, null);
+    });
+  }
+
+  // A `watching` for `users`: replaces the view, as a snapshot does a room's.
+  _onWatching(f, users) {
+    this._synced = true;
+    this._watched = new Set(users);
+    const s = f.snapshot;
+    const fold = new Fold(false);
+    this._resetSeqs(isObject(s) ? s.room_seq : undefined);
+    if (isObject(s)) {
+      if (typeof s.region === "string") this.region = s.region;
+      for (const w of Array.isArray(s.members) ? s.members : []) {
+        const m = wireMember(w, false);
+        if (m && this._watched.has(m.user)) fold.members.set(m.user, m);
+      }
+    }
+    this._publish(fold);
+  }
+
+  // Unasked `watching` (reason resync): the node lost track; it replaces the view.
+  _onResync(f) {
+    if (!this._synced) return; // before this connection's reply: the reply follows
+    this._onWatching(f, [...this._watched]);
+  }
+
+  _onEvent(ev) {
+    // Only the watched users: a joined room of the same id brings everyone's.
+    if (!this._synced || typeof ev.user !== "string" || !this._watched.has(ev.user)) return;
+    if (!this._fresh(ev)) return;
+    this._applyEvent(ev);
+  }
+
+  _published() { this._setStatus("active"); }
+
+  _disconnected() {
+    this._synced = false;
+    this._sent = false;
+    this._acked = null;
+    if (this.status === "active") this._setStatus("rewatching");
+  }
+
+  _fail(err) {
+    this.error = err;
+    this._terminate("failed", err);
+    this._emit("error", err);
+    this._c._emit("error", err);
+  }
+
+  _settle(gen, err) {
+    const keep = [];
+    for (const w of this._waiters) {
+      if (w.gen > gen) keep.push(w);
+      else if (err) w.reject(err);
+      else w.resolve();
+    }
+    this._waiters = keep;
+  }
+
+  _terminate(status, err) {
+    if (this._c._watches.get(this.room) === this) this._c._watches.delete(this.room);
+    this._synced = false;
+    this._settle(Infinity, err || new PresenceError("closed", `the watch of ${this.room} is ${status}`, { room: this.room }));
+    this._view = new Fold(false);
+    this._changed();
+    this._setStatus(status);
+  }
+}
+
 function retryDelay(c, err) {
   const base = typeof err.retryAfterMs === "number" && err.retryAfterMs > 0 ? err.retryAfterMs : 1000;
   return base * (0.75 + 0.5 * c._random()); // jittered: clients refused together do not return together
@@ -721,6 +923,7 @@ class Client extends Emitter {
     this.tokenExpires = undefined;
 
     this._rooms = new Map();
+    this._watches = new Map(); // room id -> Watch
     this._closed = false;
     this._everOpen = false;
     this._conn = 0; // counts connection attempts; stale callbacks compare it
@@ -841,6 +1044,27 @@ class Client extends Emitter {
 
   rooms() { return [...this._rooms.values()]; }
 
+  /**
+   * Follows `users` of room `roomId` (no join needed). One watch per room:
+   * the same room gives the same object, with its list replaced.
+   */
+  watch(roomId, users) {
+    if (typeof roomId !== "string" || roomId === "") throw new TypeError("presence: room id must be a non-empty string");
+    if (this._closed) throw new PresenceError("closed", "the client is closed");
+    const list = checkUsers(this, roomId, users);
+    const w = this._watches.get(roomId);
+    if (w) {
+      const same = w._want.length === list.length && w._want.every((u, i) => u === list[i]);
+      if (!same) w.update(list);
+      return w;
+    }
+    const nw = new Watch(this, roomId, list);
+    this._watches.set(roomId, nw);
+    return nw;
+  }
+
+  watches() { return [...this._watches.values()]; }
+
   /** Resolves with the round trip in ms. */
   ping() {
     if (!this._isOpen()) return Promise.reject(new PresenceError("disconnected", "not connected"));
@@ -938,6 +1162,13 @@ class Client extends Emitter {
       case "count":
         if (room && room.view === "count") room._onCount(f);
         break;
+      case "watching":
+        // Replies are handled by their request; unasked is a resync.
+        if (f.ref === undefined && roomId !== undefined) {
+          const w = this._watches.get(roomId);
+          if (w) w._onResync(f);
+        }
+        break;
       case "event":
         if (isObject(f.event) && typeof f.event.room === "string") this._deliver(f.event);
         break;
@@ -970,9 +1201,13 @@ class Client extends Emitter {
     }
   }
 
+  // An event goes to the room and the watch of its room id: which stream
+  // it came by cannot be told, and each skips copies (View._fresh).
   _deliver(ev) {
     const r = this._rooms.get(ev.room);
     if (r) r._onEvent(ev);
+    const w = this._watches.get(ev.room);
+    if (w) w._onEvent(ev);
   }
 
   _onHello(f) {
@@ -1007,6 +1242,7 @@ class Client extends Emitter {
     this._scheduleKeepalive();
     this._setStatus("open");
     for (const r of [...this._rooms.values()]) r._join();
+    for (const w of [...this._watches.values()]) w._push();
   }
 
   _onClose(ws, code) {
@@ -1069,6 +1305,7 @@ class Client extends Emitter {
     const err = new PresenceError("disconnected", "the connection closed");
     for (const cb of pending) cb(err);
     for (const r of [...this._rooms.values()]) r._disconnected();
+    for (const w of [...this._watches.values()]) w._disconnected();
   }
 
   _stop() {
@@ -1081,6 +1318,7 @@ class Client extends Emitter {
     if (this._channel) leaveChannel(this._BC, this);
     this._running = false;
     for (const r of [...this._rooms.values()]) r._terminate("left", new PresenceError("closed", "the client is closed", { room: r.id }));
+    for (const w of [...this._watches.values()]) w._terminate("closed");
     this._setStatus("closed");
   }
 

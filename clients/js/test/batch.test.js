@@ -65,10 +65,17 @@ test("event and events frames interleave; copies of an applied seq are skipped",
     { user: "b", sessions: [{ id: "b-t", state: 1 }] },
   ]);
   assert.deepEqual(seen.map(([t, u]) => t + ":" + u), ["join:a", "update:a", "join:b", "update:a"]);
+  // A copy with a higher seq for one user does not hide another user's
+  // lower seqs: the streams may lag each other (a batch waits for its tick).
+  s.recv(eventFrame("lobby", 12, e(12, "a", 4))); // say, by a watch's stream, ahead
+  s.recv(eventsFrame("lobby", [e(10, "b", 2), e(11, "c", 1), e(12, "a", 4)])); // the room's tick
+  assert.deepEqual(plain(room.members()).map((m) => [m.user, m.sessions[0].state]), [["a", 4], ["b", 2], ["c", 1]]);
   // A resync starts a new numbering: lower seqs apply again after it.
   s.recv(snapshotFrame("lobby", [], { reason: "resync", seq: 2, epoch: 2 }));
   s.recv(eventsFrame("lobby", [e(3, "c", 1)], { epoch: 2 }));
   assert.deepEqual(room.members().map((m) => m.user), ["c"]);
+  s.recv(eventFrame("lobby", 3, e(3, "c", 9))); // a copy in the new numbering
+  assert.equal(room.members()[0].sessions[0].state, 1);
 });
 
 test("events frames before this connection's snapshot, malformed entries and unknown rooms are ignored", async () => {
