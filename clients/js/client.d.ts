@@ -182,17 +182,18 @@ export interface Room {
   leave(): Promise<void>;
 }
 
-/** The latest count of a count room. Frozen; the same object until the count or its roomSeq changes. */
+/**
+ * The latest count of a count room. Frozen; the same object until the count
+ * changes. The node reads it at a tick, so it may lead or trail a member
+ * view's events by a tick; once the room is quiet it equals the room's total.
+ */
 export interface CountSnapshot {
   readonly count: number;
-  /** The count is the number of members at this room_seq, exactly. */
-  readonly roomSeq: number | undefined;
 }
 
 export interface CountChange {
-  /** "join" (the join's reply), "resync", or "update". */
+  /** The frame's reason: "join" (the join's reply), "resync"; "update" when it has none. */
   readonly reason: string;
-  readonly roomSeq: number | undefined;
 }
 
 export interface CountRoomEvents {
@@ -226,8 +227,12 @@ export interface CountRoom {
   leave(): Promise<void>;
 }
 
-/** Status of a watch. `closed` and `failed` are final. */
-export type WatchStatus = "pending" | "active" | "rewatching" | "closed" | "failed";
+/**
+ * Status of a watch. `rewatching`: after a reconnect or an `unavailable`,
+ * until the node answers the list sent again. `closed`, `failed` and
+ * `revoked` (a refreshed token no longer grants the room) are final.
+ */
+export type WatchStatus = "pending" | "active" | "rewatching" | "closed" | "failed" | "revoked";
 
 export interface WatchEvents {
   sync: (members: readonly Member[]) => void;
@@ -260,7 +265,7 @@ export interface Watch {
   on<K extends keyof WatchEvents>(type: K, fn: WatchEvents[K]): () => void;
   off<K extends keyof WatchEvents>(type: K, fn: WatchEvents[K]): void;
 
-  /** Replaces the list. Rejects with `invalid_watch` (checked locally, or by the node), `forbidden`, `too_many_rooms`, `closed`. */
+  /** Replaces the list. Rejects with `invalid_watch` (checked locally, or by the node), `forbidden`, `too_many_rooms`, `closed`, `revoked`. `unavailable` is retried. */
   update(users: readonly string[]): Promise<void>;
   /** Ends the watch; the view empties at once. */
   close(): Promise<void>;

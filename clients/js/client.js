@@ -606,11 +606,11 @@ class CountRoom extends Room {
   constructor(client, id, opts = {}) {
     super(client, id, { present: opts.present });
     this.view = "count";
-    this._count = null; // frozen {count, roomSeq} of the last count frame; null before the first
+    this._count = null; // frozen {count} of the last count frame; null before the first
   }
 
   count() { return this._count ? this._count.count : undefined; }
-  // Stable until the count or its room_seq changes (useSyncExternalStore).
+  // Stable until the count changes (useSyncExternalStore).
   getSnapshot() { return this._count; }
 
   _joinFrame() {
@@ -629,17 +629,16 @@ class CountRoom extends Room {
     if (!isJoinReply && !this._synced) return; // a count from before this connection's join reply
     this._synced = true;
     if (isJoinReply && this.present && (this._desired !== null || this._gen > this._ackGen)) this._sendState();
-    // Every count frame is whole (a resync needs no other handling): the latest wins.
-    const roomSeq = typeof f.room_seq === "number" ? f.room_seq : undefined;
-    const old = this._count;
-    const changed = !old || old.count !== f.count || old.roomSeq !== roomSeq;
+    // Every count frame is whole: the latest is the count. It is read at a
+    // tick, not at a room_seq, so there is nothing to order it by.
+    const changed = !this._count || this._count.count !== f.count;
     if (changed) {
-      this._count = Object.freeze({ count: f.count, roomSeq });
+      this._count = Object.freeze({ count: f.count });
       this.total = f.count;
       this._notify();
     }
     this._setStatus("joined");
-    if (changed) this._emit("count", f.count, { reason: typeof f.reason === "string" ? f.reason : "update", roomSeq });
+    if (changed) this._emit("count", f.count, { reason: typeof f.reason === "string" ? f.reason : "update" });
   }
 
   _terminate(status, err) {
@@ -650,7 +649,7 @@ class CountRoom extends Room {
 
 // ---- watch lists ----
 
-const WATCH_DONE = new Set(["closed", "failed"]);
+const WATCH_DONE = new Set(["closed", "failed", "revoked"]);
 
 // The list as sent: valid ids, each once, within the node's limits. Throws
 // invalid_watch, the code the node would answer with, without a round trip.
@@ -752,6 +751,10 @@ class Watch extends View {
       if (err) {
         if (err.code === "disconnected") return; // sent again after the next hello
         if (err.code === "unavailable") {
+          // The node dropped the room's watch: nothing comes until it is sent again.
+          this._acked = null;
+          this._synced = false;
+          if (this.status === "active") this._setStatus("rewatching");
           return c._later(retryDelay(c, err), () => {
             if (this._gen === gen && conn === c._conn && c._isOpen() && !WATCH_DONE.has(this.status)) this._send();
           });
@@ -791,8 +794,12 @@ class Watch extends View {
     this._publish(fold);
   }
 
-  // Unasked `watching` (reason resync): the node lost track; it replaces the view.
-  _onResync(f) {
+  // Unasked `watching`: reason resync (the node lost track) replaces the
+  // view; reason revoked (a refresh took the room away) ends the watch.
+  _onUnasked(f) {
+    if (f.reason === "revoked") {
+      return this._terminate("revoked", new PresenceError("revoked", `access to room ${this.room} was revoked`, { room: this.room }));
+    }
     if (!this._synced) return; // before this connection's reply: the reply follows
     this._onWatching(f, [...this._watched]);
   }
@@ -1166,7 +1173,7 @@ class Client extends Emitter {
         // Replies are handled by their request; unasked is a resync.
         if (f.ref === undefined && roomId !== undefined) {
           const w = this._watches.get(roomId);
-          if (w) w._onResync(f);
+          if (w) w._onUnasked(f);
         }
         break;
       case "event":

@@ -3,7 +3,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { setup, open, hello, answerJoin, eventFrame, eventsFrame, snapshotFrame, flush } from "./helpers.js";
 
-const countFrame = (room, count, seq, extra = {}) => ({ type: "count", room, count, room_seq: seq, epoch: 1764444000000, ...extra });
+// As the spec shows them: whole counts, not tied to a room_seq.
+const countFrame = (room, count, extra = {}) => ({ type: "count", room, count, ...extra });
 
 test("count room: join with view count, the reply, updates, resync; stable getSnapshot", async () => {
   const h = setup();
@@ -21,30 +22,30 @@ test("count room: join with view count, the reply, updates, resync; stable getSn
   room.on("count", (n, c) => seen.push([n, c]));
   room.on("status", (st) => seen.push(st));
 
-  s.recv(countFrame("lobby", 15000, 52011, { ref: j.ref, reason: "join" }));
+  s.recv(countFrame("lobby", 15000, { ref: j.ref, reason: "join" }));
   assert.equal(room.status, "joined");
   assert.equal(room.count(), 15000);
   assert.equal(room.total, 15000);
   const snap = getSnapshot();
-  assert.deepEqual(snap, { count: 15000, roomSeq: 52011 });
+  assert.deepEqual(snap, { count: 15000 });
   assert.ok(Object.isFrozen(snap));
   assert.equal(getSnapshot(), snap);
   assert.deepEqual(room.members(), []);
 
-  s.recv(countFrame("lobby", 15003, 52019));
+  s.recv(countFrame("lobby", 15003));
   assert.equal(room.count(), 15003);
   assert.notEqual(getSnapshot(), snap);
   const snap2 = getSnapshot();
-  s.recv(countFrame("lobby", 15003, 52019)); // the same count again: nothing changed
+  s.recv(countFrame("lobby", 15003, { reason: "resync" })); // the same count again: nothing changed
   assert.equal(getSnapshot(), snap2);
-  s.recv(countFrame("lobby", 14990, 7, { reason: "resync", epoch: 1764444999999 })); // a new numbering: whole, as every count
+  s.recv(countFrame("lobby", 14990, { room_seq: 7, epoch: 2 })); // whole, as every count; fields the spec dropped are ignored
   assert.equal(room.count(), 14990);
   assert.equal(calls, 3);
   assert.deepEqual(seen, [
     "joined",
-    [15000, { reason: "join", roomSeq: 52011 }],
-    [15003, { reason: "update", roomSeq: 52019 }],
-    [14990, { reason: "resync", roomSeq: 7 }],
+    [15000, { reason: "join" }],
+    [15003, { reason: "update" }],
+    [14990, { reason: "update" }],
   ]);
   // Member frames for the room are not for a count view.
   s.recv(snapshotFrame("lobby", [{ user: "a", sessions: [] }], { reason: "resync", seq: 9 }));
@@ -64,7 +65,7 @@ test("count room: present false only when asked; state refused locally then", as
   await assert.rejects(room.setState("x"), { code: "not_joined" });
   const mine = h.client.room("mine", { view: "count", present: true });
   assert.equal(s.last("join").present, undefined, "present true is the default: not sent");
-  s.recv(countFrame("mine", 1, 1, { ref: s.last("join").ref, reason: "join" }));
+  s.recv(countFrame("mine", 1, { ref: s.last("join").ref, reason: "join" }));
   const p = mine.setState({ typing: true });
   const st = s.last("state");
   assert.deepEqual(st.state, { typing: true }, "a counted member has a session and a state");
@@ -76,7 +77,7 @@ test("count room: counts before the join reply are ignored; a refused join fails
   const h = setup();
   const s = await open(h);
   const room = h.client.room("lobby", { view: "count", present: false });
-  s.recv(countFrame("lobby", 99, 1));
+  s.recv(countFrame("lobby", 99));
   assert.equal(room.count(), undefined);
   s.recv({ type: "error", code: "forbidden", message: "no observe claim", ref: s.last("join").ref });
   assert.equal(room.status, "failed");
@@ -102,22 +103,22 @@ test("count room: reconnect rejoins with view count, keeps the last count while 
   const h = setup();
   let s = await open(h);
   const room = h.client.room("lobby", { view: "count", present: false });
-  s.recv(countFrame("lobby", 10, 5, { ref: s.last("join").ref, reason: "join" }));
+  s.recv(countFrame("lobby", 10, { ref: s.last("join").ref, reason: "join" }));
   const snap = room.getSnapshot();
   s.serverClose(1006);
   await flush();
   assert.equal(room.status, "rejoining");
   assert.equal(room.getSnapshot(), snap, "the last count stays until the new one");
-  s.recv(countFrame("lobby", 11, 6)); // a closed socket's frame: ignored
+  s.recv(countFrame("lobby", 11)); // a closed socket's frame: ignored
   await h.clock.advance(1000);
   s = h.ws.last;
   s.open();
   s.recv(hello());
   const j = s.last("join");
   assert.deepEqual(j, { type: "join", room: "lobby", view: "count", present: false, ref: j.ref });
-  s.recv(countFrame("lobby", 12, 3)); // unasked, before the reply on this connection: stale
+  s.recv(countFrame("lobby", 12)); // unasked, before the reply on this connection: stale
   assert.equal(room.count(), 10);
-  s.recv(countFrame("lobby", 12, 40, { ref: j.ref, reason: "join" }));
+  s.recv(countFrame("lobby", 12, { ref: j.ref, reason: "join" }));
   assert.equal(room.status, "joined");
   assert.equal(room.count(), 12);
   const lp = room.leave();

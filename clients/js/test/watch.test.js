@@ -244,17 +244,53 @@ test("watch: errors of the node reject with their code; unavailable is retried",
   assert.equal(w3.members(), view);
   s.recv(ev(2, { kind: "online", reason: "joined", user: "b", session: "t" }));
   assert.deepEqual(w3.members().map((m) => m.user), ["a"], "b is not watched");
-  // unavailable: sent again after retry_after_ms (jittered), and the promise waits.
+  // unavailable: the node no longer watches the room. Sent again after
+  // retry_after_ms (jittered); the promise waits, the view stays.
   const n = s.frames("watch").length;
   const p2 = w3.update(["a", "c"]);
   s.recv({ type: "error", code: "unavailable", message: "busy", ref: s.last("watch").ref, retry_after_ms: 800 });
+  assert.equal(w3.status, "rewatching");
+  assert.equal(w3.members(), view);
+  s.recv(ev(3, { kind: "offline", reason: "left", user: "a" })); // not from this watch (the node holds none)
+  assert.equal(w3.members(), view);
   await h.clock.advance(799);
   assert.equal(s.frames("watch").length, n + 1);
   await h.clock.advance(1);
   assert.equal(s.frames("watch").length, n + 2);
   answerWatch(s, "lobby", [mem("c")], { seq: 5 });
   await p2;
+  assert.equal(w3.status, "active");
   assert.deepEqual(w3.members().map((m) => m.user), ["c"]);
+  // A refusal after an unavailable: the node holds no list, so the watch fails.
+  const w4 = h.client.watch("other", ["a"]);
+  s.recv({ type: "error", code: "unavailable", message: "busy", ref: s.last("watch").ref, retry_after_ms: 10 });
+  await h.clock.advance(20);
+  s.recv({ type: "error", code: "forbidden", message: "no", ref: s.last("watch").ref });
+  await assert.rejects(w4.ready, { code: "forbidden" });
+  assert.equal(w4.status, "failed");
+});
+
+test("watch: a refresh that takes the room away ends the watch (watching, reason revoked)", async () => {
+  const h = setup();
+  let s = await open(h);
+  const w = h.client.watch("team7-a", ["a"]);
+  answerWatch(s, "team7-a", [mem("a")], { seq: 1 });
+  let calls = 0;
+  w.subscribe(() => calls++);
+  const p = w.update(["a", "b"]); // pending while it happens
+  s.recv({ type: "watching", room: "team7-a", reason: "revoked", users: [] });
+  assert.equal(w.status, "revoked");
+  assert.deepEqual(w.members(), []);
+  assert.equal(calls, 1);
+  await assert.rejects(p, { code: "revoked" });
+  assert.deepEqual(h.client.watches(), []);
+  assert.deepEqual(h.errors, []);
+  s.serverClose(1012);
+  await h.clock.advance(300);
+  s = h.ws.last;
+  s.open();
+  s.recv(hello());
+  assert.equal(s.frames("watch").length, 0, "a revoked watch is not sent again");
 });
 
 test("watch: a refused re-watch after a reconnect fails the watch", async () => {

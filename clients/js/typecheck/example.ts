@@ -22,16 +22,16 @@ const unsubscribe = room.subscribe(() => {
 unsubscribe();
 
 const lobby: CountRoom = client.room("lobby", { view: "count", present: false });
-lobby.on("count", (n: number, c) => console.log(n, c.reason, c.roomSeq));
+lobby.on("count", (n: number, c) => console.log(n, c.reason));
 const countSnap: CountSnapshot | null = lobby.getSnapshot();
 const n: number | undefined = lobby.count();
-console.log(countSnap?.count, countSnap?.roomSeq, n, lobby.view);
+console.log(countSnap?.count, n, lobby.view);
 const quiet: Room = client.room("quiet", { batch: false, present: false, view: "members" });
 console.log(quiet.present, quiet.view);
 
 const dots: Watch = client.watch("lobby", ["u_1", "u_2"]);
 dots.on("join", (m: Member, c) => console.log(m.user, c.reason));
-dots.on("status", (s: WatchStatus) => console.log(s));
+dots.on("status", (s: WatchStatus) => { if (s === "revoked") console.log("revoked"); });
 const offDots = dots.subscribe(() => console.log(dots.getSnapshot().length, dots.members()[0]?.user));
 offDots();
 console.log(client.watches().length, client.rooms().length, dots.users, dots.total);
