@@ -31,6 +31,12 @@ export interface Limits {
   readonly frame_rate: number;
   readonly frame_burst: number;
   readonly ping_interval_ms: number;
+  /** Rooms a connection may watch at once. */
+  readonly max_watches: number;
+  /** Users per watch list. */
+  readonly max_watch_users: number;
+  /** The node's batching tick, ms. */
+  readonly tick_ms: number;
 }
 
 /** Error of a request, an error frame, or the client (see README for the codes). */
@@ -119,6 +125,18 @@ export interface MembershipChange {
 export interface RoomOptions {
   /** "sessions": list every session of every member, with or without state. */
   detail?: "sessions";
+  view?: "members";
+  /** false: follow the room without a session in it (the token needs the `observe` claim). Default true. */
+  present?: boolean;
+  /** false: ask the node for one `event` frame per event instead of batches. Default true. */
+  batch?: boolean;
+}
+
+export interface CountRoomOptions {
+  /** The member count instead of the members. */
+  view: "count";
+  /** false: follow the count without being counted (the token needs the `observe` claim). Default true. */
+  present?: boolean;
 }
 
 export interface RoomEvents {
@@ -132,7 +150,10 @@ export interface RoomEvents {
 
 export interface Room {
   readonly id: string;
+  readonly view: "members";
   readonly detail: "sessions" | undefined;
+  /** False when joined with `present: false`: then setState rejects with `not_joined`. */
+  readonly present: boolean;
   readonly status: RoomStatus;
   /** The view's region: "global", or a region's name (e.g. a global node serving its region's view). */
   readonly region: string | undefined;
@@ -161,6 +182,95 @@ export interface Room {
   leave(): Promise<void>;
 }
 
+/**
+ * The latest count of a count room. Frozen; the same object until the count
+ * changes. The node reads it at a tick, so it may lead or trail a member
+ * view's events by a tick; once the room is quiet it equals the room's total.
+ */
+export interface CountSnapshot {
+  readonly count: number;
+}
+
+export interface CountChange {
+  /** The frame's reason: "join" (the join's reply), "resync"; "update" when it has none. */
+  readonly reason: string;
+}
+
+export interface CountRoomEvents {
+  count: (count: number, change: CountChange) => void;
+  status: (status: RoomStatus) => void;
+  error: (err: PresenceError) => void;
+}
+
+/** A room joined with `view: "count"`: its member count, not its members. */
+export interface CountRoom {
+  readonly id: string;
+  readonly view: "count";
+  readonly present: boolean;
+  readonly status: RoomStatus;
+  /** The latest count (0 before the first). */
+  readonly total: number;
+  readonly error: PresenceError | undefined;
+  readonly state: JSONValue | null;
+
+  /** The latest count; undefined before the first count frame. */
+  count(): number | undefined;
+  /** For useSyncExternalStore: null before the first count and after the room ended. */
+  getSnapshot(): CountSnapshot | null;
+  subscribe(listener: () => void): () => void;
+
+  on<K extends keyof CountRoomEvents>(type: K, fn: CountRoomEvents[K]): () => void;
+  off<K extends keyof CountRoomEvents>(type: K, fn: CountRoomEvents[K]): void;
+
+  /** As Room.setState; rejects with `not_joined` when joined with `present: false`. */
+  setState(state: JSONValue | null): Promise<void>;
+  leave(): Promise<void>;
+}
+
+/**
+ * Status of a watch. `rewatching`: after a reconnect or an `unavailable`,
+ * until the node answers the list sent again. `closed`, `failed` and
+ * `revoked` (a refreshed token no longer grants the room) are final.
+ */
+export type WatchStatus = "pending" | "active" | "rewatching" | "closed" | "failed" | "revoked";
+
+export interface WatchEvents {
+  sync: (members: readonly Member[]) => void;
+  join: (member: Member, change: MembershipChange) => void;
+  leave: (member: Member, change: MembershipChange) => void;
+  update: (member: Member, change: UpdateChange) => void;
+  status: (status: WatchStatus) => void;
+  /** A refused list (the old one stays), or why the watch failed. */
+  error: (err: PresenceError) => void;
+}
+
+/** Some users of a room, followed without joining it. Members are kept as without detail. */
+export interface Watch {
+  readonly room: string;
+  /** The list asked for last. */
+  readonly users: readonly string[];
+  readonly status: WatchStatus;
+  readonly region: string | undefined;
+  /** Number of watched users who are members. */
+  readonly total: number;
+  readonly error: PresenceError | undefined;
+  /** Settles when the node answered the list asked for last (by client.watch or update). */
+  readonly ready: Promise<void>;
+
+  /** The watched users who are members, sorted by user. The same frozen array until it changes. */
+  members(): readonly Member[];
+  getSnapshot(): readonly Member[];
+  subscribe(listener: () => void): () => void;
+
+  on<K extends keyof WatchEvents>(type: K, fn: WatchEvents[K]): () => void;
+  off<K extends keyof WatchEvents>(type: K, fn: WatchEvents[K]): void;
+
+  /** Replaces the list. Rejects with `invalid_watch` (checked locally, or by the node), `forbidden`, `too_many_rooms`, `closed`, `revoked`. `unavailable` is retried. */
+  update(users: readonly string[]): Promise<void>;
+  /** Ends the watch; the view empties at once. */
+  close(): Promise<void>;
+}
+
 export interface ClientEvents {
   status: (status: ClientStatus) => void;
   error: (err: PresenceError) => void;
@@ -179,9 +289,21 @@ export interface Client {
   on<K extends keyof ClientEvents>(type: K, fn: ClientEvents[K]): () => void;
   off<K extends keyof ClientEvents>(type: K, fn: ClientEvents[K]): void;
 
-  /** The room, joined now if open and on every (re)connect. Same id, same object (the first call's options win). */
+  /**
+   * The room, joined now if open and on every (re)connect. Same id, same
+   * object (the first call's options win; asking for the other view throws
+   * `invalid_view`).
+   */
+  room(id: string, options: CountRoomOptions): CountRoom;
   room(id: string, options?: RoomOptions): Room;
-  rooms(): Room[];
+  rooms(): Array<Room | CountRoom>;
+  /**
+   * Follows `users` of a room, without joining it; sent again on every
+   * reconnect. One watch per room: the same room gives the same object,
+   * its list replaced. Throws `invalid_watch` for a bad list.
+   */
+  watch(roomId: string, users: readonly string[]): Watch;
+  watches(): Watch[];
   /** Round trip in ms. Rejects with code "disconnected" when not open. */
   ping(): Promise<number>;
   /** Closes for good: status "closed", rooms "left", no reconnect. */

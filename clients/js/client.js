@@ -13,6 +13,7 @@ const ID_RE = /^[A-Za-z0-9\-_=@+~]{1,64}$/;
 const DEFAULT_LIMITS = Object.freeze({
   max_rooms: 32, max_frame_bytes: 4096, max_state_bytes: 1024,
   frame_rate: 10, frame_burst: 20, ping_interval_ms: 25000,
+  max_watches: 32, max_watch_users: 100, tick_ms: 100,
 });
 
 const BACKOFF_BASE_MS = 500;
@@ -226,6 +227,20 @@ class Fold {
   }
 }
 
+// One entry of an `events` frame, [seq, kind, reason, user, session,
+// sessions, state?], as the event object an `event` frame carries, so both
+// go through the same code. null for an entry of the wrong shape.
+function compactEvent(f, e) {
+  if (!Array.isArray(e) || typeof e[0] !== "number" || typeof e[1] !== "string" || typeof e[3] !== "string") return null;
+  const ev = { kind: e[1], reason: typeof e[2] === "string" ? e[2] : "", user: e[3], sessions: typeof e[5] === "number" ? e[5] : 0, seq: e[0] };
+  if (typeof e[4] === "string" && e[4] !== "") ev.session = e[4]; // "" = the event names no session
+  if (e.length > 6) ev.state = e[6]; // present only when a state was set
+  ev.region = f.region;
+  ev.room = f.room;
+  ev.epoch = f.epoch;
+  return ev;
+}
+
 function sessionChanges(before, after) {
   // For a view replaced by a snapshot: what changed per session.
   const changes = [];
@@ -240,41 +255,30 @@ function sessionChanges(before, after) {
   return changes;
 }
 
-// ---- rooms ----
+// ---- views: a folded member list, shared by rooms and watch lists ----
 
-const TERMINAL = new Set(["left", "revoked", "failed", "closed"]);
-
-class Room extends Emitter {
-  constructor(client, id, detail) {
+// A member list kept by the folding rule, with subscribe/getSnapshot for
+// useSyncExternalStore and join/leave/update/sync events that fire only
+// when what members() shows changes.
+class View extends Emitter {
+  constructor(detail) {
     super();
-    this.id = id;
-    this.detail = detail === "sessions" ? "sessions" : undefined;
-    this.status = "joining";
-    this.region = undefined; // the view's region ("global", or a region's name)
-    this.total = 0;
-    this.error = undefined;
-    this._c = client;
-    this._view = new Fold(!!this.detail);
-    this._paging = null; // {fold, gen, epoch, limit, expect, back}
-    this._pageGen = 0;
+    this._view = new Fold(detail);
     this._snapshot = Object.freeze([]);
     this._subs = new Set();
-    this._joinRef = undefined;
-    this._synced = false; // a snapshot arrived on the current connection
-    // Desired state: last setState value; gen counts setState calls.
-    this._desired = null;
-    this._acked = null;
-    this._gen = 0;
-    this._ackGen = 0;
-    this._waiters = [];
+    // Copies: a join and a watch of one room are two streams of the same
+    // connection, and the node may send an event on both, at different
+    // times (a batch waits for its tick). Each stream is in seq order, and
+    // the fold of a user depends only on that user's events, so an event is
+    // a copy when its seq is at or below the snapshot's (already in it) or
+    // the last one applied for its user. Reset by every snapshot.
+    this._floor = -Infinity;
+    this._seqs = new Map(); // user -> seq of the last event applied
+    this.total = 0;
     // Bound, so they can be handed over as they are (useSyncExternalStore).
     this.subscribe = this.subscribe.bind(this);
     this.getSnapshot = this.getSnapshot.bind(this);
   }
-
-  get state() { return this._desired; }
-  /** False while the pages of a large room are still being read. */
-  get complete() { return this._paging === null && this.status === "joined"; }
 
   members() { return this._snapshot; }
   getSnapshot() { return this._snapshot; }
@@ -283,8 +287,121 @@ class Room extends Emitter {
     return () => { this._subs.delete(fn); };
   }
 
+  // False for a copy of an event already applied (see _floor).
+  _fresh(ev) {
+    if (typeof ev.seq !== "number") return true;
+    if (ev.seq <= this._floor) return false;
+    const last = this._seqs.get(ev.user);
+    if (last !== undefined && ev.seq <= last) return false;
+    this._seqs.set(ev.user, ev.seq);
+    return true;
+  }
+
+  _resetSeqs(snapshotSeq) {
+    this._floor = typeof snapshotSeq === "number" ? snapshotSeq : -Infinity;
+    this._seqs = new Map();
+  }
+
+  _applyEvent(ev) {
+    const r = this._view.apply(ev);
+    if (!r) return;
+    const [before, after] = r;
+    if (sameMember(before, after)) {
+      if (before) this._view.members.set(before.user, before); // keep the reference stable
+      return;
+    }
+    this._changed();
+    if (!before) this._emit("join", after, { reason: ev.reason });
+    else if (!after) this._emit("leave", before, { reason: ev.reason });
+    else this._emit("update", after, { session: ev.session, state: hasState(ev.state) && ev.reason === "state" ? ev.state : undefined, reason: ev.reason });
+  }
+
+  // Replaces the view; emits what changed, then `status` via _published, then "sync".
+  _publish(fold) {
+    const old = this._view.members;
+    const now = fold.members;
+    // Keep references of unchanged members (cheap re-renders), and the
+    // snapshot array itself when nothing changed (getSnapshot stability).
+    let changed = old.size !== now.size;
+    for (const [u, m] of now) {
+      const o = old.get(u);
+      if (o && o !== m && sameMember(o, m)) now.set(u, o);
+      else if (o !== m) changed = true;
+    }
+    this._view = fold;
+    if (changed) this._changed();
+    // In user order: leaves first, then joins and updates.
+    for (const o of [...old.values()].sort((a, b) => cmp(a.user, b.user))) {
+      if (!now.has(o.user)) this._emit("leave", o, { reason: "sync" });
+    }
+    for (const m of this._snapshot) {
+      const o = old.get(m.user);
+      if (!o) this._emit("join", m, { reason: "sync" });
+      else if (o !== m) for (const ch of sessionChanges(o, m)) this._emit("update", m, ch);
+    }
+    this._published();
+    this._emit("sync", this._snapshot);
+  }
+
+  _published() {}
+
+  _changed() {
+    const arr = [...this._view.members.values()].sort((a, b) => cmp(a.user, b.user));
+    this._snapshot = Object.freeze(arr);
+    this.total = arr.length;
+    this._notify();
+  }
+
+  _notify() {
+    for (const fn of [...this._subs]) {
+      try { fn(); } catch (e) { reportAsync(e); }
+    }
+  }
+
+  _setStatus(s) {
+    if (this.status === s) return;
+    this.status = s;
+    this._emit("status", s);
+  }
+}
+
+// ---- rooms ----
+
+const TERMINAL = new Set(["left", "revoked", "failed", "closed"]);
+
+class Room extends View {
+  constructor(client, id, opts = {}) {
+    super(opts.detail === "sessions");
+    this.id = id;
+    this.view = "members";
+    this.detail = opts.detail === "sessions" ? "sessions" : undefined;
+    // present false: following the room without a session in it (needs the observe claim).
+    this.present = opts.present !== false;
+    this._batch = opts.batch !== false; // this client reads `events` frames
+    this.status = "joining";
+    this.region = undefined; // the view's region ("global", or a region's name)
+    this.error = undefined;
+    this._c = client;
+    this._paging = null; // {fold, gen, epoch, limit, expect, back}
+    this._pageGen = 0;
+    this._joinRef = undefined;
+    this._synced = false; // a snapshot arrived on the current connection
+    // Desired state: last setState value; gen counts setState calls.
+    this._desired = null;
+    this._acked = null;
+    this._gen = 0;
+    this._ackGen = 0;
+    this._waiters = [];
+  }
+
+  get state() { return this._desired; }
+  /** False while the pages of a large room are still being read. */
+  get complete() { return this._paging === null && this.status === "joined"; }
+
   setState(state) {
     if (TERMINAL.has(this.status)) return Promise.reject(new PresenceError("not_joined", `room ${this.id} is ${this.status}`, { room: this.id }));
+    // The node refuses it too: a room followed without a session has no state.
+    if (!this.present) return Promise.reject(new PresenceError("not_joined", `room ${this.id} is joined with present false`, { room: this.id }));
     if (state === undefined) state = null;
     let json;
     try { json = JSON.stringify(state); } catch (e) { json = undefined; }
@@ -319,8 +436,7 @@ class Room extends Emitter {
   _join() {
     this._synced = false;
     this._paging = null;
-    const frame = { type: "join", room: this.id };
-    if (this.detail) frame.detail = this.detail;
+    const frame = this._joinFrame();
     const conn = this._c._conn;
     const ref = this._c._request(frame, (err) => {
       if (!err || ref !== this._joinRef || err.code === "disconnected") return;
@@ -337,6 +453,14 @@ class Room extends Emitter {
     this._joinRef = ref;
   }
 
+  _joinFrame() {
+    const frame = { type: "join", room: this.id };
+    if (this.detail) frame.detail = this.detail;
+    if (this._batch) frame.batch = true;
+    if (!this.present) frame.present = false; // only when asked: it needs the observe claim
+    return frame;
+  }
+
   _disconnected() {
     this._synced = false;
     this._paging = null;
@@ -350,6 +474,7 @@ class Room extends Emitter {
     const isJoinReply = f.ref !== undefined && f.ref === this._joinRef;
     if (!isJoinReply && !this._synced) return; // a reply to an older join: the next one follows
     this._synced = true;
+    this._resetSeqs(s.room_seq);
     const fold = new Fold(!!this.detail);
     for (const w of s.members) {
       const m = wireMember(w, !!this.detail);
@@ -370,23 +495,14 @@ class Room extends Emitter {
       this._paging = null;
       this._publish(fold);
     }
-    if (isJoinReply && (this._desired !== null || this._gen > this._ackGen)) this._sendState();
+    if (isJoinReply && this.present && (this._desired !== null || this._gen > this._ackGen)) this._sendState();
   }
 
   _onEvent(ev) {
     if (!this._synced || typeof ev.user !== "string") return; // before this connection's snapshot: stale
+    if (!this._fresh(ev)) return;
     if (this._paging) this._paging.fold.apply(ev);
-    const r = this._view.apply(ev);
-    if (!r) return;
-    const [before, after] = r;
-    if (sameMember(before, after)) {
-      if (before) this._view.members.set(before.user, before); // keep the reference stable
-      return;
-    }
-    this._changed();
-    if (!before) this._emit("join", after, { reason: ev.reason });
-    else if (!after) this._emit("leave", before, { reason: ev.reason });
-    else this._emit("update", after, { session: ev.session, state: hasState(ev.state) && ev.reason === "state" ? ev.state : undefined, reason: ev.reason });
+    this._applyEvent(ev);
   }
 
   _requestPage(offset) {
@@ -441,47 +557,7 @@ class Room extends Emitter {
     this._publish(fold);
   }
 
-  // Replaces the view; emits what changed, then "sync".
-  _publish(fold) {
-    const old = this._view.members;
-    const now = fold.members;
-    // Keep references of unchanged members (cheap re-renders), and the
-    // snapshot array itself when nothing changed (getSnapshot stability).
-    let changed = old.size !== now.size;
-    for (const [u, m] of now) {
-      const o = old.get(u);
-      if (o && o !== m && sameMember(o, m)) now.set(u, o);
-      else if (o !== m) changed = true;
-    }
-    this._view = fold;
-    if (changed) this._changed();
-    // In user order: leaves first, then joins and updates.
-    for (const o of [...old.values()].sort((a, b) => cmp(a.user, b.user))) {
-      if (!now.has(o.user)) this._emit("leave", o, { reason: "sync" });
-    }
-    for (const m of this._snapshot) {
-      const o = old.get(m.user);
-      if (!o) this._emit("join", m, { reason: "sync" });
-      else if (o !== m) for (const ch of sessionChanges(o, m)) this._emit("update", m, ch);
-    }
-    this._setStatus("joined");
-    this._emit("sync", this._snapshot);
-  }
-
-  _changed() {
-    const arr = [...this._view.members.values()].sort((a, b) => cmp(a.user, b.user));
-    this._snapshot = Object.freeze(arr);
-    this.total = arr.length;
-    for (const fn of [...this._subs]) {
-      try { fn(); } catch (e) { reportAsync(e); }
-    }
-  }
-
-  _setStatus(s) {
-    if (this.status === s) return;
-    this.status = s;
-    this._emit("status", s);
-  }
+  _published() { this._setStatus("joined"); }
 
   _sendState() {
     const gen = this._gen;
@@ -519,6 +595,253 @@ class Room extends Emitter {
     this._joinRef = undefined;
     this._settle(Infinity, err || new PresenceError("not_joined", `room ${this.id} is ${status}`, { room: this.id }));
     this._view = new Fold(!!this.detail);
+    this._changed();
+    this._setStatus(status);
+  }
+}
+
+// A room joined with view "count": the node sends its member count, not
+// its members. Joined, rejoined and left as any room; members() stays empty.
+class CountRoom extends Room {
+  constructor(client, id, opts = {}) {
+    super(client, id, { present: opts.present });
+    this.view = "count";
+    this._count = null; // frozen {count} of the last count frame; null before the first
+  }
+
+  count() { return this._count ? this._count.count : undefined; }
+  // Stable until the count changes (useSyncExternalStore).
+  getSnapshot() { return this._count; }
+
+  _joinFrame() {
+    // No detail (refused with a count) and no batch (a count view takes no events).
+    const frame = { type: "join", room: this.id, view: "count" };
+    if (!this.present) frame.present = false;
+    return frame;
+  }
+
+  _onSnapshot() {}
+  _onEvent() {}
+
+  _onCount(f) {
+    if (typeof f.count !== "number") return;
+    const isJoinReply = f.ref !== undefined && f.ref === this._joinRef;
+    if (!isJoinReply && !this._synced) return; // a count from before this connection's join reply
+    this._synced = true;
+    if (isJoinReply && this.present && (this._desired !== null || this._gen > this._ackGen)) this._sendState();
+    // Every count frame is whole: the latest is the count. It is read at a
+    // tick, not at a room_seq, so there is nothing to order it by.
+    const changed = !this._count || this._count.count !== f.count;
+    if (changed) {
+      this._count = Object.freeze({ count: f.count });
+      this.total = f.count;
+      this._notify();
+    }
+    this._setStatus("joined");
+    if (changed) this._emit("count", f.count, { reason: typeof f.reason === "string" ? f.reason : "update" });
+  }
+
+  _terminate(status, err) {
+    this._count = null;
+    super._terminate(status, err);
+  }
+}
+
+// ---- watch lists ----
+
+const WATCH_DONE = new Set(["closed", "failed", "revoked"]);
+
+// The list as sent: valid ids, each once, within the node's limits. Throws
+// invalid_watch, the code the node would answer with, without a round trip.
+function checkUsers(c, room, users) {
+  const bad = (msg) => new PresenceError("invalid_watch", msg, { room });
+  if (!Array.isArray(users)) throw bad("users must be an array of user ids");
+  const seen = new Set();
+  for (const u of users) {
+    if (typeof u !== "string" || !ID_RE.test(u)) throw bad(`invalid user id ${JSON.stringify(u)}`);
+    seen.add(u); // a repeated id is watched once (the node refuses repeats)
+  }
+  const max = c.limits.max_watch_users;
+  if (seen.size > max) throw bad(`at most ${max} users per watch, not ${seen.size}`);
+  const list = Object.freeze([...seen]);
+  // Over max_frame_bytes the node closes the connection (1009), and the
+  // reconnect would send it again: long ids can make 100 users too many.
+  const bytes = byteLength(JSON.stringify({ type: "watch", room, users: list, ref: "9".repeat(20) }));
+  if (bytes > c.limits.max_frame_bytes) throw bad(`the watch frame would be ${bytes} bytes, over ${c.limits.max_frame_bytes}`);
+  return list;
+}
+
+// Follows some users of a room without joining it. The node holds one list
+// per room and connection, so a client has one Watch per room. Watched
+// members are kept as without detail (states only).
+class Watch extends View {
+  constructor(client, room, users) {
+    super(false);
+    this.room = room;
+    this.status = "pending";
+    this.region = undefined;
+    this.error = undefined;
+    this._c = client;
+    this._want = users; // the list asked for last: sent again on every connect
+    this._acked = null; // the list the node holds on this connection; null: none
+    this._watched = new Set(); // whose events apply: the list of the last `watching` applied
+    this._synced = false; // a `watching` reply arrived on this connection
+    this._sent = false; // a watch frame went out on this connection
+    this._gen = 0; // counts lists asked for; replies settle every promise up to theirs
+    this._ackGen = 0;
+    this._waiters = [];
+    this.ready = this._set(users);
+  }
+
+  get users() { return this._want; }
+
+  /** Replaces the list; resolves once the node answered with the new one. */
+  update(users) {
+    if (WATCH_DONE.has(this.status)) return Promise.reject(new PresenceError("closed", `the watch of ${this.room} is ${this.status}`, { room: this.room }));
+    let list;
+    try { list = checkUsers(this._c, this.room, users); } catch (e) { return Promise.reject(e); }
+    return (this.ready = this._set(list));
+  }
+
+  /** Ends the watch (users: []); the view empties at once. */
+  close() {
+    if (WATCH_DONE.has(this.status)) return Promise.resolve();
+    const c = this._c;
+    const send = c._isOpen() && this._sent;
+    this._terminate("closed", new PresenceError("closed", `the watch of ${this.room} was closed`, { room: this.room }));
+    if (!send) return Promise.resolve();
+    return new Promise((resolve) => {
+      const attempt = () => c._request({ type: "watch", room: this.room, users: [] }, (err) => {
+        if (err && err.code === "unavailable" && c._isOpen()) c._later(retryDelay(c, err), attempt);
+        else resolve(); // disconnected: the node forgets the watch with the connection
+      });
+      attempt();
+    });
+  }
+
+  // -- driven by the client --
+
+  _set(list) {
+    this._want = list;
+    const gen = ++this._gen;
+    const p = new Promise((resolve, reject) => this._waiters.push({ gen, resolve, reject }));
+    p.catch(() => {}); // `ready` may go unread: a refusal is also an `error` event
+    if (this._c._isOpen()) this._push();
+    return p;
+  }
+
+  // Sends the list, at hello and when it changes while open.
+  _push() {
+    if (this._want.length > 0 || this._sent) return this._send();
+    // An empty list and nothing sent on this connection: the node holds no
+    // watch for us, which is what was asked. Nothing to send.
+    this._ackGen = this._gen;
+    this._settle(this._gen, null);
+    this._onWatching({}, this._want);
+  }
+
+  _send() {
+    const c = this._c;
+    const gen = this._gen;
+    const users = this._want;
+    const conn = c._conn;
+    this._sent = true;
+    c._request({ type: "watch", room: this.room, users: [...users] }, (err, f) => {
+      if (WATCH_DONE.has(this.status)) return;
+      if (err) {
+        if (err.code === "disconnected") return; // sent again after the next hello
+        if (err.code === "unavailable") {
+          // The node dropped the room's watch: nothing comes until it is sent again.
+          this._acked = null;
+          this._synced = false;
+          if (this.status === "active") this._setStatus("rewatching");
+          return c._later(retryDelay(c, err), () => {
+            if (this._gen === gen && conn === c._conn && c._isOpen() && !WATCH_DONE.has(this.status)) this._send();
+          });
+        }
+        // Refused: nothing changed at the node. Requests are answered in
+        // order, so this settles every list asked for up to gen.
+        this._ackGen = Math.max(this._ackGen, gen);
+        if (this._gen === gen) {
+          if (this._acked === null) return this._fail(err); // the node holds no list for us
+          this._want = this._acked; // it kept the old one
+        }
+        this._settle(gen, err);
+        this._emit("error", err);
+        return;
+      }
+      this._ackGen = Math.max(this._ackGen, gen);
+      this._acked = users;
+      this._onWatching(f, users);
+      this._settle(gen, null);
+    });
+  }
+
+  // A `watching` for `users`: replaces the view, as a snapshot does a room's.
+  _onWatching(f, users) {
+    this._synced = true;
+    this._watched = new Set(users);
+    const s = f.snapshot;
+    const fold = new Fold(false);
+    this._resetSeqs(isObject(s) ? s.room_seq : undefined);
+    if (isObject(s)) {
+      if (typeof s.region === "string") this.region = s.region;
+      for (const w of Array.isArray(s.members) ? s.members : []) {
+        const m = wireMember(w, false);
+        if (m && this._watched.has(m.user)) fold.members.set(m.user, m);
+      }
+    }
+    this._publish(fold);
+  }
+
+  // Unasked `watching`: reason resync (the node lost track) replaces the
+  // view; reason revoked (a refresh took the room away) ends the watch.
+  _onUnasked(f) {
+    if (f.reason === "revoked") {
+      return this._terminate("revoked", new PresenceError("revoked", `access to room ${this.room} was revoked`, { room: this.room }));
+    }
+    if (!this._synced) return; // before this connection's reply: the reply follows
+    this._onWatching(f, [...this._watched]);
+  }
+
+  _onEvent(ev) {
+    // Only the watched users: a joined room of the same id brings everyone's.
+    if (!this._synced || typeof ev.user !== "string" || !this._watched.has(ev.user)) return;
+    if (!this._fresh(ev)) return;
+    this._applyEvent(ev);
+  }
+
+  _published() { this._setStatus("active"); }
+
+  _disconnected() {
+    this._synced = false;
+    this._sent = false;
+    this._acked = null;
+    if (this.status === "active") this._setStatus("rewatching");
+  }
+
+  _fail(err) {
+    this.error = err;
+    this._terminate("failed", err);
+    this._emit("error", err);
+    this._c._emit("error", err);
+  }
+
+  _settle(gen, err) {
+    const keep = [];
+    for (const w of this._waiters) {
+      if (w.gen > gen) keep.push(w);
+      else if (err) w.reject(err);
+      else w.resolve();
+    }
+    this._waiters = keep;
+  }
+
+  _terminate(status, err) {
+    if (this._c._watches.get(this.room) === this) this._c._watches.delete(this.room);
+    this._synced = false;
+    this._settle(Infinity, err || new PresenceError("closed", `the watch of ${this.room} is ${status}`, { room: this.room }));
+    this._view = new Fold(false);
     this._changed();
     this._setStatus(status);
   }
@@ -607,6 +930,7 @@ class Client extends Emitter {
     this.tokenExpires = undefined;
 
     this._rooms = new Map();
+    this._watches = new Map(); // room id -> Watch
     this._closed = false;
     this._everOpen = false;
     this._conn = 0; // counts connection attempts; stale callbacks compare it
@@ -708,15 +1032,45 @@ class Client extends Emitter {
   room(id, opts) {
     if (typeof id !== "string" || id === "") throw new TypeError("presence: room id must be a non-empty string");
     let r = this._rooms.get(id);
-    if (r) return r;
+    if (r) {
+      // The first call's options win, but a count room is another kind of object.
+      const want = opts && opts.view === "count" ? "count" : "members";
+      if (r.view !== want) throw new PresenceError("invalid_view", `room ${id} is open with view ${r.view}: leave it first`, { room: id });
+      return r;
+    }
     if (this._closed) throw new PresenceError("closed", "the client is closed");
-    r = new Room(this, id, opts && opts.detail);
+    opts = opts || {};
+    const view = opts.view === undefined ? "members" : opts.view;
+    if (view !== "members" && view !== "count") throw new PresenceError("invalid_view", `view must be "members" or "count", not ${JSON.stringify(view)}`, { room: id });
+    if (view === "count" && opts.detail !== undefined) throw new PresenceError("invalid_view", "detail does not go with view count", { room: id });
+    r = view === "count" ? new CountRoom(this, id, opts) : new Room(this, id, opts);
     this._rooms.set(id, r);
     if (this._isOpen()) r._join();
     return r;
   }
 
   rooms() { return [...this._rooms.values()]; }
+
+  /**
+   * Follows `users` of room `roomId` (no join needed). One watch per room:
+   * the same room gives the same object, with its list replaced.
+   */
+  watch(roomId, users) {
+    if (typeof roomId !== "string" || roomId === "") throw new TypeError("presence: room id must be a non-empty string");
+    if (this._closed) throw new PresenceError("closed", "the client is closed");
+    const list = checkUsers(this, roomId, users);
+    const w = this._watches.get(roomId);
+    if (w) {
+      const same = w._want.length === list.length && w._want.every((u, i) => u === list[i]);
+      if (!same) w.update(list);
+      return w;
+    }
+    const nw = new Watch(this, roomId, list);
+    this._watches.set(roomId, nw);
+    return nw;
+  }
+
+  watches() { return [...this._watches.values()]; }
 
   /** Resolves with the round trip in ms. */
   ping() {
@@ -812,10 +1166,27 @@ class Client extends Emitter {
       case "snapshot":
         if (room) room._onSnapshot(f);
         break;
+      case "count":
+        if (room && room.view === "count") room._onCount(f);
+        break;
+      case "watching":
+        // Replies are handled by their request; unasked is a resync.
+        if (f.ref === undefined && roomId !== undefined) {
+          const w = this._watches.get(roomId);
+          if (w) w._onUnasked(f);
+        }
+        break;
       case "event":
-        if (isObject(f.event) && typeof f.event.room === "string") {
-          const r = this._rooms.get(f.event.room);
-          if (r) r._onEvent(f.event);
+        if (isObject(f.event) && typeof f.event.room === "string") this._deliver(f.event);
+        break;
+      case "events":
+        // A tick's events of one room, in seq order: applied one by one,
+        // exactly as if each had come in its own `event` frame.
+        if (roomId !== undefined && Array.isArray(f.events)) {
+          for (const e of f.events) {
+            const ev = compactEvent(f, e);
+            if (ev) this._deliver(ev);
+          }
         }
         break;
       case "left":
@@ -835,6 +1206,15 @@ class Client extends Emitter {
         else cb(null, f);
       }
     }
+  }
+
+  // An event goes to the room and the watch of its room id: which stream
+  // it came by cannot be told, and each skips copies (View._fresh).
+  _deliver(ev) {
+    const r = this._rooms.get(ev.room);
+    if (r) r._onEvent(ev);
+    const w = this._watches.get(ev.room);
+    if (w) w._onEvent(ev);
   }
 
   _onHello(f) {
@@ -869,6 +1249,7 @@ class Client extends Emitter {
     this._scheduleKeepalive();
     this._setStatus("open");
     for (const r of [...this._rooms.values()]) r._join();
+    for (const w of [...this._watches.values()]) w._push();
   }
 
   _onClose(ws, code) {
@@ -931,6 +1312,7 @@ class Client extends Emitter {
     const err = new PresenceError("disconnected", "the connection closed");
     for (const cb of pending) cb(err);
     for (const r of [...this._rooms.values()]) r._disconnected();
+    for (const w of [...this._watches.values()]) w._disconnected();
   }
 
   _stop() {
@@ -943,6 +1325,7 @@ class Client extends Emitter {
     if (this._channel) leaveChannel(this._BC, this);
     this._running = false;
     for (const r of [...this._rooms.values()]) r._terminate("left", new PresenceError("closed", "the client is closed", { room: r.id }));
+    for (const w of [...this._watches.values()]) w._terminate("closed");
     this._setStatus("closed");
   }
 

@@ -1,7 +1,7 @@
 // The folding rule (spec of issue 10): snapshot + events == a fresh snapshot.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { setup, open, answerJoin, eventFrame, snapshotFrame, plain, flush } from "./helpers.js";
+import { setup, open, answerJoin, eventFrame, eventsFrame, snapshotFrame, plain, flush } from "./helpers.js";
 
 async function joined(detail, members, opts) {
   const h = setup();
@@ -228,58 +228,91 @@ class ModelRoom {
   }
 }
 
-test("oracle: folded members() equals the model's snapshot (random rooms, detail on and off, paging)", async () => {
-  for (let seed = Number(process.env.SEED || 1); seed <= Number(process.env.SEED || process.env.SEEDS || 150); seed++) {
-    const rand = rng(seed);
-    const detail = rand() < 0.5;
-    const model = new ModelRoom(rand, detail);
-    for (let i = 0; i < 15; i++) model.step(); // a room that already has members
+// Two clients on the same stream: `batched` gets a random split of the
+// events into `event` and `events` frames, `single` gets one `event` frame
+// each. Both must fold to the model's view and emit the same events.
+async function twin(detail) {
+  const mk = async () => {
     const h = setup();
     const s = await open(h, { limits: { frame_rate: 1e6, frame_burst: 1e6 } }); // pacing is tested elsewhere
     const room = h.client.room("r", detail ? { detail: "sessions" } : undefined);
+    const log = [];
+    for (const t of ["join", "leave", "update", "sync"]) room.on(t, (m, c) => log.push([t, t === "sync" ? m.length : m.user, c]));
+    return { h, s, room, log };
+  };
+  return { batched: await mk(), single: await mk() };
+}
+
+test("oracle: folded members() equals the model's snapshot (random rooms, detail on and off, paging, batched and single events)", async () => {
+  for (let seed = Number(process.env.SEED || 1); seed <= Number(process.env.SEED || process.env.SEEDS || 150); seed++) {
+    const rand = rng(seed);
+    const split = rng(seed + 1e6); // its own stream: the model's schedule stays the same as without batching
+    const detail = rand() < 0.5;
+    const model = new ModelRoom(rand, detail);
+    for (let i = 0; i < 15; i++) model.step(); // a room that already has members
+    const { batched, single } = await twin(detail);
+    const both = [batched, single];
+    assert.equal(batched.s.last("join").batch, true, "joins ask for events frames");
     let pageSize = 2 + Math.floor(rand() * 6);
-    const sendSnapshot = (ref, reason) => {
+    const sendSnapshot = (reason) => {
       const all = model.wire();
-      s.recv(snapshotFrame("r", all.slice(0, pageSize), { ref, reason, seq: model.seq, total: all.length }));
+      for (const c of both) c.s.recv(snapshotFrame("r", all.slice(0, pageSize), { ref: reason === "join" ? c.s.last("join").ref : undefined, reason, seq: model.seq, total: all.length }));
     };
-    sendSnapshot(s.last("join").ref, "join");
+    sendSnapshot("join");
     let queue = []; // events generated but not delivered yet (they can trail pages)
-    let answered = 0; // members requests answered so far
+    let answered = 0; // members requests answered so far (the same for both clients)
     const answerPage = () => {
-      const reqs = s.frames("members");
-      if (answered >= reqs.length) return false;
-      const q = reqs[answered++];
+      const n = batched.s.frames("members").length;
+      assert.equal(single.s.frames("members").length, n, `seed ${seed}: both clients page alike`);
+      if (answered >= n) return false;
       const all = model.wire();
-      s.recv(pageFrame(q.ref, "r", all.slice(q.offset, q.offset + q.limit), { seq: model.seq, total: all.length, offset: q.offset }));
+      for (const c of both) {
+        const q = c.s.frames("members")[answered];
+        c.s.recv(pageFrame(q.ref, "r", all.slice(q.offset, q.offset + q.limit), { seq: model.seq, total: all.length, offset: q.offset }));
+      }
+      answered++;
       return true;
     };
+    const deliver = (evs) => {
+      for (const e of evs) single.s.recv(eventFrame("r", e.seq, e));
+      // A random split: runs of 1..4 events, each run alone or as one events frame.
+      for (let i = 0; i < evs.length;) {
+        const n = 1 + Math.floor(split() * 4);
+        const run = evs.slice(i, i + n);
+        i += n;
+        if (split() < 0.7) batched.s.recv(eventsFrame("r", run));
+        else for (const e of run) batched.s.recv(eventFrame("r", e.seq, e));
+      }
+    };
     const check = (where) => {
-      if (queue.length || !room.complete) return;
-      assert.deepEqual(plain(room.members()), model.expected(), `seed ${seed} (detail ${detail}) ${where}`);
+      assert.deepEqual(batched.log, single.log, `seed ${seed} ${where}: same events emitted`);
+      assert.deepEqual(plain(batched.room.members()), plain(single.room.members()), `seed ${seed} ${where}: same view`);
+      if (queue.length || !batched.room.complete) return;
+      assert.deepEqual(plain(batched.room.members()), model.expected(), `seed ${seed} (detail ${detail}) ${where}`);
     };
     for (let step = 0; step < 250; step++) {
       const r = rand();
       if (r < 0.45) {
         const e = model.step();
-        if (e) queue.push(eventFrame("r", e.seq, e));
+        if (e) queue.push(e);
       } else if (r < 0.75) {
         const n = 1 + Math.floor(rand() * 3);
-        for (const f of queue.splice(0, n)) s.recv(f);
+        deliver(queue.splice(0, n));
       } else if (r < 0.97) {
         answerPage();
       } else {
         // Resync: events continue from the new snapshot.
         queue = [];
         pageSize = 2 + Math.floor(rand() * 6);
-        sendSnapshot(undefined, "resync");
+        sendSnapshot("resync");
       }
       check(`step ${step}`);
     }
-    for (const f of queue.splice(0)) s.recv(f);
+    deliver(queue.splice(0));
     while (answerPage());
-    assert.deepEqual(h.errors, []);
+    for (const c of both) assert.deepEqual(c.h.errors, []);
     check("end");
-    assert.ok(room.complete, `seed ${seed}: paging finished (status ${room.status}, ${s.frames("members").length} requests, ${answered} answered)`);
-    h.client.close();
+    assert.ok(batched.room.complete, `seed ${seed}: paging finished (status ${batched.room.status}, ${batched.s.frames("members").length} requests, ${answered} answered)`);
+    for (const c of both) c.h.client.close();
   }
 });

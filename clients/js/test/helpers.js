@@ -124,6 +124,19 @@ export function eventFrame(room, seq, fields) {
   return { type: "event", event: { v: 1, id: `eu/${room}/1/${seq}`, region: "eu", room, seq, epoch: 1, at: "2026-11-29T19:48:47Z", ...fields } };
 }
 
+// One `events` frame holding the given events (objects as for eventFrame,
+// each with seq), in the compact form.
+export function eventsFrame(room, events, { region = "eu", epoch = 1 } = {}) {
+  return {
+    type: "events", room, region, epoch,
+    events: events.map((e) => {
+      const a = [e.seq, e.kind, e.reason, e.user, e.session ?? "", e.sessions ?? 0];
+      if (e.state !== undefined) a.push(e.state);
+      return a;
+    }),
+  };
+}
+
 // Answers the newest unanswered join of room on socket s with a snapshot.
 export function answerJoin(s, room, members = [], opts = {}) {
   const j = s.frames("join").filter((f) => f.room === room).pop();

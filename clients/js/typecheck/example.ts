@@ -1,5 +1,5 @@
 // Type-checked against client.d.ts by `npm run typecheck` (never run).
-import { createClient, PresenceError, type Member, type Room, type ClientStatus } from "../client.js";
+import { createClient, PresenceError, type Member, type Room, type CountRoom, type CountSnapshot, type Watch, type WatchStatus, type ClientStatus } from "../client.js";
 
 const client = createClient({
   url: "https://node.example/v1/ws",
@@ -21,7 +21,25 @@ const unsubscribe = room.subscribe(() => {
 });
 unsubscribe();
 
+const lobby: CountRoom = client.room("lobby", { view: "count", present: false });
+lobby.on("count", (n: number, c) => console.log(n, c.reason));
+const countSnap: CountSnapshot | null = lobby.getSnapshot();
+const n: number | undefined = lobby.count();
+console.log(countSnap?.count, n, lobby.view);
+const quiet: Room = client.room("quiet", { batch: false, present: false, view: "members" });
+console.log(quiet.present, quiet.view);
+
+const dots: Watch = client.watch("lobby", ["u_1", "u_2"]);
+dots.on("join", (m: Member, c) => console.log(m.user, c.reason));
+dots.on("status", (s: WatchStatus) => { if (s === "revoked") console.log("revoked"); });
+const offDots = dots.subscribe(() => console.log(dots.getSnapshot().length, dots.members()[0]?.user));
+offDots();
+console.log(client.watches().length, client.rooms().length, dots.users, dots.total);
+
 async function main(): Promise<void> {
+  await dots.ready;
+  await dots.update(["u_3"]);
+  await dots.close();
   await room.setState({ status: "away", since: 3 });
   await room.setState(null);
   const rtt: number = await client.ping();
@@ -35,3 +53,9 @@ void main;
 room.status = "joined";
 // @ts-expect-error: detail takes only "sessions"
 client.room("x", { detail: "all" });
+// @ts-expect-error: detail does not go with view count
+client.room("y", { view: "count", detail: "sessions" });
+// @ts-expect-error: a count room has no members()
+lobby.members();
+// @ts-expect-error: watch takes a list of user ids
+client.watch("lobby", "u_1");
