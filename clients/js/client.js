@@ -266,12 +266,10 @@ class View extends Emitter {
     this._view = new Fold(detail);
     this._snapshot = Object.freeze([]);
     this._subs = new Set();
-    // Copies: a join and a watch of one room are two streams of the same
-    // connection, and the node may send an event on both, at different
-    // times (a batch waits for its tick). Each stream is in seq order, and
-    // the fold of a user depends only on that user's events, so an event is
-    // a copy when its seq is at or below the snapshot's (already in it) or
-    // the last one applied for its user. Reset by every snapshot.
+    // Each view takes its own stream (a room's, or a watch's: frames
+    // marked watch:true), in seq order. An event at or below the
+    // snapshot's seq is already in it; one at or below the last applied
+    // for its user is a repeat. Both are skipped. Reset by every snapshot.
     this._floor = -Infinity;
     this._seqs = new Map(); // user -> seq of the last event applied
     this.total = 0;
@@ -1177,7 +1175,8 @@ class Client extends Emitter {
         }
         break;
       case "event":
-        if (isObject(f.event) && typeof f.event.room === "string") this._deliver(f.event);
+        // A watch list's events are marked watch:true; the room's are not.
+        if (isObject(f.event) && typeof f.event.room === "string") this._deliver(f.event, f.watch === true);
         break;
       case "events":
         // A tick's events of one room, in seq order: applied one by one,
@@ -1185,7 +1184,7 @@ class Client extends Emitter {
         if (roomId !== undefined && Array.isArray(f.events)) {
           for (const e of f.events) {
             const ev = compactEvent(f, e);
-            if (ev) this._deliver(ev);
+            if (ev) this._deliver(ev, false);
           }
         }
         break;
@@ -1208,13 +1207,12 @@ class Client extends Emitter {
     }
   }
 
-  // An event goes to the room and the watch of its room id: which stream
-  // it came by cannot be told, and each skips copies (View._fresh).
-  _deliver(ev) {
-    const r = this._rooms.get(ev.room);
-    if (r) r._onEvent(ev);
-    const w = this._watches.get(ev.room);
-    if (w) w._onEvent(ev);
+  // An event goes to the stream it came by: a watch list's (marked
+  // watch:true) or the room's. A connection that joined a room and
+  // watches it gets the watched users' events on both, each in order.
+  _deliver(ev, watch) {
+    const v = watch ? this._watches.get(ev.room) : this._rooms.get(ev.room);
+    if (v) v._onEvent(ev);
   }
 
   _onHello(f) {

@@ -15,7 +15,9 @@ function answerWatch(s, room, members, opts) {
   return w;
 }
 const mem = (u, st) => ({ user: u, until: "t", sessions: st === undefined ? [] : [{ id: u + "-t", expires: "t", state: st }] });
-const ev = (seq, fields) => eventFrame("lobby", seq, { sessions: 1, ...fields });
+// A watch list's event frame (marked watch:true), and the room's own.
+const ev = (seq, fields) => ({ ...eventFrame("lobby", seq, { sessions: 1, ...fields }), watch: true });
+const roomEv = (seq, fields) => eventFrame("lobby", seq, { sessions: 1, ...fields });
 
 function record(w) {
   const seen = [];
@@ -311,30 +313,35 @@ test("watch: a refused re-watch after a reconnect fails the watch", async () => 
   assert.equal(s.frames("watch").length, 1, "not sent again");
 });
 
-test("watch and join of one room: copies over both streams fold once, each view stays true", async () => {
+test("watch and join of one room: each stream folds into its own view, in its own order", async () => {
   const h = setup();
   const s = await open(h);
   const room = h.client.room("lobby");
   answerJoin(s, "lobby", [mem("a"), mem("z")], { seq: 10 });
   const w = h.client.watch("lobby", ["a", "b"]);
   answerWatch(s, "lobby", [mem("a")], { seq: 12 });
-  const roomSeen = [];
+  const roomSeen = [], watchSeen = [];
   room.on("update", (m, c) => roomSeen.push([m.user, c.state]));
-  // The watch's stream sends at once; the room's batch comes at its tick.
+  w.on("update", (m, c) => watchSeen.push([m.user, c.state]));
+  // The watch's stream sends at once; the room's batch comes at its tick,
+  // with an event of a (11) older than the watch's first (13): the room
+  // still applies it.
   s.recv(ev(13, { kind: "update", reason: "state", user: "a", session: "a-t", state: 1 }));
   s.recv(ev(14, { kind: "online", reason: "joined", user: "b", session: "b-t" }));
   s.recv(eventsFrame("lobby", [
-    { seq: 11, kind: "update", reason: "state", user: "z", session: "z-t", state: "zz", sessions: 1 },
-    { seq: 13, kind: "update", reason: "state", user: "a", session: "a-t", state: 1, sessions: 1 },
+    { seq: 11, kind: "update", reason: "state", user: "a", session: "a-2", state: "second tab", sessions: 2 },
+    { seq: 12, kind: "update", reason: "state", user: "z", session: "z-t", state: "zz", sessions: 1 },
+    { seq: 13, kind: "update", reason: "state", user: "a", session: "a-t", state: 1, sessions: 2 },
     { seq: 14, kind: "online", reason: "joined", user: "b", session: "b-t", sessions: 1 },
-    { seq: 15, kind: "update", reason: "state", user: "a", session: "a-t", state: 2, sessions: 1 },
   ]));
   s.recv(ev(15, { kind: "update", reason: "state", user: "a", session: "a-t", state: 2 }));
+  s.recv(roomEv(15, { kind: "update", reason: "state", user: "a", session: "a-t", state: 2 }));
   assert.deepEqual(plain(room.members()), [
-    { user: "a", sessions: [{ id: "a-t", state: 2 }] }, { user: "b", sessions: [] }, { user: "z", sessions: [{ id: "z-t", state: "zz" }] },
+    { user: "a", sessions: [{ id: "a-2", state: "second tab" }, { id: "a-t", state: 2 }] }, { user: "b", sessions: [] }, { user: "z", sessions: [{ id: "z-t", state: "zz" }] },
   ]);
   assert.deepEqual(plain(w.members()), [{ user: "a", sessions: [{ id: "a-t", state: 2 }] }, { user: "b", sessions: [] }]);
-  assert.deepEqual(roomSeen, [["a", 1], ["z", "zz"], ["a", 2]], "each change once");
+  assert.deepEqual(roomSeen, [["a", "second tab"], ["z", "zz"], ["a", 1], ["a", 2]], "each change once, in the room's order");
+  assert.deepEqual(watchSeen, [["a", 1], ["a", 2]]);
 });
 
 test("watch frames are paced with the rest: 40 watches never trip the server's limiter", async () => {
