@@ -594,6 +594,12 @@ func (h *hub) resyncAll() {
 func (h *hub) eventLocked(r *room, e event) {
 	switch r.seq.Offer(e.epoch, e.seq, e, time.Now()) {
 	case bus.NoBaseline:
+		if r.counters == len(r.members) {
+			// No member needs events before a snapshot (count members
+			// only): a later joiner's snapshot, read after it joined,
+			// has them.
+			return
+		}
 		if len(r.early) >= maxBuffered {
 			r.lost = true
 			return
