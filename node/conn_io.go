@@ -126,9 +126,11 @@ func (c *conn) write() {
 				return
 			}
 		}
-		// On a batching connection all queued frames go out in one write.
+		// On a batching connection all queued frames go out in one write;
+		// so does a single frame larger than gorilla's write buffer, which
+		// it would write as two (the buffer, then the rest).
 		bc, _ := c.ws.NetConn().(*batchConn)
-		if bc != nil && len(q) > 1 {
+		if bc != nil && (len(q) > 1 || len(q) == 1 && len(q[0]) > lim.WriteBufferBytes-16) {
 			bc.begin()
 		} else {
 			bc = nil

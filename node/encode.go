@@ -18,20 +18,26 @@ import (
 // encodeSnapshot is the snapshot frame: a join's reply (ref set) or a
 // resync (ref empty, reason set).
 func encodeSnapshot(ref, reason string, s presence.Snapshot) []byte {
-	b := make([]byte, 0, 256+len(s.Members)*160)
+	return encodeSnapshotBody(ref, reason, s.Room, s.Total > len(s.Members), appendSnapshotBody(make([]byte, 0, 256+len(s.Members)*160), s))
+}
+
+// encodeSnapshotBody is encodeSnapshot around a body appendSnapshotBody
+// wrote: joiners sharing one read share its body, encoded once.
+func encodeSnapshotBody(ref, reason, room string, truncated bool, body []byte) []byte {
+	b := make([]byte, 0, 128+len(ref)+len(room)+len(body))
 	b = append(b, `{"type":"snapshot"`...)
 	if ref != "" {
 		b = append(b, `,"ref":`...)
 		b = appendString(b, ref)
 	}
 	b = append(b, `,"room":`...)
-	b = appendString(b, s.Room)
+	b = appendString(b, room)
 	b = append(b, `,"reason":`...)
 	b = appendString(b, reason)
 	b = append(b, `,"truncated":`...)
-	b = strconv.AppendBool(b, s.Total > len(s.Members))
+	b = strconv.AppendBool(b, truncated)
 	b = append(b, `,"snapshot":`...)
-	b = appendSnapshotBody(b, s)
+	b = append(b, body...)
 	return append(b, '}')
 }
 

@@ -95,6 +95,7 @@ type room struct {
 	readN      int // the latest count read, and its read
 	readGen    uint64
 	pending    []event // the tick's events for members taking events frames
+	bodies     snapBodies
 
 	seq       *bus.Sequencer[event] // (epoch, base): every Seq <= base is passed on or in a snapshot
 	start     uint64                // the RoomSeq the room's position started from (the last Reset)
@@ -454,7 +455,7 @@ func (h *hub) readyLocked(r *room, snap presence.Snapshot, ref, reason string, m
 	for c, m := range ms {
 		d := m.in.detail
 		if frames[d] == nil {
-			frames[d] = encodeSnapshot(ref, reason, forDetail(snap, d))
+			frames[d] = encodeSnapshotBody(ref, reason, snap.Room, snap.Total > len(snap.Members), r.bodies.get(snap, d))
 		}
 		c.send(frames[d])
 		m.after, m.live, m.resync = snap.RoomSeq, true, false
@@ -476,6 +477,37 @@ func (h *hub) readyLocked(r *room, snap presence.Snapshot, ref, reason string, m
 		}
 	}
 	return true
+}
+
+// snapBodies keeps the encoded body of a room's latest snapshot per
+// detail: the joiners of a storm share a few reads, and each read's body
+// (up to SnapshotMembers members) is encoded once, not once per joiner.
+type snapBodies struct {
+	key  snapKey
+	body [detailSessions + 1][]byte
+}
+
+// snapKey tells snapshots apart: one read of the room at a room_seq and a
+// millisecond has one content.
+type snapKey struct {
+	region        string
+	epoch         int64
+	seq           uint64
+	at            time.Time
+	offset, total int
+	members       int
+}
+
+func (b *snapBodies) get(s presence.Snapshot, d detail) []byte {
+	k := snapKey{s.Region, s.Epoch, s.RoomSeq, s.At, s.Offset, s.Total, len(s.Members)}
+	if k != b.key {
+		*b = snapBodies{key: k}
+	}
+	if b.body[d] == nil {
+		fs := forDetail(s, d)
+		b.body[d] = appendSnapshotBody(make([]byte, 0, 256+len(fs.Members)*160), fs)
+	}
+	return b.body[d]
 }
 
 // resetLocked forgets the room's position and puts every member on a
