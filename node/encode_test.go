@@ -121,3 +121,99 @@ func BenchmarkSnapshotFrame(b *testing.B) {
 		}
 	})
 }
+
+// An events frame is valid JSON whose entries give back each transition's
+// fields, whatever the ids and states hold; entries at or below after,
+// and session-only ones without detail, are left out.
+func TestEventsFramesCarryEachTransition(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	kinds := []struct {
+		k presence.Kind
+		r presence.Reason
+	}{{presence.Online, presence.Joined}, {presence.Offline, presence.Left}, {presence.Update, presence.State}, {presence.Update, presence.Joined}}
+	for range 200 {
+		var ts []presence.Transition
+		var es []event
+		for i := range 1 + r.IntN(8) {
+			kr := kinds[r.IntN(len(kinds))]
+			tr := presence.Transition{Kind: kr.k, Reason: kr.r, User: hostile[r.IntN(len(hostile))], Session: hostile[r.IntN(len(hostile))],
+				Sessions: r.IntN(5), Seq: uint64(10 + i), Epoch: 9}
+			if kr.r == presence.State {
+				tr.State = states[r.IntN(len(states))]
+			}
+			ts = append(ts, tr)
+			es = append(es, event{epoch: 9, seq: tr.Seq, entry: encodeEntry(tr), sessionsOnly: sessionsOnly(tr)})
+		}
+		after := uint64(9 + r.IntN(3))
+		d := detail(r.IntN(2))
+		f := encodeEvents(hostile[r.IntN(len(hostile))], "room", es, after, d)
+		var want []presence.Transition
+		for _, tr := range ts {
+			if tr.Seq > after && (!sessionsOnly(tr) || d == detailSessions) {
+				want = append(want, tr)
+			}
+		}
+		if len(want) == 0 {
+			if f != nil {
+				t.Fatalf("a frame of nothing: %s", f)
+			}
+			continue
+		}
+		var fr struct {
+			Type   string
+			Room   string
+			Epoch  int64
+			Events [][]json.RawMessage
+		}
+		if err := json.Unmarshal(f, &fr); err != nil || fr.Type != "events" || fr.Room != "room" || fr.Epoch != 9 || len(fr.Events) != len(want) {
+			t.Fatalf("frame %s: %v", f, err)
+		}
+		for i, tr := range want {
+			e := fr.Events[i]
+			var seq uint64
+			var kind, reason, user, session string
+			var sessions int
+			for j, dst := range []any{&seq, &kind, &reason, &user, &session, &sessions} {
+				if err := json.Unmarshal(e[j], dst); err != nil {
+					t.Fatalf("entry %s: %v", e, err)
+				}
+			}
+			if seq != tr.Seq || kind != string(tr.Kind) || reason != string(tr.Reason) || user != viaJSON(tr.User) || session != viaJSON(tr.Session) || sessions != tr.Sessions {
+				t.Fatalf("entry %s, want %+v", bytes.Join(rawJoin(e), []byte(",")), tr)
+			}
+			hasState := tr.Reason == presence.State && len(tr.State) > 0
+			if hasState != (len(e) == 7) {
+				t.Fatalf("entry %s: state present %v, want %v", bytes.Join(rawJoin(e), []byte(",")), len(e) == 7, hasState)
+			}
+			if hasState {
+				var got, exp any
+				_ = json.Unmarshal(e[6], &got)
+				_ = json.Unmarshal(tr.State, &exp)
+				if !reflectEqual(got, exp) {
+					t.Fatalf("state %s, want %s", e[6], tr.State)
+				}
+			}
+		}
+	}
+}
+
+func rawJoin(e []json.RawMessage) [][]byte {
+	out := make([][]byte, len(e))
+	for i, r := range e {
+		out[i] = r
+	}
+	return out
+}
+
+func reflectEqual(a, b any) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return bytes.Equal(x, y)
+}
+
+// viaJSON is s as encoding/json gives it back (invalid UTF-8 replaced).
+func viaJSON(s string) string {
+	var out string
+	_ = json.Unmarshal(mustJSON(s), &out)
+	return out
+}
