@@ -488,3 +488,63 @@ func countOf(xs []string, x string) int {
 	}
 	return n
 }
+
+// Big rooms in the browser: a page keeps a count room and a watch list
+// beside its member view, against the real node. The count follows
+// joins and the leave after the grace; the watch lists exactly the
+// watched users who are present, and drops bob when he leaves.
+func TestBrowserCountRoomAndWatchList(t *testing.T) {
+	b := newBrowser(t)
+	n := startDev(t)
+	pg := newTestPage(t, n.addr)
+	const room = "br-big"
+
+	alice := b.open("alice", pg.url(link(t, n.addr), pageOpts{room: room, user: "alice"}), true)
+	alice.waitSynced()
+	alice.eval(`(() => {
+		window.counter = client.room("br-big-count", { view: "count" });
+		window.counts = [];
+		counter.on("count", c => counts.push(c));
+		window.dots = client.watch("br-big", ["bob", "carol"]);
+		return true;
+	})()`, nil)
+	type big struct {
+		Count   *int     `json:"count"`
+		Watched []string `json:"watched"`
+		Status  string   `json:"status"`
+	}
+	read := func() big {
+		var v big
+		alice.eval(`({ count: counter.count(), watched: dots.members().map(m => m.user), status: dots.status })`, &v)
+		return v
+	}
+	waitBig := func(what string, cond func(big) bool) big {
+		t.Helper()
+		deadline := time.Now().Add(brGrace + 10*time.Second)
+		for {
+			v := read()
+			if cond(v) {
+				return v
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: page has %+v", what, v)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	// The counter room counts alice's own session there.
+	waitBig("count 1, nobody watched is here", func(v big) bool {
+		return v.Count != nil && *v.Count == 1 && v.Status == "active" && len(v.Watched) == 0
+	})
+	bob := b.open("bob", pg.url(link(t, n.addr), pageOpts{room: room, user: "bob"}), true)
+	bob.waitSynced()
+	bob.eval(`(() => { client.room("br-big-count", { view: "count" }); return true; })()`, nil)
+	waitBig("bob watched and counted", func(v big) bool {
+		return v.Count != nil && *v.Count == 2 && slices.Equal(v.Watched, []string{"bob"})
+	})
+	bob.close()
+	waitBig("bob gone after the grace", func(v big) bool {
+		return v.Count != nil && *v.Count == 1 && len(v.Watched) == 0
+	})
+	alice.noConsoleErrors()
+}
