@@ -801,7 +801,7 @@ func (h *hub) watch(ctx context.Context) {
 	}
 }
 
-// close unsubscribes every room.
+// close unsubscribes every room and watched user.
 func (h *hub) close() {
 	h.mu.Lock()
 	var subs []*nats.Subscription
@@ -814,6 +814,12 @@ func (h *hub) close() {
 		default:
 		}
 		delete(h.rooms, name)
+	}
+	for name, w := range h.watched {
+		for sub := range w.subs {
+			subs = append(subs, sub)
+		}
+		delete(h.watched, name)
 	}
 	h.mu.Unlock()
 	for _, s := range subs {
