@@ -91,15 +91,16 @@ type statsResp struct {
 
 // anomalies of the folding, counting and watching connections.
 type anomalies struct {
-	Dups      int      `json:"dups"`       // events at or below the last seq applied
-	Gaps      int      `json:"gaps"`       // gaps in the room's seq
-	Missing   int      `json:"missing"`    // events missing in those gaps
-	EpochErrs int      `json:"epoch_errs"` // events of another epoch without a resync
-	PageSlips int      `json:"page_slips"` // members pages asked again after a slip
-	Foreign   int      `json:"foreign"`    // watch: events of users not watched
-	CountBack int      `json:"count_back"` // count: a count frame whose room_seq did not grow
-	Bad       int      `json:"bad"`        // frames that did not parse or did not fit the role
-	Examples  []string `json:"examples,omitempty"`
+	Dups       int      `json:"dups"`         // events at or below the last seq applied
+	Gaps       int      `json:"gaps"`         // gaps in the room's seq
+	Missing    int      `json:"missing"`      // events missing in those gaps
+	EpochErrs  int      `json:"epoch_errs"`   // events of another epoch without a resync
+	PageSlips  int      `json:"page_slips"`   // members pages asked again after a slip
+	Foreign    int      `json:"foreign"`      // watch: events of users not watched
+	CountBack  int      `json:"count_back"`   // count: a count frame whose room_seq did not grow
+	CountNoSeq int      `json:"count_no_seq"` // count: a count frame without room_seq (PROTOCOL.md "Counts" gives one)
+	Bad        int      `json:"bad"`          // frames that did not parse or did not fit the role
+	Examples   []string `json:"examples,omitempty"`
 }
 
 func (a *anomalies) add(b anomalies) {
@@ -110,6 +111,7 @@ func (a *anomalies) add(b anomalies) {
 	a.PageSlips += b.PageSlips
 	a.Foreign += b.Foreign
 	a.CountBack += b.CountBack
+	a.CountNoSeq += b.CountNoSeq
 	a.Bad += b.Bad
 	for _, e := range b.Examples {
 		if len(a.Examples) < 8 {
@@ -119,8 +121,8 @@ func (a *anomalies) add(b anomalies) {
 }
 
 func (a anomalies) String() string {
-	s := fmt.Sprintf("repeated/out-of-order %d, seq gaps %d (%d events missing), epoch without resync %d, page re-reads %d, foreign %d, count going back %d, bad frames %d",
-		a.Dups, a.Gaps, a.Missing, a.EpochErrs, a.PageSlips, a.Foreign, a.CountBack, a.Bad)
+	s := fmt.Sprintf("repeated/out-of-order %d, seq gaps %d (%d events missing), epoch without resync %d, page re-reads %d, foreign %d, count going back %d, count without room_seq %d, bad frames %d",
+		a.Dups, a.Gaps, a.Missing, a.EpochErrs, a.PageSlips, a.Foreign, a.CountBack, a.CountNoSeq, a.Bad)
 	if len(a.Examples) > 0 {
 		s += "; e.g. " + strings.Join(a.Examples, " | ")
 	}
@@ -128,7 +130,7 @@ func (a anomalies) String() string {
 }
 
 func (a anomalies) protocolBroken() bool {
-	return a.Dups+a.Gaps+a.EpochErrs+a.Foreign+a.CountBack+a.Bad > 0
+	return a.Dups+a.Gaps+a.EpochErrs+a.Foreign+a.CountBack+a.CountNoSeq+a.Bad > 0
 }
 
 // reportReq asks for the arrival of churners' events: SendUS and LeaveUS
@@ -618,6 +620,12 @@ func (c *bconn) handle(data []byte, at time.Time) {
 			c.bad("count frame without count")
 			return
 		}
+		if f.RoomSeq == 0 {
+			if c.anom.CountNoSeq == 0 {
+				c.example("count frame without room_seq: %.120s", data)
+			}
+			c.anom.CountNoSeq++
+		}
 		if f.Epoch == c.epoch && f.RoomSeq <= c.countSeq && f.Reason != "resync" && c.countSeq > 0 {
 			c.anom.CountBack++
 			c.example("count frame at room_seq %d after %d", f.RoomSeq, c.countSeq)
@@ -848,7 +856,9 @@ func (w *bigWorker) check(t *checkReq) checkResp {
 		var diffs []string
 		switch c.spec.Role {
 		case roleCount, rolePop:
-			if c.count != t.Total || c.countSeq != t.Seq {
+			// Without room_seq in count frames (a node deviating from
+			// PROTOCOL.md, counted apart), only the count is compared.
+			if c.count != t.Total || (c.countSeq != 0 && c.countSeq != t.Seq) {
 				diffs = append(diffs, fmt.Sprintf("count %d at room_seq %d, truth %d at %d", c.count, c.countSeq, t.Total, t.Seq))
 			}
 		case roleMember:
