@@ -161,7 +161,7 @@ func bigroom(ctx context.Context, o options, b bigOpts, out io.Writer) error {
 		return fmt.Errorf("NATS (the truth of the room's transitions): %w", err)
 	}
 	defer r.nc.Close()
-	r.truth = &natsTruth{room: r.room, on: map[string]int64{}, off: map[string]int64{}, seen: map[uint64]bool{}, base: r.baseUS}
+	r.truth = &natsTruth{room: r.room, on: map[string]int64{}, off: map[string]int64{}, onSeq: map[string]uint64{}, offSeq: map[string]uint64{}, seen: map[uint64]bool{}, base: r.baseUS}
 	sub, err := r.nc.Subscribe(bus.RoomFilter(o.region, r.room), r.truth.handle)
 	if err != nil {
 		return err
@@ -381,6 +381,8 @@ func (g *group) report(req reportReq) (reportResp, error) {
 		out.OnNever += x.OnNever
 		out.OnResynced += x.OnResynced
 		out.OffNever += x.OffNever
+		out.OffResync += x.OffResync
+		out.LostConn += x.LostConn
 		out.Conns += x.Conns
 		out.Expects += x.Expects
 		return nil
@@ -419,6 +421,8 @@ type natsTruth struct {
 	atUS   []int64
 	on     map[string]int64 // user -> µs since base of its first online
 	off    map[string]int64
+	onSeq  map[string]uint64 // user -> room seq of its first online
+	offSeq map[string]uint64
 	seen   map[uint64]bool
 	maxSeq uint64
 	epoch  int64
@@ -454,10 +458,12 @@ func (t *natsTruth) handle(m *nats.Msg) {
 	case presence.Online:
 		if _, ok := t.on[ev.User]; !ok {
 			t.on[ev.User] = us
+			t.onSeq[ev.User] = ev.Seq
 		}
 	case presence.Offline:
 		if _, ok := t.off[ev.User]; !ok {
 			t.off[ev.User] = us
+			t.offSeq[ev.User] = ev.Seq
 		}
 	}
 }
@@ -665,16 +671,16 @@ func (c *churn) one(ctx context.Context, i int, at time.Time) {
 		})
 		return
 	}
-	defer ws.Close()
-	frames := make(chan pframe, 16)
 	var ending atomic.Bool
+	defer func() { ending.Store(true); ws.Close() }()
+	frames := make(chan pframe, 16)
 	go func() {
 		defer close(frames)
 		for {
 			_, data, err := ws.ReadMessage()
 			if err != nil {
 				if !ending.Load() {
-					why := describeClose(err)
+					why := closeReason(err)
 					c.note(func() { c.closedByNode[why]++ })
 				}
 				return
@@ -783,11 +789,18 @@ func (c *churn) expected() reportReq {
 	var q reportReq
 	q.SendUS = make([]int64, c.n)
 	q.LeaveUS = make([]int64, c.n)
+	q.OnSeq = make([]uint64, c.n)
+	q.OffSeq = make([]uint64, c.n)
+	t := c.r.truth
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	for i := range c.n {
 		if c.answered[i] {
 			q.SendUS[i] = c.sendUS[i]
 			q.LeaveUS[i] = c.leaveUS[i]
 		}
+		u := c.prefix + strconv.Itoa(i)
+		q.OnSeq[i], q.OffSeq[i] = t.onSeq[u], t.offSeq[u]
 	}
 	return q
 }
@@ -1122,20 +1135,25 @@ func (r *bigRun) members(ctx context.Context) error {
 // by a resync.
 func (r *bigRun) reportArrivals(who string, rep reportResp, grace time.Duration) {
 	on := toDurations(rep.On)
-	fmt.Fprintf(r.out, "join -> online at %s (%d connections, %d expected): %s; replaced by resync %d\n", who, rep.Conns, rep.Expects, latencyLine(on, rep.OnNever+rep.OnResynced), rep.OnResynced)
+	fmt.Fprintf(r.out, "join -> online at %s (%d connections, %d expected): %s; inside a resync %d, at connections the node dropped %d\n",
+		who, rep.Conns, rep.Expects, latencyLine(on, rep.OnNever+rep.OnResynced+rep.LostConn), rep.OnResynced, rep.LostConn)
 	off := toDurations(rep.Off)
 	for i := range off {
 		off[i] -= grace
 	}
-	fmt.Fprintf(r.out, "leave -> offline at %s, minus the %v grace (the reaper announces it): %s\n", who, grace, latencyLine(off, rep.OffNever))
-	if rep.OnNever > 0 || rep.OnResynced > 0 || rep.OffNever > 0 {
-		r.fail("at %s: %d onlines never seen, %d replaced by a resync, %d offlines never seen", who, rep.OnNever, rep.OnResynced, rep.OffNever)
+	fmt.Fprintf(r.out, "leave -> offline at %s, minus the %v grace (the reaper announces it): %s; inside a resync %d\n", who, grace, latencyLine(off, rep.OffNever+rep.OffResync), rep.OffResync)
+	if rep.OnNever > 0 || rep.OffNever > 0 {
+		r.fail("at %s: %d onlines and %d offlines MISSING (not inside a resync, connection not dropped)", who, rep.OnNever, rep.OffNever)
+	}
+	if rep.OnResynced+rep.OffResync > 0 {
+		r.fail("at %s: %d onlines and %d offlines came only inside resync snapshots", who, rep.OnResynced, rep.OffResync)
 	}
 	if len(on) > 0 {
-		p99 := percentile(append(on, make([]time.Duration, rep.OnNever+rep.OnResynced)...), .99)
-		if rep.OnNever+rep.OnResynced > 0 {
-			p99 = never
+		all := append(slices.Clone(on), make([]time.Duration, rep.OnNever+rep.OnResynced+rep.LostConn)...)
+		for i := len(on); i < len(all); i++ {
+			all[i] = never
 		}
+		p99 := percentile(all, .99)
 		r.target(p99 <= 500*time.Millisecond, "join -> visible at %s p99 <= 500ms (%s)", who, fmtDur(p99))
 	}
 }

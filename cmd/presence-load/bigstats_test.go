@@ -1,11 +1,16 @@
 package main
 
 import (
+	"errors"
+	"fmt"
+	"io"
 	"math"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorilla/websocket"
 )
 
 func TestFramesPerTick(t *testing.T) {
@@ -97,5 +102,30 @@ func TestMergeStats(t *testing.T) {
 	if !slices.Equal(s.Frames, []int64{1, 2, -1, 7}) || s.Types["events"] != 7 || s.Resyncs != 1 || s.MinSeq != 3 || s.MaxSeq != 9 ||
 		s.Anom.Missing != 2 || s.Errors["rate_limited"] != 2 || !s.Anom.protocolBroken() {
 		t.Fatalf("%+v", s)
+	}
+}
+
+func TestInSkip(t *testing.T) {
+	skips := [][2]uint64{{10, 20}, {40, 41}}
+	for seq, want := range map[uint64]bool{10: false, 11: true, 20: true, 21: false, 41: true, 0: false} {
+		if inSkip(skips, seq) != want {
+			t.Errorf("inSkip(%d) = %v", seq, !want)
+		}
+	}
+}
+
+func TestCloseReasonDropsAddresses(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{&websocket.CloseError{Code: 4000}, "close 4000"},
+		{errors.New("read tcp 127.0.0.4:37749->127.0.0.1:8091: read: connection reset by peer"), "connection reset by peer"},
+		{errors.New("write tcp 127.0.0.1:38819->127.0.0.1:8091: i/o timeout"), "i/o timeout"},
+		{fmt.Errorf("x: %w", io.ErrUnexpectedEOF), "EOF"},
+	} {
+		if got := closeReason(c.err); got != c.want {
+			t.Errorf("closeReason(%v) = %q, want %q", c.err, got, c.want)
+		}
 	}
 }

@@ -138,6 +138,21 @@ func (a anomalies) protocolBroken() bool {
 type reportReq struct {
 	SendUS  []int64 `json:"send_us"`
 	LeaveUS []int64 `json:"leave_us"`
+	// The room seq of each churner's online and offline (from NATS; 0:
+	// unknown), to tell an event that came inside a resync from one that
+	// went missing.
+	OnSeq  []uint64 `json:"on_seq"`
+	OffSeq []uint64 `json:"off_seq"`
+}
+
+// inSkip reports whether seq came inside one of the resyncs.
+func inSkip(skips [][2]uint64, seq uint64) bool {
+	for _, s := range skips {
+		if seq > s[0] && seq <= s[1] {
+			return true
+		}
+	}
+	return false
 }
 
 type reportResp struct {
@@ -146,6 +161,8 @@ type reportResp struct {
 	OnNever    int     `json:"on_never"`
 	OnResynced int     `json:"on_resynced"`
 	OffNever   int     `json:"off_never"`
+	OffResync  int     `json:"off_resynced"`
+	LostConn   int     `json:"lost_conn"` // expected at a connection the node dropped (counted apart)
 	Conns      int     `json:"conns"`
 	Expects    int     `json:"expects"`
 }
@@ -232,6 +249,8 @@ type bconn struct {
 	recv     []entry // watch: events since the last watching frame
 	baseSeq  uint64  // watch: the watching frame's room_seq
 	users    map[string]bool
+	skips    [][2]uint64 // (seq before, room_seq) of each resync: events in between came inside it
+	lost     bool        // the connection ended before the run closed it
 	anom     anomalies
 	tokens   float64 // page requests: a token bucket under the node's frame rate
 	tokenAt  time.Time
@@ -455,7 +474,10 @@ func (c *bconn) readLoop() {
 		_, r, err := c.ws.NextReader()
 		if err != nil {
 			if !c.ending.Load() {
-				c.w.gone(describeClose(err))
+				c.w.gone(closeReason(err))
+				c.mu.Lock()
+				c.lost = true
+				c.mu.Unlock()
 			}
 			return
 		}
@@ -583,6 +605,9 @@ func (c *bconn) handle(data []byte, at time.Time) {
 		resync := f.Reason == "resync"
 		if resync {
 			c.resync.Add(1)
+			if c.fold.ready {
+				c.skips = append(c.skips, [2]uint64{c.fold.seq, f.Snapshot.RoomSeq})
+			}
 			// The onlines of churners it lists that were not seen as
 			// events never will be.
 			for _, m := range f.Snapshot.Members {
@@ -816,24 +841,55 @@ func (w *bigWorker) report(r *reportReq) reportResp {
 				continue
 			}
 			out.Expects++
+			seqAt := func(v []uint64) uint64 {
+				if i < len(v) {
+					return v[i]
+				}
+				return 0
+			}
 			switch a := c.on[i]; {
 			case a > 0:
 				out.On = append(out.On, a-r.SendUS[i])
-			case a < 0:
+			case a < 0 || inSkip(c.skips, seqAt(r.OnSeq)):
 				out.OnResynced++
+			case c.lost:
+				out.LostConn++
 			default:
 				out.OnNever++
 			}
 			if i < len(r.LeaveUS) && r.LeaveUS[i] > 0 {
-				if a := c.off[i]; a > 0 {
+				switch a := c.off[i]; {
+				case a > 0:
 					out.Off = append(out.Off, a-r.LeaveUS[i])
-				} else if c.on[i] >= 0 {
+				case inSkip(c.skips, seqAt(r.OffSeq)):
+					out.OffResync++
+				case c.lost:
+				default:
 					out.OffNever++
 				}
 			}
 		}
 	})
 	return out
+}
+
+// closeReason names how a connection ended, without its addresses (so
+// that reasons can be counted).
+func closeReason(err error) string {
+	var ce *websocket.CloseError
+	switch {
+	case errors.As(err, &ce):
+		return fmt.Sprintf("close %d", ce.Code)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "EOF"
+	}
+	msg := err.Error()
+	for _, k := range []string{"i/o timeout", "connection reset by peer", "broken pipe", "use of closed network connection"} {
+		if strings.Contains(msg, k) {
+			return k
+		}
+	}
+	return msg
 }
 
 // check compares what each parsing connection holds with the truth.
