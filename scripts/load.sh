@@ -37,7 +37,8 @@
 # Further arguments go to presence-load and override its flags, e.g.
 #   scripts/load.sh sweep --rates 250,500 --duration 5s
 #   scripts/load.sh latency --rate 500
-# The node's log is checked for panics; on failure it and the other logs
+# NODE_FLAGS adds flags to the measured node, e.g. NODE_FLAGS="--fanout-tick
+# 250ms" scripts/load.sh bigroom. The node's log is checked for panics; on failure it and the other logs
 # are kept and their path printed (KEEP_LOGS=1 keeps them always).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -129,7 +130,7 @@ lport=$(free_port 8091)
 maxconn=()
 [[ $mode == bigroom* ]] && maxconn=(--max-connections 17000)
 "$bin/presenced" node --jwt-secret "$secret" --region load --redis "127.0.0.1:$rport" \
-	--nats "nats://127.0.0.1:$nport" --listen "127.0.0.1:$lport" --log-level warn "${maxconn[@]}" \
+	--nats "nats://127.0.0.1:$nport" --listen "127.0.0.1:$lport" --log-level warn "${maxconn[@]}" ${NODE_FLAGS:-} \
 	${PPROF:+--pprof-listen 127.0.0.1:6061} >"$work/node.log" 2>&1 &
 node_pid=$!
 pids+=("$node_pid")
