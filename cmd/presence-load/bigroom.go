@@ -402,6 +402,7 @@ func (g *group) check(req checkReq) (checkResp, error) {
 		out.Checked += x.Checked
 		out.Wrong += x.Wrong
 		out.Behind += x.Behind
+		out.Lost += x.Lost
 		out.Expected = append(out.Expected, x.Expected...)
 		for _, e := range x.Examples {
 			if len(out.Examples) < 8 {
@@ -1062,7 +1063,7 @@ func (r *bigRun) checkConvergence(ctx context.Context, g *group, what string, wi
 	if err != nil {
 		r.fail("%s: %v", what, err)
 	}
-	fmt.Fprintf(r.out, "%s: %d checked, %d differ from the truth, %d behind its room_seq\n", what, res.Checked, res.Wrong, res.Behind)
+	fmt.Fprintf(r.out, "%s: %d checked, %d differ from the truth, %d behind its room_seq; %d not compared (the node dropped them)\n", what, res.Checked, res.Wrong, res.Behind, res.Lost)
 	for _, e := range res.Examples {
 		fmt.Fprintf(r.out, "  %s\n", e)
 	}

@@ -188,6 +188,7 @@ type checkResp struct {
 	Checked  int      `json:"checked"`
 	Wrong    int      `json:"wrong"`
 	Behind   int      `json:"behind"` // folded to an older seq than the truth's
+	Lost     int      `json:"lost"`   // connections the node dropped: not compared
 	Examples []string `json:"examples,omitempty"`
 	Expected []int64  `json:"expected,omitempty"` // watch: transitions of each connection's users in the window
 }
@@ -908,6 +909,10 @@ func (w *bigWorker) check(t *checkReq) checkResp {
 		}
 		c.mu.Lock()
 		defer c.mu.Unlock()
+		if c.lost {
+			out.Lost++ // its view stopped when the node dropped it
+			return
+		}
 		out.Checked++
 		var diffs []string
 		switch c.spec.Role {
