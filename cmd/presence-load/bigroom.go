@@ -611,6 +611,7 @@ type churn struct {
 	leaveUnanswered   int
 	maxLag            time.Duration
 	closedByNode      map[string]int
+	leaveRefused      map[string]int
 	start, end        time.Time
 	retried           int
 	peak, live        atomic.Int64
@@ -621,7 +622,7 @@ func (r *bigRun) newChurn() *churn {
 	n := int(r.b.churnRate * r.b.churnFor.Seconds())
 	return &churn{r: r, prefix: fmt.Sprintf("c%d-", r.run), n: n,
 		sendUS: make([]int64, n), replyUS: make([]int64, n), leaveUS: make([]int64, n), answered: make([]bool, n),
-		codes: map[string]int{}, closedByNode: map[string]int{}}
+		codes: map[string]int{}, closedByNode: map[string]int{}, leaveRefused: map[string]int{}}
 }
 
 func (c *churn) run(ctx context.Context) {
@@ -764,23 +765,45 @@ func (c *churn) one(ctx context.Context, i int, at time.Time) {
 		time.Sleep(d)
 	}
 	c.leaveUS[i] = time.Now().UnixMicro() - r.baseUS
-	if ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"leave","room":`+string(room)+`,"ref":"l"}`)) == nil {
-		timeout := time.After(30 * time.Second)
-		for {
-			select {
-			case p, ok := <-frames:
-				if !ok {
-					c.note(func() { c.leaveUnanswered++ })
-					return
-				}
-				if p.Type == "left" {
-					ending.Store(true)
-					return
-				}
-			case <-timeout:
-				c.note(func() { c.leaveUnanswered++ })
-				return
+	leave := []byte(`{"type":"leave","room":` + string(room) + `,"ref":"l"}`)
+	for attempt := 1; attempt <= 5; attempt++ {
+		if ws.WriteMessage(websocket.TextMessage, leave) != nil {
+			break
+		}
+		retry, done := c.awaitLeft(frames)
+		if done {
+			ending.Store(true)
+			return
+		}
+		if retry == 0 {
+			break
+		}
+		time.Sleep(retry)
+	}
+	// Unanswered or refused: closing the connection releases the session
+	// too (its offline then follows the close, not the leave).
+	c.note(func() { c.leaveUnanswered++ })
+}
+
+// awaitLeft reads frames until the leave's reply: done on `left`; a
+// refusal's retry_after_ms (0: none, or no reply in 30 s).
+func (c *churn) awaitLeft(frames <-chan pframe) (retry time.Duration, done bool) {
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case p, ok := <-frames:
+			if !ok {
+				return 0, false
 			}
+			if p.Type == "left" {
+				return 0, true
+			}
+			if p.Type == "error" && p.Ref == "l" {
+				c.note(func() { c.leaveRefused[p.Code]++ })
+				return time.Duration(p.Retry) * time.Millisecond, false
+			}
+		case <-timeout:
+			return 0, false
 		}
 	}
 }
@@ -832,9 +855,9 @@ func (c *churn) allOffline(t *natsTruth) bool {
 func (c *churn) report(out io.Writer) {
 	r := c.r
 	ans := c.answeredCount()
-	fmt.Fprintf(out, "churn: %d joins at %.0f/s over %v (each leaving %v later) on %s, as %s; answered %d, refused for good %d, unanswered %d, dial failed %d, retried %d (codes: %s); leave unanswered %d; max send lag %v; peak churner connections %d\n",
+	fmt.Fprintf(out, "churn: %d joins at %.0f/s over %v (each leaving %v later) on %s, as %s; answered %d, refused for good %d, unanswered %d, dial failed %d, retried %d (codes: %s); leaves refused %s, leaves never answered (closed instead) %d; max send lag %v; peak churner connections %d\n",
 		c.n, r.b.churnRate, r.b.churnFor, r.b.churnHold, r.b.popAddr, r.b.churnView, ans, c.refusedFinalCount, c.unanswered, c.dialFailed, c.retried, codes(c.codes),
-		c.leaveUnanswered, fmtDur(c.maxLag), c.peak.Load())
+		codes(c.leaveRefused), c.leaveUnanswered, fmtDur(c.maxLag), c.peak.Load())
 	var reply []time.Duration
 	for i := range c.n {
 		if c.answered[i] {
