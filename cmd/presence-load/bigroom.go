@@ -430,6 +430,9 @@ type natsTruth struct {
 	last   time.Time
 	dups   int
 	bad    int
+	// transitions that arrived after one of a higher seq
+	inversions  int
+	invExamples []string
 }
 
 func (t *natsTruth) handle(m *nats.Msg) {
@@ -451,6 +454,14 @@ func (t *natsTruth) handle(m *nats.Msg) {
 		return
 	}
 	t.seen[ev.Seq] = true
+	if ev.Seq < t.maxSeq {
+		// Arrived after a later seq of the room: NATS carries the room's
+		// transitions out of seq order.
+		t.inversions++
+		if len(t.invExamples) < 3 {
+			t.invExamples = append(t.invExamples, fmt.Sprintf("%d %s %s after %d", ev.Seq, ev.Kind, ev.User, t.maxSeq))
+		}
+	}
 	us := at.UnixMicro() - t.base
 	t.trans = append(t.trans, trans{User: ev.User, Kind: string(ev.Kind), Seq: ev.Seq})
 	t.atUS = append(t.atUS, us)
@@ -882,6 +893,10 @@ func (c *churn) report(out io.Writer) {
 	r.truth.mu.Unlock()
 	slices.Sort(nat)
 	fmt.Fprintf(out, "churner join -> online on NATS: %s\n", latencyLine(nat, missing))
+	r.truth.mu.Lock()
+	fmt.Fprintf(out, "NATS carried %d transitions of the room; %d arrived after one with a higher seq (e.g. %s); %d repeated\n",
+		len(r.truth.trans), r.truth.inversions, strings.Join(r.truth.invExamples, "; "), r.truth.dups)
+	r.truth.mu.Unlock()
 	if missing > 0 {
 		r.fail("%d churners' onlines never reached NATS", missing)
 	}
