@@ -16,20 +16,38 @@
 #                                the node (presence-load hog)
 #   scripts/load.sh sweep        latency at 250,500,1000,1500,2000 joins/s
 #   scripts/load.sh storm        1,000 joins at once into a room of 10,000
+#   scripts/load.sh bigroom      big rooms (docs/PROTOCOL.md "Big rooms"): fill
+#                                a room of 15,000 members taking `events`,
+#                                churn it at 500 joins/s + 500 leaves/s for
+#                                60 s, check sampled members' views, then a
+#                                storm of 1,000 joins
+#   scripts/load.sh bigroom-count  15,000 count-only watchers of a room of
+#                                15,000 under the same churn
+#   scripts/load.sh bigroom-watch  15,000 watchers of 50 users each of a
+#                                room of 15,000 under the same churn
+#
+# The bigroom modes start a second node of the same region (node B) for
+# the room's population (bigroom-count, bigroom-watch) and the churners
+# (all three): the measured node (A) then holds only what is measured, and
+# each node stays under its connection limit and the 20,000 open files a
+# process may hold (15,000 watchers + 15,000 members + churners do not fit
+# on one node). A is started with --max-connections 17000 (15,000 members
+# + 1,000 storm joiners + the truth reader), B with 19000.
 #
 # Further arguments go to presence-load and override its flags, e.g.
 #   scripts/load.sh sweep --rates 250,500 --duration 5s
 #   scripts/load.sh latency --rate 500
-# The node's log is checked for panics; on failure it and the other logs
+# NODE_FLAGS adds flags to the measured node, e.g. NODE_FLAGS="--fanout-tick
+# 250ms" scripts/load.sh bigroom. The node's log is checked for panics; on failure it and the other logs
 # are kept and their path printed (KEEP_LOGS=1 keeps them always).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-idle}
 shift || true
 case $mode in
-idle | latency | latency-hog | sweep | storm) ;;
+idle | latency | latency-hog | sweep | storm | bigroom | bigroom-count | bigroom-watch) ;;
 *)
-	echo "usage: $0 idle|latency|latency-hog|sweep|storm [presence-load flags]" >&2
+	echo "usage: $0 idle|latency|latency-hog|sweep|storm|bigroom|bigroom-count|bigroom-watch [presence-load flags]" >&2
 	exit 2
 	;;
 esac
@@ -88,9 +106,9 @@ wait_for() {
 	fail "$name did not become ready in 10s; see $work/$name.log"
 }
 
-go build -o "$bin/presenced" ./cmd/presenced
-go build -o "$bin/presence-load" ./cmd/presence-load
-go build -o "$bin/nats-server" github.com/nats-io/nats-server/v2
+nice -n 10 go build -o "$bin/presenced" ./cmd/presenced
+nice -n 10 go build -o "$bin/presence-load" ./cmd/presence-load
+nice -n 10 go build -o "$bin/nats-server" github.com/nats-io/nats-server/v2
 
 rport=$(free_port 6391)
 redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" --loglevel warning >"$work/redis.log" 2>&1 &
@@ -109,12 +127,25 @@ wait_for nats "$nats_pid" curl -sf "http://127.0.0.1:$mport/healthz"
 # connection then holds its token's expiry timer).
 secret=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 lport=$(free_port 8091)
+maxconn=()
+[[ $mode == bigroom* ]] && maxconn=(--max-connections 17000)
 "$bin/presenced" node --jwt-secret "$secret" --region load --redis "127.0.0.1:$rport" \
-	--nats "nats://127.0.0.1:$nport" --listen "127.0.0.1:$lport" --log-level warn \
+	--nats "nats://127.0.0.1:$nport" --listen "127.0.0.1:$lport" --log-level warn "${maxconn[@]}" ${NODE_FLAGS:-} \
 	${PPROF:+--pprof-listen 127.0.0.1:6061} >"$work/node.log" 2>&1 &
 node_pid=$!
 pids+=("$node_pid")
 wait_for node "$node_pid" curl -sf "http://127.0.0.1:$lport/healthz"
+if [[ $mode == bigroom* ]]; then
+	# Node B: the room's population and the churners.
+	bport=$(free_port $((lport + 1)))
+	"$bin/presenced" node --jwt-secret "$secret" --region load --redis "127.0.0.1:$rport" \
+		--nats "nats://127.0.0.1:$nport" --listen "127.0.0.1:$bport" --log-level warn --max-connections 19000 \
+		>"$work/nodeB.log" 2>&1 &
+	nodeb_pid=$!
+	pids+=("$nodeb_pid")
+	wait_for nodeB "$nodeb_pid" curl -sf "http://127.0.0.1:$bport/healthz"
+	echo "node B pid $nodeb_pid on 127.0.0.1:$bport (population and churners)"
+fi
 
 echo "tree: $(git rev-parse --short HEAD 2>/dev/null || echo '?') with $(git status --porcelain 2>/dev/null | wc -l) changed paths; $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "node pid $node_pid on 127.0.0.1:$lport; redis pid $redis_pid on :$rport; nats-server pid $nats_pid on :$nport (monitor :$mport)"
@@ -129,6 +160,13 @@ latency) "$bin/presence-load" latency "${common[@]}" "${cpu[@]}" "${lat[@]}" --r
 latency-hog) "$bin/presence-load" latency "${common[@]}" "${cpu[@]}" "${lat[@]}" --rate 1000 --duration 10s --hog 2 "$@" || rc=$? ;;
 sweep) "$bin/presence-load" sweep "${common[@]}" "${cpu[@]}" "${lat[@]}" --rates 250,500,1000,1500,2000 --duration 10s "$@" || rc=$? ;;
 storm) "$bin/presence-load" storm "${common[@]}" --members 10000 --joiners 1000 "$@" || rc=$? ;;
+bigroom*)
+	scenario=members
+	[[ $mode == bigroom-count ]] && scenario=count
+	[[ $mode == bigroom-watch ]] && scenario=watch
+	"$bin/presence-load" bigroom "${common[@]}" "${cpu[@]}" "${lat[@]}" --scenario "$scenario" \
+		--pop-addr "127.0.0.1:$bport" --node-pid "$node_pid" --pop-pid "$nodeb_pid" "$@" || rc=$?
+	;;
 esac
 
 # The node must still be up, stop cleanly (SIGTERM: it drains), and leave
@@ -138,10 +176,16 @@ if ! kill -0 "$node_pid" 2>/dev/null; then
 	rc=1
 fi
 stop "$node_pid"
-if grep -nE '^panic:|fatal error:|WARNING: DATA RACE|^goroutine [0-9]+ \[' "$work/node.log" >&2; then
-	echo "load.sh: the node's log has a panic; log: $work/node.log" >&2
-	rc=1
+if [[ -n ${nodeb_pid:-} ]]; then
+	kill -0 "$nodeb_pid" 2>/dev/null || { echo "load.sh: node B exited during the run; log: $work/nodeB.log" >&2; rc=1; }
+	stop "$nodeb_pid"
 fi
+for log in "$work"/node*.log; do
+	if grep -nE '^panic:|fatal error:|WARNING: DATA RACE|^goroutine [0-9]+ \[' "$log" >&2; then
+		echo "load.sh: a node's log has a panic; log: $log" >&2
+		rc=1
+	fi
+done
 if [[ $rc != 0 ]]; then
 	echo "load.sh: $mode FAILED (exit $rc); node log: $work/node.log" >&2
 	exit "$rc"

@@ -94,11 +94,15 @@ func readMeters(ms []cpuMeter) []cpuReading {
 	return rs
 }
 
-// cpuDelta is b - a, meter by meter.
+// cpuDelta is b - a, meter by meter. A meter added after a was read (a
+// process started meanwhile) counts from 0.
 func cpuDelta(a, b []cpuReading) []cpuReading {
 	d := make([]cpuReading, len(b))
 	for i := range b {
 		d[i] = b[i]
+		if i >= len(a) {
+			continue
+		}
 		d[i].secs = b[i].secs - a[i].secs
 		d[i].err = errors.Join(a[i].err, b[i].err)
 	}

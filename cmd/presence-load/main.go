@@ -21,6 +21,11 @@
 //     go quiet between steps; then the highest rate within the p99 target
 //     and the first rate past the collapse bound.
 //   - storm: joins at once into a large room; join -> snapshot times.
+//   - bigroom: docs/PROTOCOL.md "Big rooms" at 15,000 members: fill,
+//     churn, storm (members taking `events`), count-only watchers, watch
+//     lists; frames per member per tick, join -> visible, and views checked
+//     against a fresh read of the room (bigroom.go). Its connections live
+//     in bigroom-worker child processes.
 //   - hog: busy-loops goroutines (a CPU tenant beside the node; latency
 //     --hog N starts one as a child process).
 //
@@ -84,10 +89,15 @@ type options struct {
 	natsMonitor    string
 }
 
-const usage = "usage: presence-load idle|latency|sweep|storm|hog [flags] (-h for the flags of a mode)"
+const usage = "usage: presence-load idle|latency|sweep|storm|bigroom|hog [flags] (-h for the flags of a mode)"
 
 func run(ctx context.Context, args []string, out io.Writer) error {
-	modes := []string{"idle", "latency", "sweep", "storm", "hog"}
+	if len(args) > 0 && args[0] == "bigroom-worker" {
+		// A child of the bigroom mode: requests on stdin, replies on stdout.
+		raiseFileLimit()
+		return bigWorkerMain(ctx, os.Stdin, out)
+	}
+	modes := []string{"idle", "latency", "sweep", "storm", "bigroom", "hog"}
 	if len(args) == 0 || !slices.Contains(modes, args[0]) {
 		return errors.New(usage)
 	}
@@ -120,6 +130,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	fs.StringVar(&o.natsMonitor, "nats-monitor", "", "idle, latency, sweep: nats-server's monitoring URL (http://host:port): its CPU from /varz, sampled each second (when --nats-pid is not given)")
 	fs.IntVar(&o.members, "members", 10000, "storm: members in the room before the storm")
 	fs.IntVar(&o.joiners, "joiners", 1000, "storm: connections that join the room at once")
+	var big bigOpts
+	registerBigFlags(fs, &big)
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -150,6 +162,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return idle(ctx, o, out)
 	case "storm":
 		return storm(ctx, o, out)
+	case "bigroom":
+		return bigroom(ctx, o, big, out)
 	case "sweep":
 		if o.sweep == "" {
 			o.sweep = "250,500,1000,1500,2000"
@@ -203,6 +217,12 @@ func newDialer(o options) (*dialer, error) {
 // dial opens one WebSocket for user/session, from the next source address,
 // with small buffers (the client side of the test must fit in RAM too).
 func (d *dialer) dial(ctx context.Context, user, session string) (*websocket.Conn, error) {
+	return d.dialToken(ctx, user, session, false)
+}
+
+// dialToken is dial with a token that carries "observe":true when observe
+// is set (a client that may follow a room without being in it).
+func (d *dialer) dialToken(ctx context.Context, user, session string, observe bool) (*websocket.Conn, error) {
 	src := d.sources[int(d.n.Add(1))%len(d.sources)]
 	wd := websocket.Dialer{
 		ReadBufferSize: 512, WriteBufferSize: 512, HandshakeTimeout: 10 * time.Second,
@@ -212,9 +232,7 @@ func (d *dialer) dial(ctx context.Context, user, session string) (*websocket.Con
 	if d.o.insecure {
 		u += "&user=" + user
 	} else {
-		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
-			"sub": user, "rooms": []string{"*"}, "exp": time.Now().Add(time.Hour).Unix(),
-		}).SignedString([]byte(d.o.secret))
+		tok, err := signToken(d.o.secret, user, observe)
 		if err != nil {
 			return nil, err
 		}
@@ -222,6 +240,16 @@ func (d *dialer) dial(ctx context.Context, user, session string) (*websocket.Con
 	}
 	ws, _, err := wd.DialContext(ctx, u, nil)
 	return ws, err
+}
+
+// signToken mints a client token for user, granting every room for an
+// hour.
+func signToken(secret, user string, observe bool) (string, error) {
+	claims := jwt.MapClaims{"sub": user, "rooms": []string{"*"}, "exp": time.Now().Add(time.Hour).Unix()}
+	if observe {
+		claims["observe"] = true
+	}
+	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(secret))
 }
 
 // joinRoom sends a join and reads until its snapshot (or an error) comes.

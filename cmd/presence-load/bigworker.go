@@ -1,0 +1,1094 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/presence"
+)
+
+// The big-room scenarios hold more WebSockets than one process may open
+// (20,000 files), so the connections live in worker processes
+// (`presence-load bigroom-worker`, started by the bigroom mode as `latency
+// --hog` starts its hog). A worker opens the connections it is asked to,
+// reads every frame of each, and answers requests on stdin with one JSON
+// line each on stdout: open, mark, stats, report, check, close.
+
+// Roles of a worker's connections.
+const (
+	roleMember = "member" // a member of the room, joined with "batch":true; sampled ones fold their view
+	rolePop    = "pop"    // a member joined with "view":"count" (the population on the second node)
+	roleCount  = "count"  // a watcher of the count, "view":"count","present":false
+	roleWatch  = "watch"  // a `watch` of a list of users of the room
+)
+
+// openSpec asks a worker to open connections From..To-1 of one role, user
+// Prefix+i, each with session "s".
+type openSpec struct {
+	Role     string     `json:"role"`
+	Addr     string     `json:"addr"`
+	Secret   string     `json:"secret"`
+	Sources  string     `json:"sources"`
+	Room     string     `json:"room"`
+	Prefix   string     `json:"prefix"`
+	From     int        `json:"from"`
+	To       int        `json:"to"`
+	Sample   []int      `json:"sample,omitempty"` // members that fold their view and time events
+	Inflight int        `json:"inflight"`
+	Users    [][]string `json:"users,omitempty"` // watch: the list of connection From+k at k
+	// Arrivals are timed for users ChurnPrefix+i, i < ChurnN, in µs since
+	// BaseUS (Unix µs).
+	ChurnPrefix string `json:"churn_prefix"`
+	ChurnN      int    `json:"churn_n"`
+	BaseUS      int64  `json:"base_us"`
+}
+
+type workerReq struct {
+	Op    string     `json:"op"`
+	Open  *openSpec  `json:"open,omitempty"`
+	Check *checkReq  `json:"check,omitempty"`
+	Rep   *reportReq `json:"report,omitempty"`
+}
+
+type openResp struct {
+	Opened   int            `json:"opened"`
+	Failed   int            `json:"failed"`
+	FirstErr string         `json:"first_err,omitempty"`
+	Codes    map[string]int `json:"codes,omitempty"`
+	TickMS   []int          `json:"tick_ms"` // distinct tick_ms seen in hello (0: absent)
+	Reply    string         `json:"reply,omitempty"`
+	Took     time.Duration  `json:"took"`
+}
+
+// statsResp is what a worker's connections saw since the last mark.
+type statsResp struct {
+	Frames  []int64          `json:"frames"` // per connection (-1: never opened), in open order
+	Types   map[string]int64 `json:"types"`
+	Resyncs int64            `json:"resyncs"` // resync snapshots or watching frames, all connections
+	Errors  map[string]int   `json:"errors"`  // error frames by code
+	Closed  map[string]int   `json:"closed"`  // connections that ended, by close code or error
+	Anom    anomalies        `json:"anom"`
+	MinSeq  uint64           `json:"min_seq"` // lowest room seq a folding or counting connection has reached
+	MaxSeq  uint64           `json:"max_seq"`
+}
+
+// anomalies of the folding, counting and watching connections.
+type anomalies struct {
+	Dups       int      `json:"dups"`         // events at or below the last seq applied
+	Gaps       int      `json:"gaps"`         // gaps in the room's seq
+	Missing    int      `json:"missing"`      // events missing in those gaps
+	EpochErrs  int      `json:"epoch_errs"`   // events of another epoch without a resync
+	PageSlips  int      `json:"page_slips"`   // members pages asked again after a slip
+	Foreign    int      `json:"foreign"`      // watch: events of users not watched
+	CountBack  int      `json:"count_back"`   // count: a count frame whose room_seq did not grow
+	CountNoSeq int      `json:"count_no_seq"` // count: a count frame without room_seq (PROTOCOL.md "Counts" gives one)
+	Bad        int      `json:"bad"`          // frames that did not parse or did not fit the role
+	Examples   []string `json:"examples,omitempty"`
+}
+
+func (a *anomalies) add(b anomalies) {
+	a.Dups += b.Dups
+	a.Gaps += b.Gaps
+	a.Missing += b.Missing
+	a.EpochErrs += b.EpochErrs
+	a.PageSlips += b.PageSlips
+	a.Foreign += b.Foreign
+	a.CountBack += b.CountBack
+	a.CountNoSeq += b.CountNoSeq
+	a.Bad += b.Bad
+	for _, e := range b.Examples {
+		if len(a.Examples) < 8 {
+			a.Examples = append(a.Examples, e)
+		}
+	}
+}
+
+func (a anomalies) String() string {
+	s := fmt.Sprintf("repeated/out-of-order %d, seq gaps %d (%d events missing), epoch without resync %d, page re-reads %d, foreign %d, count going back %d, count without room_seq %d, bad frames %d",
+		a.Dups, a.Gaps, a.Missing, a.EpochErrs, a.PageSlips, a.Foreign, a.CountBack, a.CountNoSeq, a.Bad)
+	if len(a.Examples) > 0 {
+		s += "; e.g. " + strings.Join(a.Examples, " | ")
+	}
+	return s
+}
+
+func (a anomalies) protocolBroken() bool {
+	return a.Dups+a.Gaps+a.EpochErrs+a.Foreign+a.CountBack+a.CountNoSeq+a.Bad > 0
+}
+
+// reportReq asks for the arrival of churners' events: SendUS and LeaveUS
+// per churner index, µs since the base (0: not expected).
+type reportReq struct {
+	SendUS  []int64 `json:"send_us"`
+	LeaveUS []int64 `json:"leave_us"`
+	// The room seq of each churner's online and offline (from NATS; 0:
+	// unknown), to tell an event that came inside a resync from one that
+	// went missing.
+	OnSeq  []uint64 `json:"on_seq"`
+	OffSeq []uint64 `json:"off_seq"`
+}
+
+// inSkip reports whether seq came inside one of the resyncs.
+func inSkip(skips [][2]uint64, seq uint64) bool {
+	for _, s := range skips {
+		if seq > s[0] && seq <= s[1] {
+			return true
+		}
+	}
+	return false
+}
+
+type reportResp struct {
+	On         []int64 `json:"on,omitempty"`  // join sent -> online read, µs
+	Off        []int64 `json:"off,omitempty"` // leave sent -> offline read, µs
+	OnNever    int     `json:"on_never"`
+	OnResynced int     `json:"on_resynced"`
+	OffNever   int     `json:"off_never"`
+	OffResync  int     `json:"off_resynced"`
+	LostConn   int     `json:"lost_conn"` // expected at a connection the node dropped (counted apart)
+	Conns      int     `json:"conns"`
+	Expects    int     `json:"expects"`
+}
+
+// checkReq is the truth after quiescence.
+type checkReq struct {
+	View  view    `json:"view,omitempty"`
+	Total int     `json:"total"`
+	Seq   uint64  `json:"seq"`
+	Epoch int64   `json:"epoch"`
+	Trans []trans `json:"trans,omitempty"` // watch: every transition of the room
+}
+
+// trans is one transition as NATS carried it.
+type trans struct {
+	User     string `json:"u"`
+	Kind     string `json:"k"`
+	Seq      uint64 `json:"s"`
+	InWindow bool   `json:"w,omitempty"`
+}
+
+type checkResp struct {
+	Checked  int      `json:"checked"`
+	Wrong    int      `json:"wrong"`
+	Behind   int      `json:"behind"` // folded to an older seq than the truth's
+	Lost     int      `json:"lost"`   // connections the node dropped: not compared
+	Examples []string `json:"examples,omitempty"`
+	Expected []int64  `json:"expected,omitempty"` // watch: transitions of each connection's users in the window
+}
+
+// bigWorker holds the connections of one worker process.
+type bigWorker struct {
+	mu     sync.Mutex
+	conns  []*bconn // in open order; nil where one failed
+	types  typeCounts
+	mark   map[string]int64
+	closed map[string]int
+	errs   map[string]int
+}
+
+type typeCounts struct {
+	mu sync.Mutex
+	m  map[string]int64
+}
+
+func (t *typeCounts) inc(k string) {
+	t.mu.Lock()
+	t.m[k]++
+	t.mu.Unlock()
+}
+
+func (t *typeCounts) snapshot() map[string]int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	m := make(map[string]int64, len(t.m))
+	for k, v := range t.m {
+		m[k] = v
+	}
+	return m
+}
+
+func newBigWorker() *bigWorker {
+	return &bigWorker{types: typeCounts{m: map[string]int64{}}, closed: map[string]int{}, errs: map[string]int{}}
+}
+
+// bconn is one connection of a worker.
+type bconn struct {
+	w      *bigWorker
+	spec   *openSpec
+	user   string
+	ws     *websocket.Conn
+	wmu    sync.Mutex
+	parse  bool // read and parse every frame (folding, counting, watching)
+	frames atomic.Int64
+	mark   int64
+	resync atomic.Int64
+	ending atomic.Bool
+
+	mu       sync.Mutex // guards the rest
+	fold     *folder
+	on, off  []int64 // arrival µs since base per churner index; on -1: replaced by a resync
+	count    int
+	countSeq uint64
+	epoch    int64
+	recv     []entry // watch: events since the last watching frame
+	baseSeq  uint64  // watch: the watching frame's room_seq
+	users    map[string]bool
+	skips    [][2]uint64 // (seq before, room_seq) of each resync: events in between came inside it
+	lost     bool        // the connection ended before the run closed it
+	anom     anomalies
+	tokens   float64 // page requests: a token bucket under the node's frame rate
+	tokenAt  time.Time
+}
+
+func (c *bconn) write(b []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_ = c.ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	return c.ws.WriteMessage(websocket.TextMessage, b)
+}
+
+func (c *bconn) bad(format string, args ...any) {
+	c.anom.Bad++
+	if len(c.anom.Examples) < 3 {
+		c.anom.Examples = append(c.anom.Examples, c.user+": "+fmt.Sprintf(format, args...))
+	}
+}
+
+func (c *bconn) example(format string, args ...any) {
+	if len(c.anom.Examples) < 3 {
+		c.anom.Examples = append(c.anom.Examples, c.user+": "+fmt.Sprintf(format, args...))
+	}
+}
+
+func (w *bigWorker) handle(ctx context.Context, req workerReq) (any, error) {
+	switch req.Op {
+	case "open":
+		return w.open(ctx, req.Open)
+	case "mark":
+		w.doMark()
+		return struct{}{}, nil
+	case "stats":
+		return w.stats(), nil
+	case "report":
+		return w.report(req.Rep), nil
+	case "check":
+		return w.check(req.Check), nil
+	case "close":
+		w.closeAll()
+		return struct{}{}, nil
+	}
+	return nil, fmt.Errorf("unknown op %q", req.Op)
+}
+
+// open opens and joins (or watches with) spec's connections, Inflight at
+// a time, and starts reading each.
+func (w *bigWorker) open(ctx context.Context, spec *openSpec) (openResp, error) {
+	if spec == nil || spec.To < spec.From {
+		return openResp{}, errors.New("open: bad spec")
+	}
+	o := options{addr: spec.Addr, secret: spec.Secret, sources: spec.Sources, insecure: spec.Secret == ""}
+	d, err := newDialer(o)
+	if err != nil {
+		return openResp{}, err
+	}
+	n := spec.To - spec.From
+	conns := make([]*bconn, n)
+	sample := map[int]bool{}
+	for _, i := range spec.Sample {
+		sample[i] = true
+	}
+	var mu sync.Mutex
+	resp := openResp{Codes: map[string]int{}}
+	ticks := map[int]bool{}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, max(spec.Inflight, 1))
+	start := time.Now()
+	for k := range n {
+		if ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			i := spec.From + k
+			c := &bconn{w: w, spec: spec, user: spec.Prefix + strconv.Itoa(i)}
+			switch spec.Role {
+			case roleMember:
+				c.parse = sample[i]
+			case roleCount, roleWatch:
+				c.parse = true
+			}
+			if c.parse && spec.ChurnN > 0 && spec.Role != roleCount {
+				c.on, c.off = make([]int64, spec.ChurnN), make([]int64, spec.ChurnN)
+			}
+			var users []string
+			if spec.Role == roleWatch && k < len(spec.Users) {
+				users = spec.Users[k]
+			}
+			tick, reply, err := c.open(ctx, d, users)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				resp.Failed++
+				var re *refusal
+				if errors.As(err, &re) {
+					resp.Codes[re.code]++
+				}
+				if resp.FirstErr == "" {
+					resp.FirstErr = err.Error()
+				}
+				return
+			}
+			ticks[tick] = true
+			if resp.Reply == "" {
+				resp.Reply = reply
+			}
+			conns[k] = c
+			resp.Opened++
+		}()
+	}
+	wg.Wait()
+	resp.Took = time.Since(start)
+	for t := range ticks {
+		resp.TickMS = append(resp.TickMS, t)
+	}
+	slices.Sort(resp.TickMS)
+	w.mu.Lock()
+	w.conns = append(w.conns, conns...)
+	w.mu.Unlock()
+	return resp, ctx.Err()
+}
+
+// refusal is an error frame answering the join or watch.
+type refusal struct{ code, msg string }
+
+func (r *refusal) Error() string { return r.code + ": " + r.msg }
+
+// open dials, reads the hello, sends the role's request and reads until
+// its reply; then reading goes on in its own goroutine. It returns the
+// hello's tick_ms and the reply's type.
+func (c *bconn) open(ctx context.Context, d *dialer, users []string) (int, string, error) {
+	spec := c.spec
+	ws, err := d.dialToken(ctx, c.user, "s", spec.Role == roleCount)
+	if err != nil {
+		return 0, "", err
+	}
+	c.ws = ws
+	fail := func(err error) (int, string, error) { ws.Close(); return 0, "", err }
+	_ = ws.SetReadDeadline(time.Now().Add(60 * time.Second))
+	_, data, err := ws.ReadMessage()
+	if err != nil {
+		return fail(err)
+	}
+	var hello struct {
+		Type   string `json:"type"`
+		Limits struct {
+			TickMS int `json:"tick_ms"`
+		} `json:"limits"`
+	}
+	if json.Unmarshal(data, &hello) != nil || hello.Type != "hello" {
+		return fail(fmt.Errorf("first frame is not a hello: %.100s", data))
+	}
+	var req string
+	room, _ := json.Marshal(spec.Room)
+	switch spec.Role {
+	case roleMember:
+		req = `{"type":"join","room":` + string(room) + `,"batch":true,"ref":"j"}`
+	case rolePop:
+		req = `{"type":"join","room":` + string(room) + `,"view":"count","ref":"j"}`
+	case roleCount:
+		req = `{"type":"join","room":` + string(room) + `,"view":"count","present":false,"ref":"j"}`
+	case roleWatch:
+		u, _ := json.Marshal(users)
+		req = `{"type":"watch","room":` + string(room) + `,"users":` + string(u) + `,"ref":"j"}`
+		c.users = map[string]bool{}
+		for _, x := range users {
+			c.users[x] = true
+		}
+	default:
+		return fail(fmt.Errorf("unknown role %q", spec.Role))
+	}
+	if c.parse && spec.Role != roleCount {
+		c.fold = newFolder()
+		if spec.Role == roleWatch {
+			c.fold.filter = c.users
+		}
+	}
+	if err := c.write([]byte(req)); err != nil {
+		return fail(err)
+	}
+	for {
+		_, data, err := ws.ReadMessage()
+		if err != nil {
+			return fail(err)
+		}
+		var f struct {
+			Type    string `json:"type"`
+			Ref     string `json:"ref"`
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(data, &f) != nil {
+			return fail(fmt.Errorf("unreadable frame %.100s", data))
+		}
+		if f.Ref != "j" {
+			continue // a frame before the reply (none is expected)
+		}
+		if f.Type == "error" {
+			return fail(&refusal{f.Code, f.Message})
+		}
+		_ = ws.SetReadDeadline(time.Time{})
+		if c.parse {
+			c.mu.Lock()
+			c.handle(data, time.Now())
+			c.mu.Unlock()
+		}
+		go c.readLoop()
+		return hello.Limits.TickMS, f.Type, nil
+	}
+}
+
+// readLoop reads every frame until the connection ends. Connections that
+// do not parse read only a frame's first bytes, to count it by type.
+func (c *bconn) readLoop() {
+	var buf bytes.Buffer
+	head := make([]byte, 24)
+	for {
+		_, r, err := c.ws.NextReader()
+		if err != nil {
+			if !c.ending.Load() {
+				c.w.gone(closeReason(err))
+				c.mu.Lock()
+				c.lost = true
+				c.mu.Unlock()
+			}
+			return
+		}
+		at := time.Now()
+		c.frames.Add(1)
+		if c.parse {
+			buf.Reset()
+			if _, err := buf.ReadFrom(r); err != nil {
+				continue
+			}
+			c.mu.Lock()
+			c.handle(buf.Bytes(), at)
+			c.mu.Unlock()
+			continue
+		}
+		n, _ := io.ReadFull(r, head)
+		kind := frameKind(head[:n])
+		switch kind {
+		case "snapshot", "error", "":
+			buf.Reset()
+			buf.Write(head[:n])
+			_, _ = buf.ReadFrom(r)
+			c.unparsed(kind, buf.Bytes())
+		default:
+			_, _ = io.Copy(io.Discard, r)
+			c.w.types.inc(kind)
+		}
+	}
+}
+
+// unparsed handles the rare frames a non-parsing connection looks into.
+func (c *bconn) unparsed(kind string, data []byte) {
+	var f struct {
+		Type   string `json:"type"`
+		Reason string `json:"reason"`
+		Code   string `json:"code"`
+	}
+	if json.Unmarshal(data, &f) != nil {
+		c.w.types.inc("unparsable")
+		return
+	}
+	switch {
+	case f.Type == "snapshot" && f.Reason == "resync":
+		c.resync.Add(1)
+		c.w.types.inc("snapshot/resync")
+	case f.Type == "error":
+		c.w.types.inc("error")
+		c.w.errored(f.Code)
+	default:
+		c.w.types.inc(f.Type)
+	}
+}
+
+func (w *bigWorker) gone(why string) {
+	w.mu.Lock()
+	w.closed[why]++
+	w.mu.Unlock()
+}
+
+func (w *bigWorker) errored(code string) {
+	w.mu.Lock()
+	w.errs[code]++
+	w.mu.Unlock()
+}
+
+// pframe is the union of the frames a parsing connection reads.
+type pframe struct {
+	Type     string             `json:"type"`
+	Ref      string             `json:"ref"`
+	Reason   string             `json:"reason"`
+	Code     string             `json:"code"`
+	Retry    int64              `json:"retry_after_ms"`
+	Event    json.RawMessage    `json:"event"`
+	Snapshot *presence.Snapshot `json:"snapshot"`
+	Count    *int               `json:"count"`
+	RoomSeq  uint64             `json:"room_seq"`
+	Epoch    int64              `json:"epoch"`
+}
+
+// handle applies one frame of a parsing connection (c.mu held).
+func (c *bconn) handle(data []byte, at time.Time) {
+	kind := frameKind(data)
+	if kind == "events" {
+		c.w.types.inc(kind)
+		f, es, err := parseEvents(data)
+		if err != nil {
+			c.bad("events frame: %v", err)
+			return
+		}
+		for _, e := range es {
+			c.applyEvent(f.Epoch, e, at)
+		}
+		return
+	}
+	var f pframe
+	if err := json.Unmarshal(data, &f); err != nil {
+		c.bad("unreadable frame: %v", err)
+		return
+	}
+	typ := f.Type
+	if f.Type == "snapshot" && f.Reason == "resync" || f.Type == "watching" && f.Reason == "resync" {
+		typ += "/resync"
+	}
+	c.w.types.inc(typ)
+	switch f.Type {
+	case "event":
+		t, err := bus.DecodeEvent(f.Event)
+		if err != nil {
+			c.bad("event: %v", err)
+			return
+		}
+		c.applyEvent(t.Epoch, entryOf(t), at)
+	case "snapshot", "watching":
+		if f.Snapshot == nil {
+			if f.Type == "watching" && c.fold != nil { // "users":[] (not sent by this tool)
+				return
+			}
+			c.bad("%s without a snapshot", f.Type)
+			return
+		}
+		if c.fold == nil || (f.Type == "watching") != (c.spec.Role == roleWatch) {
+			c.bad("unexpected %s (reason %s) for role %s", f.Type, f.Reason, c.spec.Role)
+			return
+		}
+		resync := f.Reason == "resync"
+		if resync {
+			c.resync.Add(1)
+			if c.fold.ready {
+				c.skips = append(c.skips, [2]uint64{c.fold.seq, f.Snapshot.RoomSeq})
+			}
+			// The onlines of churners it lists that were not seen as
+			// events never will be.
+			for _, m := range f.Snapshot.Members {
+				if i, ok := c.churnIndex(m.User); ok && c.on[i] == 0 {
+					c.on[i] = -1
+				}
+			}
+		}
+		if c.spec.Role == roleWatch {
+			c.recv = c.recv[:0]
+			c.baseSeq = f.Snapshot.RoomSeq
+		}
+		if c.fold.snapshot(f.Snapshot, resync) {
+			c.askPage()
+		}
+	case "members":
+		if c.fold == nil || f.Snapshot == nil {
+			c.bad("unexpected members page")
+			return
+		}
+		gen, err := strconv.Atoi(strings.TrimPrefix(f.Ref, "p"))
+		if err != nil {
+			c.bad("members page with ref %q", f.Ref)
+			return
+		}
+		if c.fold.page(gen, f.Snapshot) {
+			c.askPage()
+		}
+	case "count":
+		if c.spec.Role != roleCount && c.spec.Role != rolePop {
+			c.bad("unexpected count frame")
+			return
+		}
+		if f.Count == nil {
+			c.bad("count frame without count")
+			return
+		}
+		if f.RoomSeq == 0 {
+			if c.anom.CountNoSeq == 0 {
+				c.example("count frame without room_seq: %.120s", data)
+			}
+			c.anom.CountNoSeq++
+		}
+		if f.Epoch == c.epoch && f.RoomSeq <= c.countSeq && f.Reason != "resync" && c.countSeq > 0 {
+			c.anom.CountBack++
+			c.example("count frame at room_seq %d after %d", f.RoomSeq, c.countSeq)
+		}
+		if f.Reason == "resync" {
+			c.resync.Add(1)
+		}
+		c.count, c.countSeq, c.epoch = *f.Count, f.RoomSeq, f.Epoch
+	case "error":
+		c.w.errored(f.Code)
+		if f.Code == "rate_limited" && c.fold != nil && c.fold.paging {
+			// A page request was dropped: ask again later.
+			gen := c.fold.gen
+			time.AfterFunc(1500*time.Millisecond, func() {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				if c.fold.gen == gen && c.fold.paging {
+					c.sendPage()
+				}
+			})
+		}
+	case "left", "pong":
+	default:
+		c.bad("unexpected frame type %q", f.Type)
+	}
+}
+
+func (c *bconn) churnIndex(user string) (int, bool) {
+	if c.on == nil || !strings.HasPrefix(user, c.spec.ChurnPrefix) {
+		return 0, false
+	}
+	i, err := strconv.Atoi(user[len(c.spec.ChurnPrefix):])
+	if err != nil || i < 0 || i >= len(c.on) {
+		return 0, false
+	}
+	return i, true
+}
+
+func (c *bconn) applyEvent(epoch int64, e entry, at time.Time) {
+	if c.fold == nil {
+		c.bad("unexpected event for role %s", c.spec.Role)
+		return
+	}
+	if c.users != nil {
+		if !c.users[e.User] {
+			c.anom.Foreign++
+			c.example("event of unwatched user %s", e.User)
+			return
+		}
+		c.recv = append(c.recv, e)
+	}
+	d0, g0, e0, s0 := c.fold.dups, c.fold.gaps, c.fold.epochErrs, c.fold.seq
+	c.fold.apply(epoch, e)
+	if c.fold.dups != d0 || c.fold.gaps != g0 || c.fold.epochErrs != e0 {
+		c.example("event %d %s %s (epoch %d) after seq %d", e.Seq, e.Kind, e.User, epoch, s0)
+	}
+	if i, ok := c.churnIndex(e.User); ok {
+		us := at.UnixMicro() - c.spec.BaseUS
+		switch e.Kind {
+		case presence.Online:
+			if c.on[i] == 0 {
+				c.on[i] = us
+			}
+		case presence.Offline:
+			if c.off[i] == 0 {
+				c.off[i] = us
+			}
+		}
+	}
+}
+
+// askPage sends the next members request, under a token bucket of 8/s
+// (burst 15) that keeps it below the node's frame rate (10/s, burst 20).
+func (c *bconn) askPage() {
+	now := time.Now()
+	if c.tokenAt.IsZero() {
+		c.tokens = 15
+	} else {
+		c.tokens = min(15, c.tokens+now.Sub(c.tokenAt).Seconds()*8)
+	}
+	c.tokenAt = now
+	if c.tokens >= 1 {
+		c.tokens--
+		c.sendPage()
+		return
+	}
+	wait := time.Duration((1 - c.tokens) / 8 * float64(time.Second))
+	gen := c.fold.gen
+	time.AfterFunc(wait, func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.fold.gen == gen && c.fold.paging {
+			c.askPage()
+		}
+	})
+}
+
+func (c *bconn) sendPage() {
+	room, _ := json.Marshal(c.spec.Room)
+	req := fmt.Sprintf(`{"type":"members","room":%s,"offset":%d,"limit":%d,"ref":"p%d"}`, room, c.fold.nextOff, pageLimit, c.fold.gen)
+	go func() { _ = c.write([]byte(req)) }()
+}
+
+func (w *bigWorker) each(f func(c *bconn)) {
+	w.mu.Lock()
+	conns := slices.Clone(w.conns)
+	w.mu.Unlock()
+	for _, c := range conns {
+		if c != nil {
+			f(c)
+		}
+	}
+}
+
+func (w *bigWorker) doMark() {
+	w.each(func(c *bconn) { c.mark = c.frames.Load() })
+	w.mu.Lock()
+	w.mark = w.types.snapshot()
+	w.mu.Unlock()
+}
+
+func (w *bigWorker) stats() statsResp {
+	w.mu.Lock()
+	conns := slices.Clone(w.conns)
+	mark := w.mark
+	s := statsResp{Types: map[string]int64{}, Errors: map[string]int{}, Closed: map[string]int{}}
+	for k, v := range w.errs {
+		s.Errors[k] = v
+	}
+	for k, v := range w.closed {
+		s.Closed[k] = v
+	}
+	w.mu.Unlock()
+	for k, v := range w.types.snapshot() {
+		if d := v - mark[k]; d != 0 {
+			s.Types[k] = d
+		}
+	}
+	s.MinSeq = ^uint64(0)
+	for _, c := range conns {
+		if c == nil {
+			s.Frames = append(s.Frames, -1)
+			continue
+		}
+		s.Frames = append(s.Frames, c.frames.Load()-c.mark)
+		s.Resyncs += c.resync.Load()
+		c.mu.Lock()
+		a := c.anom
+		seq := c.countSeq
+		if c.fold != nil {
+			a.Dups += c.fold.dups
+			a.Gaps += c.fold.gaps
+			a.Missing += c.fold.missing
+			a.EpochErrs += c.fold.epochErrs
+			a.PageSlips += c.fold.pageSlips
+			seq = c.fold.seq
+		}
+		c.mu.Unlock()
+		s.Anom.add(a)
+		if c.parse && (c.fold == nil || c.fold.filter == nil) {
+			s.MinSeq = min(s.MinSeq, seq)
+			s.MaxSeq = max(s.MaxSeq, seq)
+		}
+	}
+	if s.MinSeq == ^uint64(0) {
+		s.MinSeq = 0
+	}
+	return s
+}
+
+// report gives the latencies of the churners' events at the connections
+// that time them: join sent -> online read, leave sent -> offline read.
+// A watcher expects only its users' events.
+func (w *bigWorker) report(r *reportReq) reportResp {
+	var out reportResp
+	w.each(func(c *bconn) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.on == nil {
+			return
+		}
+		out.Conns++
+		for i := range c.on {
+			if i >= len(r.SendUS) || r.SendUS[i] == 0 {
+				continue
+			}
+			if c.users != nil && !c.users[c.spec.ChurnPrefix+strconv.Itoa(i)] {
+				continue
+			}
+			out.Expects++
+			seqAt := func(v []uint64) uint64 {
+				if i < len(v) {
+					return v[i]
+				}
+				return 0
+			}
+			switch a := c.on[i]; {
+			case a > 0:
+				out.On = append(out.On, a-r.SendUS[i])
+			case a < 0 || inSkip(c.skips, seqAt(r.OnSeq)):
+				out.OnResynced++
+			case c.lost:
+				out.LostConn++
+			default:
+				out.OnNever++
+			}
+			if i < len(r.LeaveUS) && r.LeaveUS[i] > 0 {
+				switch a := c.off[i]; {
+				case a > 0:
+					out.Off = append(out.Off, a-r.LeaveUS[i])
+				case inSkip(c.skips, seqAt(r.OffSeq)):
+					out.OffResync++
+				case c.lost:
+				default:
+					out.OffNever++
+				}
+			}
+		}
+	})
+	return out
+}
+
+// closeReason names how a connection ended, without its addresses (so
+// that reasons can be counted).
+func closeReason(err error) string {
+	var ce *websocket.CloseError
+	switch {
+	case errors.As(err, &ce):
+		return fmt.Sprintf("close %d", ce.Code)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "EOF"
+	}
+	msg := err.Error()
+	for _, k := range []string{"i/o timeout", "connection reset by peer", "broken pipe", "use of closed network connection"} {
+		if strings.Contains(msg, k) {
+			return k
+		}
+	}
+	return msg
+}
+
+// check compares what each parsing connection holds with the truth.
+func (w *bigWorker) check(t *checkReq) checkResp {
+	var out checkResp
+	var byUser map[string][]trans
+	if t.Trans != nil {
+		byUser = map[string][]trans{}
+		for _, x := range t.Trans {
+			byUser[x.User] = append(byUser[x.User], x)
+		}
+	}
+	w.each(func(c *bconn) {
+		if !c.parse {
+			return
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.lost {
+			out.Lost++ // its view stopped when the node dropped it
+			return
+		}
+		out.Checked++
+		var diffs []string
+		switch c.spec.Role {
+		case roleCount, rolePop:
+			// Without room_seq in count frames (a node deviating from
+			// PROTOCOL.md, counted apart), only the count is compared.
+			if c.count != t.Total || (c.countSeq != 0 && c.countSeq != t.Seq) {
+				diffs = append(diffs, fmt.Sprintf("count %d at room_seq %d, truth %d at %d", c.count, c.countSeq, t.Total, t.Seq))
+			}
+		case roleMember:
+			if c.fold.seq < t.Seq {
+				out.Behind++
+			}
+			diffs = diffViews(t.View, c.fold.v, nil)
+		case roleWatch:
+			diffs = diffViews(t.View, c.fold.v, c.users)
+			var exp int64
+			var want []trans
+			for u := range c.users {
+				for _, x := range byUser[u] {
+					if x.InWindow {
+						exp++
+					}
+					if x.Seq > c.baseSeq {
+						want = append(want, x)
+					}
+				}
+			}
+			out.Expected = append(out.Expected, exp)
+			slices.SortFunc(want, func(a, b trans) int { return cmpU64(a.Seq, b.Seq) })
+			if d := diffTrans(want, c.recv); d != "" {
+				diffs = append(diffs, d)
+			}
+		}
+		if len(diffs) > 0 {
+			out.Wrong++
+			if len(out.Examples) < 5 {
+				out.Examples = append(out.Examples, fmt.Sprintf("%s: %d differences: %s", c.user, len(diffs), strings.Join(diffs[:min(len(diffs), 3)], "; ")))
+			}
+		}
+	})
+	return out
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// diffTrans compares the events a watcher received with the ones it
+// should have (seq order): "" when equal.
+func diffTrans(want []trans, got []entry) string {
+	for i := 0; i < max(len(want), len(got)); i++ {
+		switch {
+		case i >= len(want):
+			return fmt.Sprintf("extra event %d %s %s", got[i].Seq, got[i].Kind, got[i].User)
+		case i >= len(got):
+			return fmt.Sprintf("missing event %d %s %s (got %d of %d)", want[i].Seq, want[i].Kind, want[i].User, len(got), len(want))
+		case want[i].Seq != got[i].Seq || want[i].User != got[i].User || want[i].Kind != string(got[i].Kind):
+			return fmt.Sprintf("event %d: got %d %s %s, want %d %s %s", i, got[i].Seq, got[i].Kind, got[i].User, want[i].Seq, want[i].Kind, want[i].User)
+		}
+	}
+	return ""
+}
+
+func (w *bigWorker) closeAll() {
+	w.each(func(c *bconn) {
+		c.ending.Store(true)
+		c.ws.Close()
+	})
+}
+
+// bigWorkerMain serves requests from in, one JSON line each, answering on
+// out: {"ok":…} or {"err":"…"}. It ends at EOF (its parent went away).
+func bigWorkerMain(ctx context.Context, in io.Reader, out io.Writer) error {
+	w := newBigWorker()
+	defer w.closeAll()
+	dec := json.NewDecoder(bufio.NewReaderSize(in, 1<<20))
+	bw := bufio.NewWriterSize(out, 1<<20)
+	enc := json.NewEncoder(bw)
+	for {
+		var req workerReq
+		if err := dec.Decode(&req); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		res, err := w.handle(ctx, req)
+		var reply struct {
+			OK  any    `json:"ok,omitempty"`
+			Err string `json:"err,omitempty"`
+		}
+		if err != nil {
+			reply.Err = err.Error()
+		} else {
+			reply.OK = res
+		}
+		if err := enc.Encode(reply); err != nil {
+			return err
+		}
+		if err := bw.Flush(); err != nil {
+			return err
+		}
+		if req.Op == "close" {
+			return nil
+		}
+	}
+}
+
+// workerProc is a bigroom-worker child process.
+type workerProc struct {
+	cmd *exec.Cmd
+	enc *json.Encoder
+	dec *json.Decoder
+	mu  sync.Mutex
+}
+
+func startWorker() (*workerProc, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe, "bigroom-worker")
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return &workerProc{cmd: cmd, enc: json.NewEncoder(stdin), dec: json.NewDecoder(bufio.NewReaderSize(stdout, 1<<20))}, nil
+}
+
+// call sends req and decodes the reply's "ok" into res.
+func (p *workerProc) call(req workerReq, res any) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.enc.Encode(req); err != nil {
+		return fmt.Errorf("worker %d: %w", p.cmd.Process.Pid, err)
+	}
+	var reply struct {
+		OK  json.RawMessage `json:"ok"`
+		Err string          `json:"err"`
+	}
+	if err := p.dec.Decode(&reply); err != nil {
+		return fmt.Errorf("worker %d: %w", p.cmd.Process.Pid, err)
+	}
+	if reply.Err != "" {
+		return fmt.Errorf("worker %d: %s", p.cmd.Process.Pid, reply.Err)
+	}
+	if res == nil {
+		return nil
+	}
+	return json.Unmarshal(reply.OK, res)
+}
+
+func (p *workerProc) stop() {
+	_ = p.call(workerReq{Op: "close"}, nil)
+	done := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-done
+	}
+}
