@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // The tick's work (docs/PROTOCOL.md, "Big rooms"): each room's batch of
@@ -40,6 +41,7 @@ func (h *hub) fanOut() {
 		}
 	}
 	h.checkBehindLocked()
+	h.releaseWatchEventsLocked(time.Now())
 	if len(reads) > 0 {
 		h.counting = true
 		h.wg.Add(1)

@@ -1,15 +1,18 @@
 package node
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -24,7 +27,7 @@ func fanoutHub(t *testing.T, batchFrom int) (*hub, *room) {
 		t.Fatal(err)
 	}
 	h := &hub{log: quiet, metrics: m, batchFrom: batchFrom, rooms: map[string]*room{}, gappy: map[*room]struct{}{},
-		dirty: map[*room]struct{}{}, behind: map[*room]struct{}{}, watched: map[string]*wroom{}}
+		dirty: map[*room]struct{}{}, behind: map[*room]struct{}{}, watched: map[string]*wroom{}, reorder: map[*wuser]*wroom{}}
 	r := &room{name: "r", view: "eu", members: map[*conn]*member{}, resyncing: true, // no resync goroutine: the test looks at who waits
 		seq: bus.NewSequencer[event](bus.SeqLimits{GapTimeout: time.Second, MaxAhead: maxHeld})}
 	h.rooms["r"] = r
@@ -178,4 +181,60 @@ func TestAMemberThatFallsBehindIsResyncedNotQueued(t *testing.T) {
 	if len(got) != 2 || !strings.Contains(got[0], `"reason":"resync"`) || fmt.Sprint(entrySeqs(t, got[1])) != fmt.Sprintf("[%d]", seq+1) {
 		t.Fatalf("after the resync: %q", got)
 	}
+}
+
+// usersAt answers every watch read with no members at a fixed room_seq.
+type usersAt struct{ seq uint64 }
+
+func (u usersAt) Snapshot(context.Context, string, int, int) (presence.Snapshot, error) {
+	return presence.Snapshot{}, nil
+}
+func (u usersAt) Users(_ context.Context, room string, _ []string) (presence.Snapshot, error) {
+	return presence.Snapshot{Region: "eu", Room: room, Epoch: 7, RoomSeq: u.seq, Members: []presence.Member{}}, nil
+}
+
+// A watched user's events wait out the reorder window and go out in seq
+// order; one that comes later than that, below a seq already sent, reads
+// the watcher again instead of being lost or sent out of order.
+func TestWatchedEventsAreReorderedOrTheWatcherIsReadAgain(t *testing.T) {
+	h, _ := fanoutHub(t, 100)
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() { cancel(); wg.Wait() }()
+	h.ctx, h.wg, h.timeout, h.store = ctx, &wg, time.Second, usersAt{seq: 20}
+	c := queuedConn("w")
+	wt := &watcher{users: []string{"u"}, epoch: 7, after: 10, live: true, last: map[string]uint64{}}
+	wu := &wuser{user: "u", ready: make(chan struct{}), watchers: map[*conn]*watcher{c: wt}}
+	w := &wroom{name: "r", users: map[string]*wuser{"u": wu}, watchers: map[*conn]*watcher{c: wt}}
+	h.watched["r"] = w
+	ev := func(seq uint64) event {
+		e := fanEvent(seq, presence.Update, presence.State)
+		e.user, e.frame = "u", watchFrame(e.frame)
+		return e
+	}
+	t0 := time.Now()
+	h.mu.Lock()
+	h.holdWatchEventLocked(w, ev(12), t0)
+	h.holdWatchEventLocked(w, ev(11), t0.Add(50*time.Millisecond))
+	h.releaseWatchEventsLocked(t0.Add(watchReorder)) // 12 is due, 11 not: 12 waits for it
+	h.mu.Unlock()
+	if got := c.takeQueue(); len(got) != 0 {
+		t.Fatalf("sent %q before the lower seq's window ended", got)
+	}
+	h.mu.Lock()
+	h.releaseWatchEventsLocked(t0.Add(50*time.Millisecond + watchReorder))
+	h.holdWatchEventLocked(w, ev(14), t0.Add(time.Second))
+	h.releaseWatchEventsLocked(t0.Add(time.Second + watchReorder))
+	h.holdWatchEventLocked(w, ev(13), t0.Add(2*time.Second)) // far too late
+	h.releaseWatchEventsLocked(t0.Add(2*time.Second + watchReorder))
+	h.mu.Unlock()
+	got := c.takeQueue()
+	if len(got) != 3 || !strings.Contains(got[0], `"seq":11`) || !strings.Contains(got[1], `"seq":12`) || !strings.Contains(got[2], `"seq":14`) {
+		t.Fatalf("watcher got %q, want 11, 12, 14", got)
+	}
+	testkit.WaitFor(t, 5*time.Second, "the watcher read again", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.queue) == 1 && strings.Contains(string(c.queue[0]), `"reason":"resync"`)
+	})
 }

@@ -79,6 +79,9 @@ type hub struct {
 	gen      uint64
 
 	watched map[string]*wroom // watch.go
+	// reorder holds the watched users with events waiting for their
+	// reorder window (watch.go).
+	reorder map[*wuser]*wroom
 }
 
 type room struct {
@@ -142,6 +145,7 @@ type event struct {
 	frame []byte // the event frame
 	entry []byte // the entry of an events frame
 	delta int8   // +1 online, -1 offline
+	user  string
 	// sessionsOnly: a new session of a member (update, joined), sent only
 	// to members kept at detailSessions.
 	sessionsOnly bool
@@ -158,7 +162,7 @@ func newHub(ctx context.Context, cfg Config, views *views, log *slog.Logger, m *
 		gapAfter: cmp.Or(cfg.gapTimeout, gapTimeout),
 		tick:     cfg.FanoutTick, batchFrom: cfg.BatchFrom,
 		rooms: map[string]*room{}, gappy: map[*room]struct{}{},
-		dirty: map[*room]struct{}{}, behind: map[*room]struct{}{}, watched: map[string]*wroom{},
+		dirty: map[*room]struct{}{}, behind: map[*room]struct{}{}, watched: map[string]*wroom{}, reorder: map[*wuser]*wroom{},
 	}
 	if views != nil {
 		h.views = views
@@ -710,12 +714,12 @@ func (h *hub) onMsg(msg *nats.Msg) {
 		h.log.Debug("node: ignoring a malformed event", "subject", msg.Subject, "err", err)
 		return
 	}
-	e := event{epoch: t.Epoch, seq: t.Seq, frame: frame, entry: encodeEntry(t), delta: delta, sessionsOnly: sessionsOnly(t)}
+	e := event{epoch: t.Epoch, seq: t.Seq, frame: frame, entry: encodeEntry(t), delta: delta, user: t.User, sessionsOnly: sessionsOnly(t)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if w := h.watched[t.Room]; w != nil && w.subs[msg.Sub] {
 		e.frame = watchFrame(e.frame)
-		h.watchEventLocked(w, t.User, e)
+		h.holdWatchEventLocked(w, e, time.Now())
 		return
 	}
 	// A room takes the events of the view it follows; the other view's,

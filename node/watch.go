@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"slices"
@@ -18,12 +19,15 @@ import (
 // churn reaches it only for the users its clients watch.
 //
 // Per watcher: the first read of its users (a snapshot of them, at a
-// room_seq), then their events above it, in order, exactly once. A
-// watcher's events come from several subscriptions, one per user, on one
-// NATS connection: the server sends them in the order the stream
-// republished them, which is seq order. Until its read is in, a watcher
-// buffers; after, after is its high-water mark. A new epoch, a NATS
-// reconnect or an overflowing buffer reads it again (reason resync).
+// room_seq), then their events above it, each user's in seq order,
+// exactly once. The stream stores a room's transitions in the order nodes
+// publish them, not always in seq order, and a watched user's subject
+// shows only that user's seqs, so a gap says nothing: each event waits
+// watchReorder for any lower seq of its user, and goes out in seq order.
+// One later than that, below a seq already sent for its user, reads the
+// watcher again (cheap: its users only). Until its read is in, a watcher
+// buffers. A new epoch, a NATS reconnect or an overflowing buffer also
+// read it again (reason resync).
 
 // UsersReader reads some users' presence in a room, with the sequences
 // that join it to the room's events (*region.Store has it). Watch lists
@@ -44,19 +48,31 @@ type wroom struct {
 	watchers map[*conn]*watcher
 }
 
+// watchReorder is how long a watched user's event waits for events of
+// that user with a lower seq before it is sent.
+const watchReorder = 200 * time.Millisecond
+
 // wuser is one watched user: a subscription shared by its watchers.
 type wuser struct {
 	sub      *nats.Subscription
 	ready    chan struct{} // closed once subscribed, or failed (err set)
 	err      error
 	watchers map[*conn]*watcher
+	user     string
+	held     []heldEvent // waiting out watchReorder, in arrival order
+}
+
+type heldEvent struct {
+	e  event
+	at time.Time
 }
 
 // watcher is one connection's watch of a room.
 type watcher struct {
 	users []string
 	epoch int64
-	after uint64
+	after uint64            // the read's room_seq
+	last  map[string]uint64 // per user, the last seq sent
 	live  bool
 	lost  bool // buf overflowed: read again
 	buf   []event
@@ -93,7 +109,7 @@ func (h *hub) watchUsers(ctx context.Context, room string, c *conn, ref string, 
 	for _, u := range users {
 		wu := w.users[u]
 		if wu == nil {
-			wu = &wuser{ready: make(chan struct{}), watchers: map[*conn]*watcher{}}
+			wu = &wuser{ready: make(chan struct{}), watchers: map[*conn]*watcher{}, user: u}
 			w.users[u] = wu
 			subscribe, fresh = append(subscribe, u), append(fresh, wu)
 		} else {
@@ -195,7 +211,7 @@ func (h *hub) readWatch(ctx context.Context, reader UsersReader, w *wroom, c *co
 	}
 	snap = forDetail(snap, detailStates)
 	c.send(encodeWatching(ref, reason, w.name, users, &snap))
-	wt.epoch, wt.after, wt.live = snap.Epoch, snap.RoomSeq, true
+	wt.epoch, wt.after, wt.live, wt.last = snap.Epoch, snap.RoomSeq, true, map[string]uint64{}
 	buf := wt.buf
 	wt.buf = nil
 	for _, e := range buf {
@@ -243,12 +259,52 @@ func (h *hub) resyncWatcherLocked(w *wroom, c *conn, wt *watcher) {
 	go h.rewatch(reader, w, c, wt, reasonResync)
 }
 
-// watchEventLocked passes an event of a watched user to its watchers.
-func (h *hub) watchEventLocked(w *wroom, user string, e event) {
-	wu := w.users[user]
+// holdWatchEventLocked holds an event of a watched user for its reorder
+// window.
+func (h *hub) holdWatchEventLocked(w *wroom, e event, now time.Time) {
+	wu := w.users[e.user]
 	if wu == nil {
 		return
 	}
+	wu.held = append(wu.held, heldEvent{e, now})
+	h.reorder[wu] = w
+}
+
+// releaseWatchEventsLocked passes on, in seq order per user, the held
+// events that have waited out the reorder window. An event still inside
+// it holds back every higher seq of its user.
+func (h *hub) releaseWatchEventsLocked(now time.Time) {
+	for wu, w := range h.reorder {
+		if w.users[wu.user] != wu || h.watched[w.name] != w {
+			delete(h.reorder, wu)
+			continue
+		}
+		slices.SortStableFunc(wu.held, func(a, b heldEvent) int { return cmpSeq(a.e, b.e) })
+		n := 0
+		for n < len(wu.held) && now.Sub(wu.held[n].at) >= watchReorder {
+			n++
+		}
+		for _, he := range wu.held[:n] {
+			h.watchEventLocked(w, wu, he.e)
+		}
+		wu.held = slices.Delete(wu.held, 0, n)
+		if len(wu.held) == 0 {
+			wu.held = nil
+			delete(h.reorder, wu)
+		}
+	}
+}
+
+// cmpSeq orders events by (epoch, seq).
+func cmpSeq(a, b event) int {
+	if a.epoch != b.epoch {
+		return cmp.Compare(a.epoch, b.epoch)
+	}
+	return cmp.Compare(a.seq, b.seq)
+}
+
+// watchEventLocked passes an event of a watched user to its watchers.
+func (h *hub) watchEventLocked(w *wroom, wu *wuser, e event) {
 	for c, wt := range wu.watchers {
 		switch {
 		case !wt.live && len(wt.buf) >= maxBuffered:
@@ -262,15 +318,20 @@ func (h *hub) watchEventLocked(w *wroom, user string, e event) {
 }
 
 // watchSendLocked sends e to a live watcher unless it is reflected in its
-// read or already sent; an event of a later numbering starts it over.
+// read or already sent. An event of a later numbering, or one below a seq
+// already sent for its user (it came later than the reorder window),
+// starts the watcher over.
 func (h *hub) watchSendLocked(w *wroom, c *conn, wt *watcher, e event) {
+	last := wt.last[e.user]
 	switch {
-	case e.epoch > wt.epoch:
+	case e.epoch > wt.epoch || e.epoch == wt.epoch && e.seq > wt.after && e.seq < last:
 		h.resyncWatcherLocked(w, c, wt)
-	case e.epoch < wt.epoch || e.seq <= wt.after || e.sessionsOnly:
+	case e.epoch < wt.epoch || e.seq <= wt.after || e.seq == last:
+	case e.sessionsOnly:
+		wt.last[e.user] = e.seq
 	default:
 		c.send(e.frame)
-		wt.after = e.seq
+		wt.last[e.user] = e.seq
 	}
 }
 
