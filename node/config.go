@@ -79,6 +79,14 @@ type Config struct {
 	// batched for the members that take events frames; smaller rooms get
 	// one frame per event, at once. Default 100; negative: never.
 	BatchFrom int
+	// FanoutBudget is the most frames per second the tick sends (batches
+	// and counts, over every room): when the busy rooms' members would
+	// take more at one frame per FanoutTick, each room goes out less
+	// often, every members/FanoutBudget seconds, and its frames carry
+	// more events. Writing a frame to a socket costs about the same
+	// whatever it holds, so this bounds the node's fan-out CPU whatever
+	// the churn. Default 50000; negative: no bound.
+	FanoutBudget int
 
 	// Checks are more health checks, by name: while one returns an error
 	// the node reports itself degraded (503), e.g. "stream" while
@@ -183,6 +191,7 @@ const (
 	DefaultStoreTimeout     = 5 * time.Second
 	DefaultFanoutTick       = 100 * time.Millisecond
 	DefaultBatchFrom        = 100
+	DefaultFanoutBudget     = 50000
 	DefaultMaxWatches       = 32
 	DefaultMaxWatchUsers    = 100
 	// maxWatchUsersCap is region.MaxUsersRead: one watch is one read.
@@ -318,6 +327,9 @@ func (c Config) check() (Config, error) {
 	}
 	if c.BatchFrom == 0 {
 		c.BatchFrom = DefaultBatchFrom
+	}
+	if c.FanoutBudget == 0 {
+		c.FanoutBudget = DefaultFanoutBudget
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -25,12 +25,20 @@ var errNoCounts = errors.New("node: the store does not count rooms")
 // fanOut runs once per tick on the dispatcher.
 func (h *hub) fanOut() {
 	h.mu.Lock()
+	now := time.Now()
+	every := h.intervalLocked()
 	var reads []*room
 	for r := range h.dirty {
 		if h.rooms[r.name] != r {
 			delete(h.dirty, r)
 			continue
 		}
+		if now.Before(r.next) {
+			continue // its share of the budget is spent: a later tick
+		}
+		// Half a tick early, so that ticks arriving a little late do not
+		// skip one more.
+		r.next = now.Add(every - h.tick/2)
 		h.flushLocked(r)
 		if r.countDirty && !h.counting {
 			r.countDirty = false
@@ -48,6 +56,25 @@ func (h *hub) fanOut() {
 		go h.readCounts(reads)
 	}
 	h.mu.Unlock()
+}
+
+// intervalLocked is how often a busy room's frames go out: every tick,
+// unless the busy rooms' members at one frame per tick would take more
+// than the budget.
+func (h *hub) intervalLocked() time.Duration {
+	if h.budget <= 0 {
+		return h.tick
+	}
+	n := 0
+	for r := range h.dirty {
+		switch {
+		case len(r.pending) > 0:
+			n += len(r.members)
+		case r.countDirty:
+			n += r.counters
+		}
+	}
+	return max(h.tick, time.Duration(float64(n)/float64(h.budget)*float64(time.Second)))
 }
 
 // flushLocked sends the tick's batch of r to its live members taking

@@ -238,3 +238,41 @@ func TestWatchedEventsAreReorderedOrTheWatcherIsReadAgain(t *testing.T) {
 		return len(c.queue) == 1 && strings.Contains(string(c.queue[0]), `"reason":"resync"`)
 	})
 }
+
+// Past the budget a busy room goes out less often, its frames carrying
+// more events; every event still arrives, in order, once.
+func TestTheBudgetSpacesABusyRoomsFrames(t *testing.T) {
+	h, r := fanoutHub(t, 1)
+	h.tick, h.budget = 100*time.Millisecond, 20 // 4 members at 20 frames/s: a frame each 200 ms
+	var cs []*conn
+	for i := range 4 {
+		c := queuedConn(fmt.Sprint(i))
+		r.members[c] = &member{in: interest{batch: true}}
+		cs = append(cs, c)
+	}
+	h.mu.Lock()
+	h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7}, "j", reasonJoin, r.members)
+	h.mu.Unlock()
+	for _, c := range cs {
+		c.takeQueue()
+	}
+	var got []uint64
+	frames := 0
+	for seq := uint64(1); seq <= 10; seq++ { // ten ticks, an event in each
+		h.mu.Lock()
+		h.eventLocked(r, fanEvent(seq, presence.Online, presence.Joined))
+		r.next = r.next.Add(-h.tick) // a tick's time passes
+		h.mu.Unlock()
+		h.fanOut()
+		for _, f := range cs[0].takeQueue() {
+			frames++
+			got = append(got, entrySeqs(t, f)...)
+		}
+	}
+	if frames != 5 {
+		t.Fatalf("%d frames in ten ticks, want one every other tick", frames)
+	}
+	if fmt.Sprint(got) != "[1 2 3 4 5 6 7 8 9]" && fmt.Sprint(got) != "[1 2 3 4 5 6 7 8 9 10]" {
+		t.Fatalf("events %v, want 1..9 or 1..10 in order (10 may wait a tick)", got)
+	}
+}

@@ -66,6 +66,7 @@ type hub struct {
 	// tick; counts go out at most once per tick.
 	tick      time.Duration
 	batchFrom int
+	budget    int     // Config.FanoutBudget
 	counter   Counter // where count frames come from; nil: view count refused
 
 	mu     sync.Mutex
@@ -95,7 +96,8 @@ type room struct {
 	// room's membership changed since its count was last read.
 	counters   int
 	countDirty bool
-	readN      int // the latest count read, and its read
+	next       time.Time // the tick's frames go out no sooner (FanoutBudget)
+	readN      int       // the latest count read, and its read
 	readGen    uint64
 	pending    []event // the tick's events for members taking events frames
 	bodies     snapBodies
@@ -160,7 +162,7 @@ func newHub(ctx context.Context, cfg Config, views *views, log *slog.Logger, m *
 		log: log, metrics: m, ctx: ctx, timeout: cfg.StoreTimeout, wg: wg,
 		msgs:     make(chan *nats.Msg, msgQueue),
 		gapAfter: cmp.Or(cfg.gapTimeout, gapTimeout),
-		tick:     cfg.FanoutTick, batchFrom: cfg.BatchFrom,
+		tick:     cfg.FanoutTick, batchFrom: cfg.BatchFrom, budget: cfg.FanoutBudget,
 		rooms: map[string]*room{}, gappy: map[*room]struct{}{},
 		dirty: map[*room]struct{}{}, behind: map[*room]struct{}{}, watched: map[string]*wroom{}, reorder: map[*wuser]*wroom{},
 	}
