@@ -1223,7 +1223,7 @@ func (r *bigRun) stormPhase(ctx context.Context) error {
 	}
 	before, _ := scrape(r.o.metrics)
 	lat := make([]time.Duration, n)
-	var refused, lost atomic.Int64
+	var refused, lost, retried atomic.Int64
 	var codeMu sync.Mutex
 	codeCount := map[string]int{}
 	var wg sync.WaitGroup
@@ -1254,6 +1254,17 @@ func (r *bigRun) stormPhase(ctx context.Context) error {
 				if k == "snapshot" || k == "error" {
 					var p pframe
 					if json.Unmarshal(data, &p) == nil && p.Ref == "j" {
+						if k == "error" && p.Code == "unavailable" && p.Retry > 0 && time.Since(t0) < 30*time.Second {
+							// As a client does: again after the node's
+							// hint. The time counts from the first try.
+							retried.Add(1)
+							time.Sleep(time.Duration(p.Retry) * time.Millisecond)
+							if c.WriteMessage(websocket.TextMessage, join) != nil {
+								lost.Add(1)
+								return
+							}
+							continue
+						}
 						if k == "error" {
 							refused.Add(1)
 							codeMu.Lock()
@@ -1283,8 +1294,8 @@ func (r *bigRun) stormPhase(ctx context.Context) error {
 	}
 	slices.Sort(ok)
 	notServed := n - len(ok)
-	fmt.Fprintf(r.out, "storm: %d joins at once into the room on %s in %v; connections failed %d, refused %d (%s), lost %d; snapshot reads %+.0f\n",
-		n, r.o.addr, took.Round(time.Millisecond), failed, refused.Load(), codes(codeCount), lost.Load(),
+	fmt.Fprintf(r.out, "storm: %d joins at once into the room on %s in %v; connections failed %d, retried after unavailable %d, refused %d (%s), lost %d; snapshot reads %+.0f\n",
+		n, r.o.addr, took.Round(time.Millisecond), failed, retried.Load(), refused.Load(), codes(codeCount), lost.Load(),
 		after["presence_node_join_snapshot_reads_total"]-before["presence_node_join_snapshot_reads_total"])
 	fmt.Fprintf(r.out, "storm join -> snapshot: %s\n", latencyLine(ok, notServed))
 	if notServed > 0 {
