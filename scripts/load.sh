@@ -32,7 +32,7 @@
 # each node stays under its connection limit and the 20,000 open files a
 # process may hold (15,000 watchers + 15,000 members + churners do not fit
 # on one node). A is started with --max-connections 17000 (15,000 members
-# + 1,000 storm joiners + the truth reader), B with 19000.
+# + 1,000 storm joiners + the truth reader), B with 18000 (under the 20,000 open files with its Redis, NATS and listeners).
 #
 # Further arguments go to presence-load and override its flags, e.g.
 #   scripts/load.sh sweep --rates 250,500 --duration 5s
@@ -139,7 +139,7 @@ if [[ $mode == bigroom* ]]; then
 	# Node B: the room's population and the churners.
 	bport=$(free_port $((lport + 1)))
 	"$bin/presenced" node --jwt-secret "$secret" --region load --redis "127.0.0.1:$rport" \
-		--nats "nats://127.0.0.1:$nport" --listen "127.0.0.1:$bport" --log-level warn --max-connections 19000 \
+		--nats "nats://127.0.0.1:$nport" --listen "127.0.0.1:$bport" --log-level warn --max-connections 18000 \
 		>"$work/nodeB.log" 2>&1 &
 	nodeb_pid=$!
 	pids+=("$nodeb_pid")
