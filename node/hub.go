@@ -19,7 +19,7 @@ import (
 // waiting for its snapshot. Past either, the node starts over from a new
 // snapshot.
 const (
-	maxHeld      = 64
+	maxHeld      = 4096
 	maxBuffered  = 4096
 	msgQueue     = 16384 // NATS messages waiting for the dispatcher
 	gapTimeout   = time.Second
@@ -649,6 +649,8 @@ func (h *hub) eventLocked(r *room, e event) {
 		h.resetLocked(r)
 		return
 	case bus.TooFar:
+		_, base, _ := r.seq.Position()
+		h.log.Info("node: transitions missing for too long a run; resyncing the room", "room", r.name, "base", base, "seq", e.seq)
 		h.resetLocked(r)
 		return
 	case bus.Deliver:
