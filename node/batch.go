@@ -39,6 +39,22 @@ type batchConn struct {
 	mu  sync.Mutex
 	on  bool
 	buf *[]byte
+	// deadline: gorilla sets the write deadline before every frame; during
+	// a batch nothing is written until flush, which sets the last one
+	// once.
+	deadline time.Time
+}
+
+// SetWriteDeadline is kept for the flush during a batch.
+func (b *batchConn) SetWriteDeadline(t time.Time) error {
+	b.mu.Lock()
+	if b.on {
+		b.deadline = t
+		b.mu.Unlock()
+		return nil
+	}
+	b.mu.Unlock()
+	return b.Conn.SetWriteDeadline(t)
 }
 
 var batchBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
@@ -85,14 +101,17 @@ func (b *batchConn) begin() {
 // goes back to a pool: an idle connection holds none.
 func (b *batchConn) flush() error {
 	b.mu.Lock()
-	buf := b.buf
-	b.on, b.buf = false, nil
+	buf, deadline := b.buf, b.deadline
+	b.on, b.buf, b.deadline = false, nil, time.Time{}
 	b.mu.Unlock()
 	if buf == nil {
 		return nil
 	}
 	var err error
 	if len(*buf) > 0 {
+		if !deadline.IsZero() {
+			_ = b.Conn.SetWriteDeadline(deadline)
+		}
 		_, err = b.Conn.Write(*buf)
 	}
 	if cap(*buf) <= 64<<10 {
