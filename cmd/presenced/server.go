@@ -40,16 +40,21 @@ type serverConfig struct {
 	NATSCA       string // PEM CA that signs the NATS servers' certificates, if set
 	NATSStoreDir string
 	NATSPort     int
-	Listen       string
-	Timing       presence.Timing
-	Auth         node.AuthConfig
-	Limits       node.Limits
-	FanoutTick   time.Duration // node.Config.FanoutTick
-	BatchFrom    int           // node.Config.BatchFrom
-	StreamMaxAge time.Duration
-	DrainTimeout time.Duration
-	Log          *slog.Logger
-	PprofListen  string // profiling endpoint, off when empty
+	// The embedded nats-server's client host, name and cluster (nil: a
+	// server of its own).
+	NATSHost       string
+	NATSServerName string
+	NATSCluster    *embedded.Cluster
+	Listen         string
+	Timing         presence.Timing
+	Auth           node.AuthConfig
+	Limits         node.Limits
+	FanoutTick     time.Duration // node.Config.FanoutTick
+	BatchFrom      int           // node.Config.BatchFrom
+	StreamMaxAge   time.Duration
+	DrainTimeout   time.Duration
+	Log            *slog.Logger
+	PprofListen    string // profiling endpoint, off when empty
 	// TLSCert and TLSKey, both set, make the listener serve HTTPS and WSS.
 	TLSCert, TLSKey string
 	// Global: this region is one of several. The node publishes the
@@ -323,13 +328,14 @@ func (s *nodeServer) retry(ctx context.Context, what string, f func(context.Cont
 func (s *nodeServer) connectNATS(ctx context.Context) error {
 	url := s.cfg.NATS
 	if url == "" {
-		ns, err := embedded.Start(embedded.Config{Port: s.cfg.NATSPort, StoreDir: s.cfg.NATSStoreDir})
+		ns, err := embedded.Start(embedded.Config{Host: s.cfg.NATSHost, Port: s.cfg.NATSPort, StoreDir: s.cfg.NATSStoreDir,
+			ServerName: s.cfg.NATSServerName, Cluster: s.cfg.NATSCluster, Logger: s.natsLogger()})
 		if err != nil {
 			return fmt.Errorf("embedded nats-server: %w", err)
 		}
 		s.onClose(func() { ns.Shutdown(); ns.WaitForShutdown() })
-		url = ns.ClientURL()
-		s.lg.Info("presenced: embedded nats-server", "url", url)
+		url = embedded.LocalURL(ns)
+		s.lg.Info("presenced: embedded nats-server", "url", url, "name", ns.Name(), "clustered", s.cfg.NATSCluster != nil)
 	}
 	opts, err := natsAuth(s.cfg.NATSCreds, s.cfg.NATSCA)
 	if err != nil {
@@ -358,6 +364,17 @@ func (s *nodeServer) connectNATS(ctx context.Context) error {
 	}
 	s.js, err = jetstream.New(nc)
 	return err
+}
+
+// natsLogger is where a clustered embedded nats-server logs: its routes,
+// gateways and JetStream elections are what an operator reads when the
+// region does not come up. Its notices are debug noise otherwise, so a
+// server of its own logs nothing.
+func (s *nodeServer) natsLogger() *slog.Logger {
+	if s.cfg.NATSCluster == nil {
+		return nil
+	}
+	return s.lg
 }
 
 // ensureStream creates or updates the region's stream.
