@@ -410,7 +410,13 @@ func (s *nodeServer) openRedis(ctx context.Context) error {
 // query service and the metrics registry.
 func (s *nodeServer) openStore(ctx context.Context) error {
 	s.publisher = bus.NewPublisher(s.js, s.cfg.Region, bus.WithStreamConfig(s.streamCfg))
-	store, err := region.New(s.rdb, region.Options{Region: s.cfg.Region, Timing: s.cfg.Timing, Sink: s.publisher,
+	s.reg = prometheus.NewRegistry()
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	sink, err := newCountingSink(s.reg, s.publisher)
+	if err != nil {
+		return err
+	}
+	store, err := region.New(s.rdb, region.Options{Region: s.cfg.Region, Timing: s.cfg.Timing, Sink: sink,
 		AsyncDelivery: true, Logger: s.lg})
 	if err != nil {
 		return err
@@ -438,8 +444,6 @@ func (s *nodeServer) openStore(ctx context.Context) error {
 			s.onClose(func() { _ = sub.Unsubscribe() })
 		}
 	}
-	s.reg = prometheus.NewRegistry()
-	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return registerStoreMetrics(s.reg, store)
 }
 
@@ -449,8 +453,9 @@ func (s *nodeServer) startGlobal(ctx context.Context) error {
 	if !s.cfg.Global {
 		return nil
 	}
+	src := &memberCountingSource{Store: s.store}
 	pub, err := global.NewRegionPublisher(global.PublisherConfig{
-		Region: s.cfg.Region, Source: s.store, NATS: s.nc, JetStream: s.js, Cadence: s.cfg.GlobalCadence, Logger: s.lg,
+		Region: s.cfg.Region, Source: src, NATS: s.nc, JetStream: s.js, Cadence: s.cfg.GlobalCadence, Logger: s.lg,
 	})
 	if err != nil {
 		return err
@@ -459,7 +464,7 @@ func (s *nodeServer) startGlobal(ctx context.Context) error {
 		return fmt.Errorf("region publisher: %w", err)
 	}
 	s.onClose(pub.Close)
-	if err := registerPublisherMetrics(s.reg, pub); err != nil {
+	if err := registerPublisherMetrics(s.reg, pub, src); err != nil {
 		return err
 	}
 	s.global = global.NewClient(s.nc)
