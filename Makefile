@@ -4,10 +4,12 @@
 #
 # The other targets are the checks CI runs (.ci/run): `make lint`
 # (gofmt, vet, staticcheck, golangci-lint), `make tidy-check`,
-# `make vulncheck`, `make cover` (the tests once, with a coverage profile).
+# `make vulncheck`, `make deploy-check` (deploy/: Kubernetes manifests,
+# dashboard and alert queries), `make cover` (the tests once, with a
+# coverage profile).
 # Tools run at pinned versions with `go run module@version`: nothing to
 # install, and go.mod stays the service's.
-.PHONY: dev test test-short test-js typecheck-js cover deps bench fuzz lint fmt-check vet staticcheck golangci-lint tidy-check vulndb vulncheck ci-vulncheck
+.PHONY: dev test test-short test-js typecheck-js cover deps bench fuzz lint fmt-check vet staticcheck golangci-lint tidy-check vulndb vulncheck ci-vulncheck deploy-check
 
 STATICCHECK   = go run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOLANGCI_LINT = go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
@@ -78,6 +80,14 @@ golangci-lint:
 # go.mod and go.sum as `go mod tidy` would leave them.
 tidy-check:
 	@go mod tidy -diff || { echo "go.mod/go.sum are not tidy: run go mod tidy"; exit 1; }
+
+# The deployment files, checked by deploy/'s tests: the Kubernetes
+# manifests decoded with the Kubernetes API types, every dashboard query
+# and alert rule parsed with Prometheus's PromQL parser. deploy/ is a Go
+# module of its own, so k8s.io/api and prometheus stay out of go.mod.
+deploy-check:
+	cd deploy && go mod tidy -diff || { echo "deploy/go.mod, go.sum are not tidy: cd deploy && go mod tidy"; exit 1; }
+	cd deploy && go vet ./... && go test -count=1 ./...
 
 $(GOVULNCHECK):
 	GOBIN=$(CURDIR)/bin go install golang.org/x/vuln/cmd/govulncheck@v1.9.0

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -90,6 +91,13 @@ func (c *aggregatorCommand) run(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := c.waitNATS(ctx); err != nil {
+		if ctx.Err() != nil {
+			c.lg.Info("presenced: aggregator stopped while starting")
+			return nil
+		}
+		return err
+	}
 	if err := c.agg.Start(ctx); err != nil {
 		if ctx.Err() != nil {
 			c.lg.Info("presenced: aggregator stopped while starting")
@@ -105,19 +113,41 @@ func (c *aggregatorCommand) run(ctx context.Context) error {
 	return nil
 }
 
-// connectNATS connects the supercluster; once connected, reconnects are
-// forever.
+// connectNATS connects the supercluster. A NATS that does not answer yet
+// is waited for (waitNATS), as a node waits: started beside its NATS (a
+// compose file, a pod), an aggregator must not exit and back off;
+// once connected, reconnects are forever.
 func (c *aggregatorCommand) connectNATS() error {
 	opts, err := natsAuth(c.natsCreds, c.natsCA)
 	if err != nil {
 		return err
 	}
-	nc, err := nats.Connect(c.natsURL, append(opts, nats.Name("presenced aggregator"), nats.MaxReconnects(-1))...)
+	nc, err := nats.Connect(c.natsURL, append(opts, nats.Name("presenced aggregator"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))...)
 	if err != nil {
 		return fmt.Errorf("nats %s: %w", c.natsURL, err)
 	}
 	c.nc = nc
 	c.onClose(nc.Close)
+	return nil
+}
+
+// waitNATS waits until NATS is connected (health says
+// "nats_disconnected" meanwhile). Refused credentials end the wait: a
+// configuration error, not an outage.
+func (c *aggregatorCommand) waitNATS(ctx context.Context) error {
+	for try := 1; !c.nc.IsConnected(); try++ {
+		if err := c.nc.LastError(); errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) {
+			return fmt.Errorf("nats %s: %w", c.natsURL, err)
+		}
+		if try%50 == 1 {
+			c.lg.Warn("presenced: aggregator waiting for nats", "url", c.natsURL, "err", c.nc.LastError())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 	return nil
 }
 

@@ -59,21 +59,24 @@ func runDevCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 		cfg.NATSStoreDir = dir
 	}
 	cfg.logEvents = true
-	cfg.routes = func(mux *http.ServeMux) {
-		mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "text/html; charset=utf-8")
-			_, _ = w.Write(demoPage)
-		})
-		mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "image/svg+xml")
-			w.Header().Set("Cache-Control", "max-age=86400")
-			_, _ = io.WriteString(w, favicon)
-		})
-	}
+	cfg.routes = demoRoutes
 	cfg.ready = func(addr string) {
 		fmt.Fprintf(stdout, "\npresenced dev is running (region %q).\n  demo:      http://%s/  (open it in several tabs; ?room=NAME picks a room)\n  websocket: ws://%s/v1/ws?session=SID&user=UID\n  nats:      every transition on presence.> (logged below)\nCtrl-C stops it.\n\n", cfg.Region, addr, addr)
 	}
 	return serve(ctx, cfg)
+}
+
+// demoRoutes serves the demo page at / (dev, node --demo).
+func demoRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write(demoPage)
+	})
+	mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "image/svg+xml")
+		w.Header().Set("Cache-Control", "max-age=86400")
+		_, _ = io.WriteString(w, favicon)
+	})
 }
 
 // startRedis runs redis-server on a unix socket in a temporary directory,

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/presence-dev/presence/global"
+	"github.com/presence-dev/presence/presence"
 	"github.com/presence-dev/presence/region"
 )
 
@@ -28,9 +30,80 @@ func registerCounters(reg prometheus.Registerer, sub string, cs []counter) error
 	return nil
 }
 
+// countingSink is the store's sink, counting the transitions it delivers
+// by kind and reason (presence_region_transitions_by_reason_total): the
+// rate of onlines and offlines against the members online is the flapping
+// signal. A batch counts once the sink took it, so a retried batch counts
+// once. Every transition is delivered by one node of the region: the sum
+// over the region's nodes is the region's.
+type countingSink struct {
+	region.Sink
+	by *prometheus.CounterVec
+}
+
+func newCountingSink(reg prometheus.Registerer, sink region.Sink) (countingSink, error) {
+	by := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "presence", Subsystem: "region", Name: "transitions_by_reason_total",
+		Help: "Transitions this node delivered to the stream, by kind (online, offline, update) and reason (joined, left, expired, state)."},
+		[]string{"kind", "reason"})
+	if err := reg.Register(by); err != nil {
+		return countingSink{}, err
+	}
+	// The pairs a region produces exist from the start, so rates work
+	// before the first of each.
+	for _, kr := range [][2]string{{"online", "joined"}, {"offline", "left"}, {"offline", "expired"}, {"update", "state"}} {
+		by.WithLabelValues(kr[0], kr[1])
+	}
+	return countingSink{Sink: sink, by: by}, nil
+}
+
+func (c countingSink) Publish(ctx context.Context, ts []presence.Transition) (uint64, error) {
+	seq, err := c.Sink.Publish(ctx, ts)
+	if err == nil {
+		for _, t := range ts {
+			c.by.WithLabelValues(string(t.Kind), string(t.Reason)).Inc()
+		}
+	}
+	return seq, err
+}
+
+// memberCountingSource is the store as the region publisher reads it,
+// keeping the number of (room, user) pairs online of its last full read
+// (once per cadence, by the region's active publisher only): the
+// denominator of presence events per user per minute. Transitions are
+// per (room, user), so this is the count they are per.
+type memberCountingSource struct {
+	*region.Store
+	members atomic.Int64
+}
+
+func (m *memberCountingSource) Rosters(ctx context.Context, rooms []string) ([]presence.Snapshot, error) {
+	snaps, err := m.Store.Rosters(ctx, rooms)
+	if err == nil {
+		n := 0
+		for _, s := range snaps {
+			n += len(s.Members)
+		}
+		m.members.Store(int64(n))
+	}
+	return snaps, err
+}
+
+var _ global.RosterSource = (*memberCountingSource)(nil)
+
 // registerStoreMetrics exports the regional store's counters
-// (presence_region_*).
+// (presence_region_*) and its timing (presence_timing_seconds), which
+// the alert on heartbeat latency compares against.
 func registerStoreMetrics(reg prometheus.Registerer, s *region.Store) error {
+	tm := s.Timing()
+	timing := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "presence", Name: "timing_seconds",
+		Help: "The region's timing in force: session_ttl, heartbeat, offline_grace, reap_interval."}, []string{"setting"})
+	for name, d := range map[string]float64{"session_ttl": tm.SessionTTL.Seconds(), "heartbeat": tm.Heartbeat.Seconds(),
+		"offline_grace": tm.OfflineGrace.Seconds(), "reap_interval": tm.ReapInterval.Seconds()} {
+		timing.WithLabelValues(name).Set(d)
+	}
+	if err := reg.Register(timing); err != nil {
+		return err
+	}
 	st := s.Stats()
 	return registerCounters(reg, "region", []counter{
 		{"touched", "Sessions created or refreshed in the regional store.", &st.Touched},
@@ -46,7 +119,7 @@ func registerStoreMetrics(reg prometheus.Registerer, s *region.Store) error {
 
 // registerPublisherMetrics exports a region publisher's counters and
 // whether it is the region's active one (presence_global_publisher_*).
-func registerPublisherMetrics(reg prometheus.Registerer, p *global.RegionPublisher) error {
+func registerPublisherMetrics(reg prometheus.Registerer, p *global.RegionPublisher, src *memberCountingSource) error {
 	st := p.Stats()
 	if err := registerCounters(reg, "global_publisher", []counter{
 		{"deltas", "Delta publications sent, empty ones (liveness) included.", &st.Deltas},
@@ -56,6 +129,17 @@ func registerPublisherMetrics(reg prometheus.Registerer, p *global.RegionPublish
 		{"send_errors", "Publications that failed to send.", &st.SendErrors},
 		{"resyncs", "Full snapshots aggregators asked for.", &st.Resyncs},
 	}); err != nil {
+		return err
+	}
+	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "presence", Subsystem: "global_publisher", Name: "members",
+		Help: "(room, user) pairs online in the region at the active publisher's last read; 0 on the region's other nodes, so the sum over them is the region's.",
+	}, func() float64 {
+		if !p.Active() {
+			return 0
+		}
+		return float64(src.members.Load())
+	})); err != nil {
 		return err
 	}
 	return reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/presence-dev/presence/global"
+	"github.com/presence-dev/presence/internal/embedded"
 	"github.com/presence-dev/presence/node"
 	"github.com/presence-dev/presence/presence"
 )
@@ -27,6 +28,9 @@ type commonFlags struct {
 	pprofListen                               string
 	tlsCert, tlsKey                           string
 	natsCreds, natsCA                         string
+	natsHost, natsServerName                  string
+	natsClusterListen, natsRoutes             string
+	natsGatewayListen, natsGateways           string
 	global                                    bool
 	globalCadence                             time.Duration
 }
@@ -39,7 +43,13 @@ func (c *commonFlags) register(fs *flag.FlagSet, listen string) {
 	fs.StringVar(&c.natsCreds, "nats-creds", "", "NATS .creds file (user JWT and seed), for a secured NATS")
 	fs.StringVar(&c.natsCA, "nats-ca", "", "PEM CA of the NATS servers' certificates (tls:// URLs)")
 	fs.IntVar(&c.natsPort, "nats-port", 4222, "embedded nats-server port (-1: any free port)")
-	fs.StringVar(&c.natsStoreDir, "nats-store-dir", "", "embedded nats-server JetStream directory (default: under the temp dir)")
+	fs.StringVar(&c.natsStoreDir, "nats-store-dir", "", "embedded nats-server JetStream directory, one per server (default: under the temp dir)")
+	fs.StringVar(&c.natsHost, "nats-host", embedded.DefaultHost, "embedded nats-server client listen host (0.0.0.0: reachable by aggregators and other hosts)")
+	fs.StringVar(&c.natsServerName, "nats-server-name", "", "embedded nats-server name: unique in the supercluster, stable across restarts (required with --nats-cluster-listen)")
+	fs.StringVar(&c.natsClusterListen, "nats-cluster-listen", "", "embedded nats-server: cluster with the region's other nodes, routes accepted on host:port (e.g. 0.0.0.0:6222); the cluster is named after --region")
+	fs.StringVar(&c.natsRoutes, "nats-routes", "", "embedded nats-server: comma-separated nats-route://host:port of every server of the region's cluster, this one included")
+	fs.StringVar(&c.natsGatewayListen, "nats-gateway-listen", "", "embedded nats-server: accept other regions' gateways on host:port (e.g. 0.0.0.0:7222); the gateway is named after --region")
+	fs.StringVar(&c.natsGateways, "nats-gateways", "", "embedded nats-server: comma-separated region=nats://host:port of the regions' gateways (a region may repeat, one URL each)")
 	fs.StringVar(&c.listen, "listen", listen, "HTTP/WebSocket listen address")
 	fs.DurationVar(&c.timing.SessionTTL, "session-ttl", presence.DefaultSessionTTL, "a session not refreshed this long is gone")
 	fs.DurationVar(&c.timing.Heartbeat, "heartbeat", presence.DefaultHeartbeat, "how often the node refreshes its sessions")
@@ -79,12 +89,55 @@ The timing must keep these rules (the error names the one broken):
   last-seen-interval >= heartbeat                    last seen is not written on every heartbeat
 `
 
+// embeddedCluster is the embedded nats-server's cluster from the
+// --nats-cluster-* and --nats-gateway* flags, nil when none is set. The
+// cluster and gateway take the region's name: streams are placed by
+// cluster name, and a gateway must carry its cluster's.
+func (c *commonFlags) embeddedCluster() (*embedded.Cluster, error) {
+	if c.natsClusterListen == "" && c.natsRoutes == "" && c.natsGatewayListen == "" && c.natsGateways == "" {
+		return nil, nil
+	}
+	if c.nats != "" {
+		return nil, &usageError{"--nats-cluster-listen, --nats-routes, --nats-gateway-listen and --nats-gateways configure the embedded nats-server: not with --nats"}
+	}
+	cl := &embedded.Cluster{Name: c.region, Listen: c.natsClusterListen, GatewayListen: c.natsGatewayListen}
+	if c.natsRoutes != "" {
+		cl.Routes = strings.Split(c.natsRoutes, ",")
+	}
+	if c.natsGateways != "" {
+		at := map[string]int{}
+		for _, g := range strings.Split(c.natsGateways, ",") {
+			name, u, ok := strings.Cut(g, "=")
+			if !ok || name == "" {
+				return nil, &usageError{fmt.Sprintf("--nats-gateways: %q: want region=nats://host:port", g)}
+			}
+			i, seen := at[name]
+			if !seen {
+				i = len(cl.Gateways)
+				at[name] = i
+				cl.Gateways = append(cl.Gateways, embedded.Gateway{Name: name})
+			}
+			cl.Gateways[i].URLs = append(cl.Gateways[i].URLs, u)
+		}
+	}
+	ec := embedded.Config{Host: c.natsHost, Port: c.natsPort, StoreDir: c.natsStoreDir, ServerName: c.natsServerName, Cluster: cl}
+	if err := ec.WithDefaults().Validate(); err != nil {
+		return nil, &usageError{"embedded nats-server: " + err.Error()}
+	}
+	return cl, nil
+}
+
 func (c *commonFlags) config(stderr io.Writer) (serverConfig, error) {
 	lg, err := newLogger(stderr, c.logLevel, c.logFormat)
 	if err != nil {
 		return serverConfig{}, err
 	}
+	cluster, err := c.embeddedCluster()
+	if err != nil {
+		return serverConfig{}, err
+	}
 	return serverConfig{
+		NATSHost: c.natsHost, NATSServerName: c.natsServerName, NATSCluster: cluster,
 		Region: c.region, Redis: c.redis, RedisCluster: c.redisCluster,
 		NATS: c.nats, NATSPort: c.natsPort, NATSStoreDir: c.natsStoreDir, Listen: c.listen,
 		Timing:     c.timing,
@@ -110,6 +163,8 @@ func runNodeCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.StringVar(&audience, "jwt-audience", "", "required token audience (aud), if set")
 	fs.StringVar(&origins, "allowed-origins", "", "comma-separated Origin values accepted on upgrade (empty: any)")
 	fs.BoolVar(&c.insecureDev, "insecure-dev", false, "DEVELOPMENT ONLY: take the user id from ?user= and verify nothing")
+	var demo bool
+	fs.BoolVar(&demo, "demo", false, "serve the demo page at / (with --insecure-dev: it names users with ?user=)")
 	if err := parseFlags(fs, args); err != nil {
 		if err == flag.ErrHelp {
 			return nil
@@ -135,6 +190,12 @@ func runNodeCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	cfg.Auth.Issuer, cfg.Auth.Audience = issuer, audience
 	if origins != "" {
 		cfg.Auth.AllowedOrigins = strings.Split(origins, ",")
+	}
+	if demo {
+		if !cfg.Auth.InsecureDev {
+			return &usageError{"--demo needs --insecure-dev: the demo page names its users with ?user="}
+		}
+		cfg.routes = demoRoutes
 	}
 	if !cfg.Auth.InsecureDev && cfg.Auth.HMACSecret == nil && cfg.Auth.RSAPublicKeyPEM == nil {
 		return &usageError{"no client authentication: set --jwt-secret, --jwt-secret-file or --jwt-public-key-file (or --insecure-dev on a laptop)"}

@@ -40,17 +40,22 @@ type serverConfig struct {
 	NATSCA       string // PEM CA that signs the NATS servers' certificates, if set
 	NATSStoreDir string
 	NATSPort     int
-	Listen       string
-	Timing       presence.Timing
-	Auth         node.AuthConfig
-	Limits       node.Limits
-	FanoutTick   time.Duration // node.Config.FanoutTick
-	BatchFrom    int           // node.Config.BatchFrom
-	FanoutBudget int           // node.Config.FanoutBudget
-	StreamMaxAge time.Duration
-	DrainTimeout time.Duration
-	Log          *slog.Logger
-	PprofListen  string // profiling endpoint, off when empty
+	// The embedded nats-server's client host, name and cluster (nil: a
+	// server of its own).
+	NATSHost       string
+	NATSServerName string
+	NATSCluster    *embedded.Cluster
+	Listen         string
+	Timing         presence.Timing
+	Auth           node.AuthConfig
+	Limits         node.Limits
+	FanoutTick     time.Duration // node.Config.FanoutTick
+	BatchFrom      int           // node.Config.BatchFrom
+	FanoutBudget   int           // node.Config.FanoutBudget
+	StreamMaxAge   time.Duration
+	DrainTimeout   time.Duration
+	Log            *slog.Logger
+	PprofListen    string // profiling endpoint, off when empty
 	// TLSCert and TLSKey, both set, make the listener serve HTTPS and WSS.
 	TLSCert, TLSKey string
 	// Global: this region is one of several. The node publishes the
@@ -324,13 +329,14 @@ func (s *nodeServer) retry(ctx context.Context, what string, f func(context.Cont
 func (s *nodeServer) connectNATS(ctx context.Context) error {
 	url := s.cfg.NATS
 	if url == "" {
-		ns, err := embedded.Start(embedded.Config{Port: s.cfg.NATSPort, StoreDir: s.cfg.NATSStoreDir})
+		ns, err := embedded.Start(embedded.Config{Host: s.cfg.NATSHost, Port: s.cfg.NATSPort, StoreDir: s.cfg.NATSStoreDir,
+			ServerName: s.cfg.NATSServerName, Cluster: s.cfg.NATSCluster, Logger: s.natsLogger()})
 		if err != nil {
 			return fmt.Errorf("embedded nats-server: %w", err)
 		}
 		s.onClose(func() { ns.Shutdown(); ns.WaitForShutdown() })
-		url = ns.ClientURL()
-		s.lg.Info("presenced: embedded nats-server", "url", url)
+		url = embedded.LocalURL(ns)
+		s.lg.Info("presenced: embedded nats-server", "url", url, "name", ns.Name(), "clustered", s.cfg.NATSCluster != nil)
 	}
 	opts, err := natsAuth(s.cfg.NATSCreds, s.cfg.NATSCA)
 	if err != nil {
@@ -359,6 +365,17 @@ func (s *nodeServer) connectNATS(ctx context.Context) error {
 	}
 	s.js, err = jetstream.New(nc)
 	return err
+}
+
+// natsLogger is where a clustered embedded nats-server logs: its routes,
+// gateways and JetStream elections are what an operator reads when the
+// region does not come up. Its notices are debug noise otherwise, so a
+// server of its own logs nothing.
+func (s *nodeServer) natsLogger() *slog.Logger {
+	if s.cfg.NATSCluster == nil {
+		return nil
+	}
+	return s.lg
 }
 
 // ensureStream creates or updates the region's stream.
@@ -394,7 +411,13 @@ func (s *nodeServer) openRedis(ctx context.Context) error {
 // query service and the metrics registry.
 func (s *nodeServer) openStore(ctx context.Context) error {
 	s.publisher = bus.NewPublisher(s.js, s.cfg.Region, bus.WithStreamConfig(s.streamCfg))
-	store, err := region.New(s.rdb, region.Options{Region: s.cfg.Region, Timing: s.cfg.Timing, Sink: s.publisher,
+	s.reg = prometheus.NewRegistry()
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	sink, err := newCountingSink(s.reg, s.publisher)
+	if err != nil {
+		return err
+	}
+	store, err := region.New(s.rdb, region.Options{Region: s.cfg.Region, Timing: s.cfg.Timing, Sink: sink,
 		AsyncDelivery: true, Logger: s.lg})
 	if err != nil {
 		return err
@@ -422,8 +445,6 @@ func (s *nodeServer) openStore(ctx context.Context) error {
 			s.onClose(func() { _ = sub.Unsubscribe() })
 		}
 	}
-	s.reg = prometheus.NewRegistry()
-	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return registerStoreMetrics(s.reg, store)
 }
 
@@ -433,8 +454,9 @@ func (s *nodeServer) startGlobal(ctx context.Context) error {
 	if !s.cfg.Global {
 		return nil
 	}
+	src := &memberCountingSource{Store: s.store}
 	pub, err := global.NewRegionPublisher(global.PublisherConfig{
-		Region: s.cfg.Region, Source: s.store, NATS: s.nc, JetStream: s.js, Cadence: s.cfg.GlobalCadence, Logger: s.lg,
+		Region: s.cfg.Region, Source: src, NATS: s.nc, JetStream: s.js, Cadence: s.cfg.GlobalCadence, Logger: s.lg,
 	})
 	if err != nil {
 		return err
@@ -443,7 +465,7 @@ func (s *nodeServer) startGlobal(ctx context.Context) error {
 		return fmt.Errorf("region publisher: %w", err)
 	}
 	s.onClose(pub.Close)
-	if err := registerPublisherMetrics(s.reg, pub); err != nil {
+	if err := registerPublisherMetrics(s.reg, pub, src); err != nil {
 		return err
 	}
 	s.global = global.NewClient(s.nc)
