@@ -117,7 +117,7 @@ type cfConn struct {
 	sampled bool       // times the churners' pushes (track set)
 	mu      sync.Mutex // guards track and lost
 	track   *cfTrack
-	lost  bool
+	lost    bool
 }
 
 type cfWorker struct {
