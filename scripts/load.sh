@@ -25,6 +25,18 @@
 #                                15,000 under the same churn
 #   scripts/load.sh bigroom-watch  15,000 watchers of 50 users each of a
 #                                room of 15,000 under the same churn
+#   scripts/load.sh centrifugo   issue 11's side by side, in one run: Centrifugo
+#                                v6.9.1 (built from the Go module proxy into
+#                                the run's temp dir; CENTRIFUGO_BIN skips the
+#                                build) with a channel of 15,000 subscribers
+#                                taking join/leave pushes, filled, then churned
+#                                at CF_RATES (default 2,5,10,20,50) joins/s +
+#                                as many leaves/s, 20 s each, until it breaks;
+#                                Centrifugo is then stopped and the bigroom
+#                                members scenario runs against our nodes at
+#                                each of BIG_RATES (default "20 500") for 20 s,
+#                                no storm. Further arguments go to the
+#                                Centrifugo run; BIG_FLAGS to the bigroom runs.
 #
 # The bigroom modes start a second node of the same region (node B) for
 # the room's population (bigroom-count, bigroom-watch) and the churners
@@ -45,9 +57,9 @@ cd "$(dirname "$0")/.."
 mode=${1:-idle}
 shift || true
 case $mode in
-idle | latency | latency-hog | sweep | storm | bigroom | bigroom-count | bigroom-watch) ;;
+idle | latency | latency-hog | sweep | storm | bigroom | bigroom-count | bigroom-watch | centrifugo) ;;
 *)
-	echo "usage: $0 idle|latency|latency-hog|sweep|storm|bigroom|bigroom-count|bigroom-watch [presence-load flags]" >&2
+	echo "usage: $0 idle|latency|latency-hog|sweep|storm|bigroom|bigroom-count|bigroom-watch|centrifugo [presence-load flags]" >&2
 	exit 2
 	;;
 esac
@@ -109,6 +121,19 @@ wait_for() {
 nice -n 10 go build -o "$bin/presenced" ./cmd/presenced
 nice -n 10 go build -o "$bin/presence-load" ./cmd/presence-load
 nice -n 10 go build -o "$bin/nats-server" github.com/nats-io/nats-server/v2
+if [[ $mode == centrifugo ]]; then
+	# Centrifugo v6 from the Go module proxy, into this run's temp dir (not
+	# the repository). Its own go.mod decides its dependencies.
+	if [[ -n ${CENTRIFUGO_BIN:-} ]]; then
+		cp "$CENTRIFUGO_BIN" "$bin/centrifugo"
+		echo "centrifugo: $CENTRIFUGO_BIN (CENTRIFUGO_BIN; not built)"
+	else
+		t0=$(date +%s)
+		(cd "$work" && GOBIN=$bin GOFLAGS=-mod=mod nice -n 10 go install github.com/centrifugal/centrifugo/v6@v6.9.1) >"$work/centrifugo-build.log" 2>&1 ||
+			fail "building centrifugo v6.9.1 failed; see $work/centrifugo-build.log"
+		echo "centrifugo v6.9.1 built from the module proxy in $(($(date +%s) - t0))s"
+	fi
+fi
 
 rport=$(free_port 6391)
 redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" --loglevel warning >"$work/redis.log" 2>&1 &
@@ -128,14 +153,14 @@ wait_for nats "$nats_pid" curl -sf "http://127.0.0.1:$mport/healthz"
 secret=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 lport=$(free_port 8091)
 maxconn=()
-[[ $mode == bigroom* ]] && maxconn=(--max-connections 17000)
+[[ $mode == bigroom* || $mode == centrifugo ]] && maxconn=(--max-connections 17000)
 "$bin/presenced" node --jwt-secret "$secret" --region load --redis "127.0.0.1:$rport" \
 	--nats "nats://127.0.0.1:$nport" --listen "127.0.0.1:$lport" --log-level warn "${maxconn[@]}" ${NODE_FLAGS:-} \
 	${PPROF:+--pprof-listen 127.0.0.1:6061} >"$work/node.log" 2>&1 &
 node_pid=$!
 pids+=("$node_pid")
 wait_for node "$node_pid" curl -sf "http://127.0.0.1:$lport/healthz"
-if [[ $mode == bigroom* ]]; then
+if [[ $mode == bigroom* || $mode == centrifugo ]]; then
 	# Node B: the room's population and the churners.
 	bport=$(free_port $((lport + 1)))
 	"$bin/presenced" node --jwt-secret "$secret" --region load --redis "127.0.0.1:$rport" \
@@ -166,6 +191,40 @@ bigroom*)
 	[[ $mode == bigroom-watch ]] && scenario=watch
 	"$bin/presence-load" bigroom "${common[@]}" "${cpu[@]}" "${lat[@]}" --scenario "$scenario" \
 		--pop-addr "127.0.0.1:$bport" --node-pid "$node_pid" --pop-pid "$nodeb_pid" "$@" || rc=$?
+	;;
+centrifugo)
+	# Memory engine; HS256 client tokens with the nodes' secret (the same
+	# tokens, "sub" the user); presence and join/leave in channels without
+	# a namespace, pushed to subscribers that ask with "join_leave":true.
+	cport=$(free_port 8391)
+	cat >"$work/centrifugo.json" <<EOF
+{
+  "http_server": {"address": "127.0.0.1", "port": $cport},
+  "log": {"level": "warn"},
+  "engine": {"type": "memory"},
+  "health": {"enabled": true},
+  "usage_stats": {"disabled": true},
+  "client": {"token": {"hmac_secret_key": "$secret"}},
+  "channel": {"without_namespace": {"presence": true, "join_leave": true,
+    "allow_subscribe_for_client": true, "allow_presence_for_subscriber": true}}
+}
+EOF
+	"$bin/centrifugo" --config "$work/centrifugo.json" >"$work/centrifugo.log" 2>&1 &
+	cf_pid=$!
+	pids+=("$cf_pid")
+	wait_for centrifugo "$cf_pid" curl -sf "http://127.0.0.1:$cport/health"
+	echo "centrifugo pid $cf_pid on 127.0.0.1:$cport (config $work/centrifugo.json)"
+	echo "=== Centrifugo v6.9.1"
+	"$bin/presence-load" centrifugo --addr "127.0.0.1:$cport" --jwt-secret "$secret" --node-pid "$cf_pid" \
+		--rates "${CF_RATES:-2,5,10,20,50}" "$@" || rc=$?
+	kill -0 "$cf_pid" 2>/dev/null || { echo "load.sh: centrifugo exited during the run; log: $work/centrifugo.log" >&2; rc=1; }
+	stop "$cf_pid"
+	for rate in ${BIG_RATES:-20 500}; do
+		echo "=== presence bigroom members at $rate joins/s + $rate leaves/s"
+		"$bin/presence-load" bigroom "${common[@]}" "${cpu[@]}" "${lat[@]}" --scenario members \
+			--pop-addr "127.0.0.1:$bport" --node-pid "$node_pid" --pop-pid "$nodeb_pid" \
+			--churn-rate "$rate" --churn-for 20s --storm 0 ${BIG_FLAGS:-} || rc=$?
+	done
 	;;
 esac
 

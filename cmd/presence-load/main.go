@@ -26,6 +26,10 @@
 //     lists; frames per member per tick, join -> visible, and views checked
 //     against a fresh read of the room (bigroom.go). Its connections live
 //     in bigroom-worker child processes.
+//   - centrifugo: the side by side of issue 11 with Centrifugo v6: a
+//     channel of 15,000 subscribers with join_leave, filled, then churned
+//     at increasing rates until Centrifugo breaks (centrifugo.go). Its
+//     connections live in centrifugo-worker child processes.
 //   - hog: busy-loops goroutines (a CPU tenant beside the node; latency
 //     --hog N starts one as a child process).
 //
@@ -89,7 +93,7 @@ type options struct {
 	natsMonitor    string
 }
 
-const usage = "usage: presence-load idle|latency|sweep|storm|bigroom|hog [flags] (-h for the flags of a mode)"
+const usage = "usage: presence-load idle|latency|sweep|storm|bigroom|centrifugo|hog [flags] (-h for the flags of a mode)"
 
 func run(ctx context.Context, args []string, out io.Writer) error {
 	if len(args) > 0 && args[0] == "bigroom-worker" {
@@ -97,7 +101,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		raiseFileLimit()
 		return bigWorkerMain(ctx, os.Stdin, out)
 	}
-	modes := []string{"idle", "latency", "sweep", "storm", "bigroom", "hog"}
+	if len(args) > 0 && args[0] == "centrifugo-worker" {
+		raiseFileLimit()
+		return cfWorkerMain(ctx, os.Stdin, out)
+	}
+	modes := []string{"idle", "latency", "sweep", "storm", "bigroom", "centrifugo", "hog"}
 	if len(args) == 0 || !slices.Contains(modes, args[0]) {
 		return errors.New(usage)
 	}
@@ -164,6 +172,14 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return storm(ctx, o, out)
 	case "bigroom":
 		return bigroom(ctx, o, big, out)
+	case "centrifugo":
+		if o.sweep == "" {
+			o.sweep = "10,25,50,100"
+		}
+		if !set["churn-for"] {
+			big.churnFor = 20 * time.Second
+		}
+		return centrifugo(ctx, o, big, out)
 	case "sweep":
 		if o.sweep == "" {
 			o.sweep = "250,500,1000,1500,2000"
