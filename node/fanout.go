@@ -95,6 +95,7 @@ func (h *hub) flushLocked(r *room) {
 		}
 		if c.queued() >= behindFrames {
 			m.live, m.behind, m.buf, m.lost = false, true, nil, false
+			r.noteLocked(c, m)
 			h.behind[r] = struct{}{}
 			h.metrics.behind.Inc()
 			continue
@@ -138,6 +139,7 @@ func (h *hub) checkBehindLocked() {
 					continue
 				}
 				m.behind, m.resync, ready = false, true, true
+				r.noteLocked(c, m)
 			}
 		}
 		if ready {
@@ -232,5 +234,6 @@ func (h *hub) countReply(ctx context.Context, name string, c *conn, ref string) 
 	}
 	c.send(encodeCount(ref, reasonJoin, name, n))
 	m.live, m.sent, m.gen = true, n, gen
+	r.noteLocked(c, m)
 	return nil
 }

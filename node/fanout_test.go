@@ -124,6 +124,7 @@ func TestATicksEventsGoOutAsOneFramePerMember(t *testing.T) {
 	late := queuedConn("late")
 	h.mu.Lock()
 	r.members[late] = &member{in: interest{detail: detailSessions, batch: true}}
+	r.noteLocked(late, r.members[late]) // as add does
 	h.eventLocked(r, fanEvent(14, presence.Online, presence.Joined))
 	h.eventLocked(r, fanEvent(15, presence.Online, presence.Joined))
 	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 14}, "j", reasonJoin, map[*conn]*member{late: r.members[late]}) {
