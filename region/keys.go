@@ -21,8 +21,10 @@ func (s *Store) roomKeys(room string) roomKeys {
 func (k roomKeys) all() []string { return []string{k.z, k.s, k.m, k.o, k.st, k.g, k.u, k.mv} }
 
 // writeKeys are the KEYS of release, state, ack and reap: the reap index
-// of the room's slot, then the room.
-func (k roomKeys) writeKeys(index string) []string { return append([]string{index}, k.all()...) }
+// of the room's slot, then the room, then the slot's change log.
+func (k roomKeys) writeKeys(index string) []string {
+	return append(append([]string{index}, k.all()...), changesKey(index))
+}
 
 // snapshotKeys are the KEYS of snapshot.lua.
 func (k roomKeys) snapshotKeys() []string { return []string{k.z, k.s, k.m, k.st, k.u} }
@@ -40,7 +42,7 @@ func (k roomKeys) countKeys() []string { return []string{k.z} }
 // then every room of the call in the order of its arguments.
 type touchKeys []string
 
-func newTouchKeys(index string) touchKeys { return touchKeys{index} }
+func newTouchKeys(index string) touchKeys { return touchKeys{index, changesKey(index)} }
 
 func (t touchKeys) add(k roomKeys) touchKeys { return append(t, k.all()...) }
 
@@ -56,6 +58,10 @@ func (s *Store) indexKey(room string) string {
 func (s *Store) indexKeyOfSlot(slot int) string {
 	return s.opt.Prefix + ":reap:{" + slotTags[slot] + "}"
 }
+
+// changesKey is the change log of the slot whose reap index is index
+// (mark in lib.lua; read by changes.lua), in the same slot.
+func changesKey(index string) string { return index + ":chg" }
 
 // sweptSuffix names a master's sweep marker: its first slot index key
 // plus this suffix, in the same slot.

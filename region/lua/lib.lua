@@ -174,6 +174,38 @@ local function incarnation(idx, now, expected)
   return inc, expected ~= '' and expected ~= inc
 end
 
+-- The change log of a slot (see doc.go): a ZSET "room:user" -> stamp (ms)
+-- that the cross-region publisher reads to find what changed since its
+-- last read, without reading the region. Every step that changes a
+-- member's listed sessions, their states or the membership marks the
+-- member (emit does, for every transition; touch also marks entries it
+-- writes silently). It is kept only while a publisher reads it: its reader
+-- creates it and sets its expiry, so with no reader no step writes to it.
+-- A stamp is never below the log's highest (the reader's own mark, ":",
+-- sits at the time of its last read), so a change made after a read is
+-- stamped at or after that read's time even if the clock stepped back.
+local chg_at = nil -- this script's stamp; false: the log is not kept
+local marked = {}
+
+-- mark records that the member u of r (r.c the log, r.room the room id)
+-- changed. Scripts that change members set r.c and r.room.
+local function mark(r, u)
+  if not r.c then return end
+  if chg_at == nil then
+    chg_at = false
+    if redis.call('EXISTS', r.c) == 1 then
+      local top = redis.call('ZRANGE', r.c, -1, -1, 'WITHSCORES')
+      chg_at = math.max(now_ms(), tonumber(top[2] or '0'))
+    end
+  end
+  if not chg_at then return end
+  local m = r.room .. ':' .. u
+  if not marked[m] then
+    marked[m] = true
+    redis.call('ZADD', r.c, chg_at, m)
+  end
+end
+
 local emitted = 0
 
 -- emit appends one event to the outbox in the entry format of outbox.go:
@@ -197,6 +229,7 @@ local function emit(r, now, kind, reason, user, sessions, sid, state, maxo)
   redis.call('RPUSH', r.o, seq .. '|' .. epoch .. '|' .. kind .. '|' .. reason .. '|' ..
     user .. '|' .. sessions .. '|' .. now .. '|' .. (sid or '') .. '|' .. (state or ''))
   emitted = emitted + 1
+  mark(r, user)
 end
 
 -- entry_at returns the at field (ms) of an outbox entry written by emit.

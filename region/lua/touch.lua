@@ -1,7 +1,8 @@
 -- touch: create or refresh sessions of one or more rooms (claims for
 -- joins, refreshes for the heartbeat).
 -- KEYS[1]   reap index of the rooms' slot
--- KEYS[2..] eight keys per room, in ARGV order (see lib.lua)
+-- KEYS[2]   the slot's change log (see mark in lib.lua)
+-- KEYS[3..] eight keys per room, in ARGV order (see lib.lua)
 -- ARGV[1] session TTL ms, ARGV[2] publish lease ms, ARGV[3] outbox cap,
 -- ARGV[4] holder, ARGV[5] '1' for a claim, '0' for a refresh,
 -- ARGV[6] the slot's incarnation the caller saw last ('' if none),
@@ -31,7 +32,8 @@ local a, ri = 9, 0
 while a <= #ARGV do
   local room, k = ARGV[a], tonumber(ARGV[a + 1])
   a = a + 2
-  local r = room_at(2 + ri * ROOM_KEYS)
+  local r = room_at(3 + ri * ROOM_KEYS)
+  r.c, r.room = KEYS[2], room
   ri = ri + 1
   emitted = 0
   if claim then
@@ -105,6 +107,9 @@ while a <= #ARGV do
           end
         end
         redis.call('ZADD', r.z, 'GT', exp, u)
+        -- A new entry may list a session silently (a return, a restore
+        -- after Redis lost its data): the publisher reads it again.
+        mark(r, u)
         index_add(r, u, tok)
         redis.call('ZADD', idx, 'LT', exp + 1, room)
         prev = u

@@ -1,0 +1,158 @@
+package region
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/presence-dev/presence/internal/testredis"
+	"github.com/presence-dev/presence/presence"
+)
+
+// changes reads the change log from cursor and fails the test unless it
+// is complete; it returns the marks as sorted "room/user" and the next
+// cursor.
+func changes(tb testing.TB, s *Store, cursor string) ([]string, string) {
+	tb.Helper()
+	ch, next, ok, err := s.Changes(context.Background(), cursor, 1000)
+	if err != nil || !ok {
+		tb.Fatalf("Changes(%q): complete %v, %v", cursor, ok, err)
+	}
+	var out []string
+	for room, users := range ch {
+		for _, u := range users {
+			out = append(out, room+"/"+u)
+		}
+	}
+	sort.Strings(out)
+	return out, next
+}
+
+// Every step that changes what a room lists marks its member in the
+// change log, and nothing else does: a refresh is not a change.
+func TestChangeLogNamesWhatChanged(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	s := newStore(t, rdb, &collector{})
+	ctx := context.Background()
+	// Nobody reads the log yet: the writers keep none.
+	touch(t, s, ref("r1", "ann", "a"))
+	if n, _ := rdb.Exists(ctx, "presence:reap:chg").Result(); n != 0 {
+		t.Fatal("a change log is kept with no reader")
+	}
+	ch, cur, ok, err := s.Changes(ctx, "", 1000)
+	if err != nil || ok || ch != nil || cur == "" {
+		t.Fatalf("first read: %v %q %v %v, want incomplete with a cursor", ch, cur, ok, err)
+	}
+	if got, _ := changes(t, s, cur); len(got) != 0 {
+		t.Fatalf("nothing changed, got %v", got)
+	}
+
+	touch(t, s, ref("r1", "bob", "b"), ref("r2", "cat", "c"))
+	got, cur2 := changes(t, s, cur)
+	if !slices.Equal(got, []string{"r1/bob", "r2/cat"}) {
+		t.Fatalf("after joins: %v", got)
+	}
+	// A reader that lost its lease without knowing (or a second
+	// publisher) reads the log too: it takes nothing from the first.
+	if again, _ := changes(t, s, cur); !slices.Equal(again, got) {
+		t.Fatalf("a second read from the same cursor: %v, want %v", again, got)
+	}
+	if _, err := s.Refresh(ctx, []presence.SessionRef{ref("r1", "ann", "a"), ref("r1", "bob", "b")}); err != nil {
+		t.Fatal(err)
+	}
+	got, cur3 := changes(t, s, cur2)
+	// A read may name again what changed in the millisecond of its
+	// cursor, never anything older.
+	for _, g := range got {
+		if g != "r1/bob" && g != "r2/cat" {
+			t.Fatalf("after refreshes: %v, want nothing new", got)
+		}
+	}
+	if _, err := s.SetState(ctx, ref("r1", "ann", "a"), []byte(`{"s":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	release(t, s, ref("r2", "cat", "c"))
+	waitRedisPast(t, rdb, time.Now().Add(2*time.Millisecond))
+	got, cur4 := changes(t, s, cur3)
+	if !slices.Equal(got, []string{"r1/ann", "r2/cat"}) {
+		t.Fatalf("after a state and a release: %v", got)
+	}
+	// The grace ends: the reaper's departure is a change.
+	waitRedisPast(t, rdb, time.Now().Add(testTiming.OfflineGrace+1100*time.Millisecond))
+	if n := reap(t, s); n == 0 {
+		t.Fatal("nothing reaped")
+	}
+	got, cur5 := changes(t, s, cur4)
+	if !slices.Contains(got, "r2/cat") {
+		t.Fatalf("after cat's departure: %v", got)
+	}
+
+	// What MembersOf reads of the named users is what Rosters reads.
+	snaps, err := s.MembersOf(ctx, map[string][]string{"r1": {"ann", "bob", "nobody"}, "r2": {"cat"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rosters, err := s.Rosters(ctx, []string{"r1", "r2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snaps) != 2 || len(snaps[1].Members) != 0 {
+		t.Fatalf("members of: %+v", snaps)
+	}
+	if a, b := fmtMembers(snaps[0].Members), fmtMembers(rosters[0].Members); a != b {
+		t.Fatalf("members of r1 %s, roster %s", a, b)
+	}
+
+	// More changes than asked for: the log cannot say.
+	for i := range 5 {
+		touch(t, s, ref("r3", fmt.Sprintf("u%d", i), "x"))
+	}
+	if _, _, ok, _ := s.Changes(ctx, cur5, 4); ok {
+		t.Fatal("5 changes reported complete with a limit of 4")
+	}
+	// Redis lost the log (or nobody read it for ChangesKeep): incomplete.
+	if err := rdb.Del(ctx, "presence:reap:chg").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok, _ := s.Changes(ctx, cur5, 1000); ok {
+		t.Fatal("a lost log reported complete")
+	}
+}
+
+func fmtMembers(ms []presence.Member) string {
+	out := ""
+	for _, m := range ms {
+		out += m.User + "["
+		for _, si := range m.Sessions {
+			out += si.ID + "=" + string(si.State) + " "
+		}
+		out += "] "
+	}
+	return out
+}
+
+// On a cluster each slot has its own log; one read per master covers them.
+func TestClusterChangeLog(t *testing.T) {
+	slow(t)
+	cc, _ := testredis.Cluster(t, 3)
+	s := newStore(t, cc, &collector{})
+	ctx := context.Background()
+	_, cur, ok, err := s.Changes(ctx, "", 1000)
+	if err != nil || ok {
+		t.Fatalf("first read: %v %v", ok, err)
+	}
+	var want []string
+	for i := range 30 {
+		room := fmt.Sprintf("room%d", i) // spread over the slots of all masters
+		touch(t, s, ref(room, "u", "s"))
+		want = append(want, room+"/u")
+	}
+	sort.Strings(want)
+	got, _ := changes(t, s, cur)
+	if !slices.Equal(got, want) {
+		t.Fatalf("cluster marks %v, want %v", got, want)
+	}
+}
