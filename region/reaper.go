@@ -245,6 +245,11 @@ func (s *Store) RunReaper(ctx context.Context) {
 	}
 }
 
+// Sweep runs one reaper sweep now (reading every master on a cluster)
+// and returns the number of transitions it delivered. RunReaper sweeps
+// periodically; Sweep is for tools and benchmarks that pace it themselves.
+func (s *Store) Sweep(ctx context.Context) (int, error) { return s.reap(ctx, 0) }
+
 // sweepClaim is how long a periodic sweep claims a master.
 func sweepClaim(interval time.Duration) time.Duration { return interval * 4 / 5 }
 
