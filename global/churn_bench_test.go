@@ -226,6 +226,49 @@ func benchPublisherChurn(b *testing.B, size int) {
 	}
 	oldGen, _ := genOf()
 	pub.Close()
+
+	// Where a delta cadence's Redis CPU goes: one cadence's churn, then
+	// its reads one by one, as the publisher makes them.
+	_, cur, _, err := st.Changes(ctx, "", 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	churn(perCadence)
+	if _, err := st.Sweep(ctx); err != nil {
+		b.Fatal(err)
+	}
+	part := func(name string, f func() error) {
+		c0 := cpu()
+		if err := f(); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("  %-44s Redis CPU %v", name, (cpu() - c0).Round(time.Microsecond))
+	}
+	var changed map[string][]string
+	part("Changes (the log since the last cadence)", func() (err error) {
+		changed, _, _, err = st.Changes(ctx, cur, 1<<20)
+		return err
+	})
+	named := 0
+	for _, us := range changed {
+		named += len(us)
+	}
+	part(fmt.Sprintf("MembersOf (%d members in %d rooms)", named, len(changed)), func() error {
+		_, err := st.MembersOf(ctx, changed)
+		return err
+	})
+	slice := make([]string, 0, size/perRoom/global.DefaultCheckEvery)
+	for r := range cap(slice) {
+		slice = append(slice, fmt.Sprintf("room%05d", r))
+	}
+	part(fmt.Sprintf("Rosters (a check slice: %d rooms)", len(slice)), func() error {
+		_, err := st.Rosters(ctx, slice)
+		return err
+	})
+	part("Rooms (once per check pass)", func() error {
+		_, err := st.Rooms(ctx)
+		return err
+	})
 	var sumCPU, maxCPU, sumWall time.Duration
 	var sumBytes int64
 	for i := 1; i < cadences; i++ {

@@ -2,6 +2,7 @@ package global
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 
 	"github.com/presence-dev/presence/presence"
@@ -80,7 +81,7 @@ func (pt patch) ops(last truth) ([]roomOps, []string) {
 				continue
 			}
 			if !read[room][u] {
-				repaired = append(repaired, room+"/"+u)
+				repaired = append(repaired, fmt.Sprintf("%s/%s: published %v %v, read %v %v", room, u, prev, prevSt, ss, st))
 			}
 		}
 		if ops.Set != nil || ops.Del != nil {

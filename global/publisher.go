@@ -310,12 +310,16 @@ type cadenceRead struct {
 	cursor string // the change log's cursor after this read
 }
 
-// fullReadTimeout bounds a read of the whole region: it may take longer
-// than a cadence in a large region, and happens only at the start of a
-// term, on request and when the change log cannot say what changed.
+// fullReadTimeout bounds a read of the whole region: it takes longer
+// than a cadence in a large region (seconds at a million sessions), and
+// happens only at the start of a term and when the change log cannot
+// say what changed.
 func (p *RegionPublisher) fullReadTimeout() time.Duration {
-	return max(p.cfg.ReadTimeout, p.cfg.LeaseTTL)
+	return max(p.cfg.ReadTimeout, wholeReadCadences*p.cfg.Cadence)
 }
+
+// wholeReadCadences bounds a whole read, in cadences.
+const wholeReadCadences = 10
 
 // readWhole reads the whole region. From a ChangeSource it first takes
 // the change log's cursor: what it reads is then at least as new as the

@@ -141,11 +141,19 @@ func anys(ss []string) []any {
 	return out
 }
 
+// membersBatch bounds the rooms of one MembersOf pipeline, membersPerCall
+// those of one members.lua call (rooms of one slot).
+const (
+	membersBatch   = 1000
+	membersPerCall = 100
+)
+
 // MembersOf reads the named users of each room (room -> users) as
 // Rosters reads whole rooms: a snapshot per room (in room order) listing
 // those of the users who are members, with their live sessions (sorted,
 // each once) and states; a named user missing from it is not a member.
-// Each room is one atomic read; 100 rooms go in one round trip.
+// Each room is one atomic read; up to 100 rooms of one slot go in one
+// script call, 1,000 rooms in one round trip.
 func (s *Store) MembersOf(ctx context.Context, want map[string][]string) ([]presence.Snapshot, error) {
 	rooms := make([]string, 0, len(want))
 	for room, users := range want {
@@ -161,13 +169,18 @@ func (s *Store) MembersOf(ctx context.Context, want map[string][]string) ([]pres
 	}
 	sort.Strings(rooms)
 	out := make([]presence.Snapshot, 0, len(rooms))
-	for start := 0; start < len(rooms); start += rosterBatch {
-		batch := rooms[start:min(start+rosterBatch, len(rooms))]
-		calls := make([]call, len(batch))
-		for i, room := range batch {
-			k := s.roomKeys(room)
-			args := append([]any{s.readCut(), ms(s.readSlack())}, anys(want[room])...)
-			calls[i] = call{script: scriptMembers, keys: []string{k.z, k.s, k.st, k.u}, args: args}
+	for start := 0; start < len(rooms); start += membersBatch {
+		groups := s.slotGroups(rooms[start:min(start+membersBatch, len(rooms))], membersPerCall)
+		calls := make([]call, len(groups))
+		for i, g := range groups {
+			var keys []string
+			args := []any{s.readCut(), ms(s.readSlack())}
+			for _, room := range g {
+				k := s.roomKeys(room)
+				keys = append(keys, k.z, k.s, k.st, k.u)
+				args = append(append(args, len(want[room])), anys(want[room])...)
+			}
+			calls[i] = call{script: scriptMembers, keys: keys, args: args}
 		}
 		cmds, err := runAll(ctx, s.rdb, calls)
 		if err != nil {
@@ -175,12 +188,16 @@ func (s *Store) MembersOf(ctx context.Context, want map[string][]string) ([]pres
 		}
 		for i, cmd := range cmds {
 			res, err := cmd.Slice()
-			if err != nil {
-				return nil, &OpError{"members of", fmt.Errorf("room %s: %w", batch[i], err)}
+			if err != nil || len(res) != len(groups[i]) {
+				return nil, &OpError{"members of", fmt.Errorf("rooms %v: %d replies: %v", groups[i], len(res), err)}
 			}
-			out = append(out, decodeMembers(s.opt.Region, batch[i], res))
+			for j, room := range groups[i] {
+				r, _ := res[j].([]any)
+				out = append(out, decodeMembers(s.opt.Region, room, r))
+			}
 		}
 	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Room < out[b].Room })
 	return out, nil
 }
 

@@ -34,11 +34,16 @@ func (s *Store) Snapshot(ctx context.Context, room string, offset, limit int) (p
 	return snap, nil
 }
 
-// rosterBatch bounds the rooms of one Rosters pipeline.
-const rosterBatch = 100
+// rosterBatch bounds the rooms of one Rosters pipeline, rosterPerCall
+// those of one roster.lua call (rooms of one slot).
+const (
+	rosterBatch   = 100
+	rosterPerCall = 20
+)
 
 // Rosters returns whole snapshots of rooms (every member, Offset 0,
-// ordered by user id), reading up to 100 rooms per round trip. It serves
+// ordered by user id), in the order given, reading up to 100 rooms per
+// round trip and up to 20 rooms of one slot per script call. It serves
 // readers of entire regions; clients page with Snapshot. A room's
 // snapshot is one atomic read, but different rooms are read at slightly
 // different moments.
@@ -51,27 +56,58 @@ func (s *Store) Rosters(ctx context.Context, rooms []string) ([]presence.Snapsho
 	out := make([]presence.Snapshot, 0, len(rooms))
 	for start := 0; start < len(rooms); start += rosterBatch {
 		batch := rooms[start:min(start+rosterBatch, len(rooms))]
-		calls := make([]call, len(batch))
-		for i, room := range batch {
-			calls[i] = call{script: scriptRoster, keys: s.roomKeys(room).rosterKeys(), args: []any{s.readCut(), ms(s.readSlack())}}
+		groups := s.slotGroups(batch, rosterPerCall)
+		calls := make([]call, len(groups))
+		for i, g := range groups {
+			var keys []string
+			for _, room := range g {
+				keys = append(keys, s.roomKeys(room).rosterKeys()...)
+			}
+			calls[i] = call{script: scriptRoster, keys: keys, args: []any{s.readCut(), ms(s.readSlack())}}
 		}
 		cmds, err := runAll(ctx, s.rdb, calls)
 		if err != nil {
 			return nil, &OpError{"rosters", err}
 		}
+		byRoom := make(map[string]presence.Snapshot, len(batch))
 		for i, cmd := range cmds {
 			res, err := cmd.Slice()
-			if err != nil {
-				return nil, &OpError{"rosters", fmt.Errorf("room %s: %w", batch[i], err)}
+			if err != nil || len(res) != len(groups[i]) {
+				return nil, &OpError{"rosters", fmt.Errorf("rooms %v: %d replies: %v", groups[i], len(res), err)}
 			}
-			snap, err := decodeRoster(s.opt.Region, batch[i], res)
-			if err != nil {
-				return nil, &OpError{"rosters", err}
+			for j, room := range groups[i] {
+				r, _ := res[j].([]any)
+				snap, err := decodeRoster(s.opt.Region, room, r)
+				if err != nil {
+					return nil, &OpError{"rosters", err}
+				}
+				byRoom[room] = snap
 			}
-			out = append(out, snap)
+		}
+		for _, room := range batch {
+			out = append(out, byRoom[room])
 		}
 	}
 	return out, nil
+}
+
+// slotGroups splits rooms into groups of at most per rooms that share a
+// slot (on a single Redis, any rooms), keeping their order within a
+// group: the rooms of one script call.
+func (s *Store) slotGroups(rooms []string, per int) [][]string {
+	byIndex := map[string]int{} // index key -> its open group
+	var out [][]string
+	for _, room := range rooms {
+		k := s.indexKey(room)
+		i, ok := byIndex[k]
+		if !ok || len(out[i]) >= per {
+			i = len(out)
+			out = append(out, nil)
+			byIndex[k] = i
+		}
+		out[i] = append(out[i], room)
+	}
+	return out
 }
 
 // Count returns the number of live members of a room without listing them.
