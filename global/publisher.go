@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,8 +45,9 @@ type RegionPublisher struct {
 	active      bool
 	term        uint64 // counts the terms this publisher was active
 	gen, seq    uint64
-	last        truth  // what the aggregators hold, as far as we know
-	cursor      string // the change log's, after what last holds
+	last        truth    // what the aggregators hold, as far as we know
+	known       entrySet // the entries of the members in last, from a ChangeSource
+	cursor      string   // the change log's, after what last holds
 	fullDue     bool
 	sinceFull   int // cadences since the last full
 	sinceDigest int // cadences since the last digest
@@ -155,7 +157,7 @@ func (p *RegionPublisher) leaseLoop(ctx context.Context) {
 		switch {
 		case held && (!p.active || gen != p.gen):
 			// A new term: aggregators need a full from this generation.
-			p.active, p.gen, p.seq, p.last, p.cursor, p.fullDue = true, gen, 0, truth{}, "", true
+			p.active, p.gen, p.seq, p.last, p.known, p.cursor, p.fullDue = true, gen, 0, truth{}, nil, "", true
 			p.term++
 			p.log.Info("global: publisher active", "gen", gen)
 		case !held && p.active:
@@ -200,7 +202,7 @@ func (p *RegionPublisher) cadence(ctx context.Context) {
 		p.mu.Unlock()
 		return
 	}
-	term, last, cursor := p.term, p.last, p.cursor
+	term, last, known, cursor := p.term, p.last, p.known, p.cursor
 	// Requested fulls: at most one per ResyncInterval, counted in
 	// cadences so timer jitter cannot push one a whole cadence late.
 	resyncEvery := max(1, int((p.cfg.ResyncInterval+p.cfg.Cadence-1)/p.cfg.Cadence))
@@ -214,7 +216,7 @@ func (p *RegionPublisher) cadence(ctx context.Context) {
 	if last.Members == nil {
 		rd, err = p.readWhole(ctx) // a new term
 	} else {
-		rd, err = p.readChanges(ctx, last, cursor)
+		rd, err = p.readChanges(ctx, last, known, cursor)
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -241,16 +243,19 @@ func (p *RegionPublisher) cadence(ctx context.Context) {
 	var ops []roomOps
 	switch {
 	case rd.whole && p.last.Members == nil:
-		p.last = rd.view
+		p.last, p.known = rd.view, rd.known
 	case rd.whole:
 		ops = rd.view.Diff(p.last)
-		p.last = rd.view
+		p.last, p.known = rd.view, rd.known
 	default:
+		p.known.apply(rd.known, rd.knownUsers)
 		var repaired []string
 		ops, repaired = rd.patch.ops(p.last)
 		if len(repaired) > 0 {
 			p.stats.Repairs.Add(int64(len(repaired)))
-			p.log.Warn("global: the change log missed members; the check repairs them", "members", len(repaired), "first", repaired[0])
+			// A change behind the scripts' back, or a departure the reads
+			// already leave out that the reaper has not announced yet.
+			p.log.Warn("global: the check found members the change log had not named; publishing them", "members", len(repaired), "first", repaired[0])
 		}
 		p.last.Members.Apply(ops)
 		p.last.States.Apply(ops)
@@ -308,6 +313,10 @@ type cadenceRead struct {
 	view   truth
 	patch  patch
 	cursor string // the change log's cursor after this read
+	// The entries read: of whole rooms (known) and of named users
+	// (knownUsers: room -> user -> entries, nil when not a member).
+	known      entrySet
+	knownUsers map[string]map[string][]string
 }
 
 // fullReadTimeout bounds a read of the whole region: it takes longer
@@ -323,34 +332,65 @@ const wholeReadCadences = 10
 
 // readWhole reads the whole region. From a ChangeSource it first takes
 // the change log's cursor: what it reads is then at least as new as the
-// cursor, and changes after it are read next cadence.
+// cursor, and changes after it are read next cadence; it also learns the
+// members' entries.
 func (p *RegionPublisher) readWhole(ctx context.Context) (cadenceRead, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.fullReadTimeout())
 	defer cancel()
 	rd := cadenceRead{whole: true}
-	if cs, ok := p.cfg.Source.(ChangeSource); ok {
-		_, next, _, err := cs.Changes(ctx, "", 1)
-		if err != nil {
-			return rd, fmt.Errorf("global: read region: changes: %w", err)
-		}
-		rd.cursor = next
-	}
 	p.stats.WholeReads.Add(1)
-	var err error
-	rd.view, err = readRegion(ctx, p.cfg.Source, p.cfg.PageSize)
-	return rd, err
+	cs, ok := p.cfg.Source.(ChangeSource)
+	if !ok {
+		var err error
+		rd.view, err = readRegion(ctx, p.cfg.Source, p.cfg.PageSize)
+		return rd, err
+	}
+	_, next, _, err := cs.Changes(ctx, "", 1)
+	if err != nil {
+		return rd, fmt.Errorf("global: read region: changes: %w", err)
+	}
+	rd.cursor = next
+	rooms, err := cs.Rooms(ctx)
+	if err != nil {
+		return rd, fmt.Errorf("global: read region: rooms: %w", err)
+	}
+	rooms = slices.DeleteFunc(rooms, func(r string) bool { return presence.ValidateRoom(r) != nil })
+	snaps, names, err := cs.Entries(ctx, rooms)
+	if err != nil {
+		return rd, fmt.Errorf("global: read region: %w", err)
+	}
+	rd.view = truth{Members: regionView{}, States: stateView{}}
+	for _, snap := range snaps {
+		rd.view.add(snap.Room, snap.Members)
+	}
+	rd.known = entriesByUser(names)
+	return rd, nil
 }
 
-// readChanges reads what changed since cursor: the members the change log
-// names, and the next slice of the anti-entropy check (CheckEvery). A
-// source without a change log, or a log that cannot say, is read whole.
-func (p *RegionPublisher) readChanges(ctx context.Context, last truth, cursor string) (cadenceRead, error) {
+// readChanges reads what changed since cursor: the next slice of the
+// anti-entropy check (CheckEvery), then the members the change log names.
+// A source without a change log, or a log that cannot say, is read whole.
+func (p *RegionPublisher) readChanges(ctx context.Context, last truth, known entrySet, cursor string) (cadenceRead, error) {
 	cs, ok := p.cfg.Source.(ChangeSource)
 	if !ok {
 		return p.readWhole(ctx)
 	}
 	rctx, cancel := context.WithTimeout(ctx, p.cfg.ReadTimeout)
 	defer cancel()
+	// The slice before the log: a change made after the slice was read
+	// is named by this read of the log, so what the slice shows and the
+	// log does not name was missed by the log, not merely late.
+	slice, err := p.checkSlice(rctx, cs, last)
+	if err != nil {
+		return cadenceRead{}, err
+	}
+	var rd cadenceRead
+	var sliceNames map[string][]string
+	if len(slice) > 0 {
+		if rd.patch.rosters, sliceNames, err = cs.Entries(rctx, slice); err != nil {
+			return rd, fmt.Errorf("global: read region: %w", err)
+		}
+	}
 	changed, next, complete, err := cs.Changes(rctx, cursor, maxMarks(last))
 	if err != nil {
 		return cadenceRead{}, fmt.Errorf("global: read region: changes: %w", err)
@@ -362,23 +402,100 @@ func (p *RegionPublisher) readChanges(ctx context.Context, last truth, cursor st
 		rd.cursor = next
 		return rd, err
 	}
-	rd := cadenceRead{cursor: next, patch: patch{changed: changed}}
-	slice, err := p.checkSlice(rctx, cs, last)
-	if err != nil {
-		return rd, err
-	}
-	// The slice first, then the changed members: a later read wins.
-	if len(slice) > 0 {
-		if rd.patch.rosters, err = cs.Rosters(rctx, slice); err != nil {
-			return rd, fmt.Errorf("global: read region: %w", err)
+	rd.cursor = next
+	// The entries the slice read are the freshest known; then each named
+	// user is looked up by the entries known and those the log added.
+	rd.known = entriesByUser(sliceNames)
+	named, want := map[string][]string{}, map[string][]string{}
+	for room, names := range changed {
+		added := entriesByUser(map[string][]string{room: names})[room]
+		seen := map[string]bool{}
+		for _, n := range names {
+			u, _, _ := strings.Cut(n, ":")
+			if seen[u] {
+				continue
+			}
+			seen[u] = true
+			named[room] = append(named[room], u)
+			cands := rd.known[room][u]
+			if _, fresh := rd.known[room]; !fresh {
+				cands = known[room][u]
+			}
+			cands = dedupeStrings(append(slices.Clone(cands), added[u]...))
+			if len(cands) == 0 {
+				cands = []string{u} // no entry known: the store scans for them
+			}
+			want[room] = append(want[room], cands...)
 		}
 	}
-	if len(changed) > 0 {
-		if rd.patch.members, err = cs.MembersOf(rctx, changed); err != nil {
+	rd.patch.changed = named
+	if len(want) > 0 {
+		var live map[string][]string
+		if rd.patch.members, live, err = cs.MembersOf(rctx, want); err != nil {
 			return rd, fmt.Errorf("global: read region: %w", err)
+		}
+		got := entriesByUser(live)
+		rd.knownUsers = map[string]map[string][]string{}
+		for room, users := range named {
+			m := map[string][]string{}
+			for _, u := range users {
+				m[u] = got[room][u] // nil: not a member
+			}
+			rd.knownUsers[room] = m
 		}
 	}
 	return rd, nil
+}
+
+// entrySet holds the entries of the members a publisher has read:
+// room -> user -> entry names, as a ChangeSource gives them (each starts
+// with "user:"). It lets the publisher read a changed member by looking
+// up their entries instead of scanning their room.
+type entrySet map[string]map[string][]string
+
+// entriesByUser groups entry names by the user that starts each.
+func entriesByUser(names map[string][]string) entrySet {
+	out := make(entrySet, len(names))
+	for room, ns := range names {
+		m := map[string][]string{}
+		for _, n := range ns {
+			if u, rest, ok := strings.Cut(n, ":"); ok && rest != "" {
+				m[u] = append(m[u], n)
+			}
+		}
+		out[room] = m
+	}
+	return out
+}
+
+// apply brings s up to date with a cadence's read: the rooms read whole
+// replace what s had of them, then the users read replace theirs.
+func (s entrySet) apply(rooms entrySet, users map[string]map[string][]string) {
+	for room, m := range rooms {
+		s[room] = m
+	}
+	for room, m := range users {
+		r := s[room]
+		if r == nil {
+			r = map[string][]string{}
+			s[room] = r
+		}
+		for u, es := range m {
+			if len(es) == 0 {
+				delete(r, u)
+			} else {
+				r[u] = es
+			}
+		}
+		if len(r) == 0 {
+			delete(s, room)
+		}
+	}
+}
+
+func dedupeStrings(ss []string) []string {
+	slices.Sort(ss)
+	return slices.Compact(ss)
 }
 
 // maxMarks bounds the members a change log may name before the region is
@@ -443,14 +560,22 @@ func (p *RegionPublisher) send(subject string, pub publication) error {
 // size.
 type ChangeSource interface {
 	RosterSource
-	// Changes returns the members (room -> users) changed since cursor,
+	// Changes returns the names (room -> a user, or an entry added,
+	// "user:…") changed since cursor,
 	// at most most of them, and the cursor to pass next. complete is
 	// false when the log cannot say ("" cursor, too old, lost, too many);
 	// the caller then reads everything, after this call.
 	Changes(ctx context.Context, cursor string, most int) (changed map[string][]string, next string, complete bool, err error)
-	// MembersOf reads the named users of each room: one snapshot per room
-	// listing those who are members; a named user missing is not one.
-	MembersOf(ctx context.Context, want map[string][]string) ([]presence.Snapshot, error)
+	// Entries reads whole rooms as Rosters does, and also returns each
+	// room's entries of its members: opaque names, each "user:…", that
+	// MembersOf looks up.
+	Entries(ctx context.Context, rooms []string) ([]presence.Snapshot, map[string][]string, error)
+	// MembersOf reads members of each room, given by name: a user, or
+	// entries of theirs (as Entries, MembersOf and Changes name them) to
+	// look up. One snapshot per room lists those who are members (a
+	// named user missing is not one), and each room's live entries of
+	// them are returned.
+	MembersOf(ctx context.Context, want map[string][]string) ([]presence.Snapshot, map[string][]string, error)
 }
 
 // RosterSource is a RegionSource that also reads whole rooms in bulk;

@@ -33,8 +33,9 @@ func init() { allScripts = append(allScripts, scriptChanges, scriptMembers) }
 // that finds a log gone, reads everything instead.
 const ChangesKeep = 5 * time.Minute
 
-// Changes returns the members marked changed since cursor, by room, and
-// the cursor to pass next. complete is false when the log cannot say
+// Changes returns the names marked changed since cursor, by room, and
+// the cursor to pass next: a user whose listing changed, or an entry
+// added to the room ("user:session:holder"; see MembersOf). complete is false when the log cannot say
 // (cursor is "", too old, a log was not kept, Redis lost it, the cluster's
 // masters changed, or more than most changed): then changed is nil and the
 // caller reads everything, after this call, so what it reads is at least
@@ -148,27 +149,33 @@ const (
 	membersPerCall = 100
 )
 
-// MembersOf reads the named users of each room (room -> users) as
-// Rosters reads whole rooms: a snapshot per room (in room order) listing
-// those of the users who are members, with their live sessions (sorted,
-// each once) and states; a named user missing from it is not a member.
-// Each room is one atomic read; up to 100 rooms of one slot go in one
-// script call, 1,000 rooms in one round trip.
-func (s *Store) MembersOf(ctx context.Context, want map[string][]string) ([]presence.Snapshot, error) {
+// MembersOf reads members of rooms (room -> names) as Rosters reads whole
+// rooms: a snapshot per room (in room order) listing those of the named
+// users who are members, with their live sessions (sorted, each once)
+// and states; a named user missing from it is not a member. A name is a
+// user, or one of their entries as Changes, Entries and MembersOf give
+// them: given entries, the user's listing is those of them that live,
+// looked up one by one; given the user alone, the room is scanned for
+// their entries. It also returns each room's live entries of the members
+// read. Each room is one atomic read; up to 100 rooms of one slot go in
+// one script call, 1,000 rooms in one round trip.
+func (s *Store) MembersOf(ctx context.Context, want map[string][]string) ([]presence.Snapshot, map[string][]string, error) {
 	rooms := make([]string, 0, len(want))
-	for room, users := range want {
+	for room, names := range want {
 		if err := presence.ValidateRoom(room); err != nil {
-			return nil, &OpError{"members of", err}
+			return nil, nil, &OpError{"members of", err}
 		}
-		for _, u := range users {
+		for _, n := range names {
+			u, _, _ := strings.Cut(n, ":")
 			if err := presence.ValidateUser(u); err != nil {
-				return nil, &OpError{"members of", err}
+				return nil, nil, &OpError{"members of", err}
 			}
 		}
 		rooms = append(rooms, room)
 	}
 	sort.Strings(rooms)
 	out := make([]presence.Snapshot, 0, len(rooms))
+	entries := make(map[string][]string, len(rooms))
 	for start := 0; start < len(rooms); start += membersBatch {
 		groups := s.slotGroups(rooms[start:min(start+membersBatch, len(rooms))], membersPerCall)
 		calls := make([]call, len(groups))
@@ -184,40 +191,58 @@ func (s *Store) MembersOf(ctx context.Context, want map[string][]string) ([]pres
 		}
 		cmds, err := runAll(ctx, s.rdb, calls)
 		if err != nil {
-			return nil, &OpError{"members of", err}
+			return nil, nil, &OpError{"members of", err}
 		}
 		for i, cmd := range cmds {
 			res, err := cmd.Slice()
 			if err != nil || len(res) != len(groups[i]) {
-				return nil, &OpError{"members of", fmt.Errorf("rooms %v: %d replies: %v", groups[i], len(res), err)}
+				return nil, nil, &OpError{"members of", fmt.Errorf("rooms %v: %d replies: %v", groups[i], len(res), err)}
 			}
 			for j, room := range groups[i] {
 				r, _ := res[j].([]any)
-				out = append(out, decodeMembers(s.opt.Region, room, r))
+				snap, live := decodeMembers(s.opt.Region, room, r)
+				out = append(out, snap)
+				entries[room] = live
 			}
 		}
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Room < out[b].Room })
-	return out, nil
+	return out, entries, nil
 }
 
-// decodeMembers decodes a reply of members.lua.
-func decodeMembers(region, room string, res []any) presence.Snapshot {
+// Entries is Rosters that also returns each room's live entries of its
+// members, the names MembersOf looks up.
+func (s *Store) Entries(ctx context.Context, rooms []string) ([]presence.Snapshot, map[string][]string, error) {
+	return s.rosters(ctx, rooms, true)
+}
+
+// decodeMembers decodes a reply of members.lua: the snapshot and the live
+// entries it lists.
+func decodeMembers(region, room string, res []any) (presence.Snapshot, []string) {
 	snap := presence.Snapshot{Region: region, Room: room, Members: []presence.Member{}}
 	if len(res) > 0 {
 		snap.At = time.UnixMilli(num(res[0]))
 	}
+	var live []string
 	for i := 1; i+2 < len(res); {
 		u, until, k := str(res[i]), str(res[i+1]), int(num(res[i+2]))
 		i += 3
 		m := presence.Member{User: u, Sessions: []presence.SessionInfo{}}
+		seen := map[string]bool{}
 		for j := 0; j < k && i+1 < len(res); j++ {
-			si := presence.SessionInfo{ID: str(res[i])} // expiry is not read
+			e := str(res[i])
+			_, rest, _ := strings.Cut(e, ":")
+			sid, _, _ := strings.Cut(rest, ":")
+			si := presence.SessionInfo{ID: sid} // expiry is not read
 			if st := str(res[i+1]); st != "" {
 				si.State = json.RawMessage(st)
 			}
-			m.Sessions = append(m.Sessions, si)
 			i += 2
+			live = append(live, e)
+			if !seen[sid] { // two holders' entries of one session list it once
+				seen[sid] = true
+				m.Sessions = append(m.Sessions, si)
+			}
 		}
 		if until == "" {
 			continue
@@ -228,5 +253,5 @@ func decodeMembers(region, room string, res []any) presence.Snapshot {
 	}
 	snap.Total = len(snap.Members)
 	sort.Slice(snap.Members, func(a, b int) bool { return snap.Members[a].User < snap.Members[b].User })
-	return snap
+	return snap, live
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,22 +14,28 @@ import (
 )
 
 // changes reads the change log from cursor and fails the test unless it
-// is complete; it returns the marks as sorted "room/user" and the next
-// cursor.
-func changes(tb testing.TB, s *Store, cursor string) ([]string, string) {
+// is complete; it returns the members marked as sorted "room/user" (a
+// mark names a user, or an entry added, "user:session:holder"), every
+// mark as sorted "room/name", and the next cursor.
+func changes(tb testing.TB, s *Store, cursor string) ([]string, []string, string) {
 	tb.Helper()
 	ch, next, ok, err := s.Changes(context.Background(), cursor, 1000)
 	if err != nil || !ok {
 		tb.Fatalf("Changes(%q): complete %v, %v", cursor, ok, err)
 	}
-	var out []string
-	for room, users := range ch {
-		for _, u := range users {
-			out = append(out, room+"/"+u)
+	var users, names []string
+	for room, ns := range ch {
+		for _, n := range ns {
+			u, _, _ := strings.Cut(n, ":")
+			names = append(names, room+"/"+n)
+			if !slices.Contains(users, room+"/"+u) {
+				users = append(users, room+"/"+u)
+			}
 		}
 	}
-	sort.Strings(out)
-	return out, next
+	sort.Strings(users)
+	sort.Strings(names)
+	return users, names, next
 }
 
 // Every step that changes what a room lists marks its member in the
@@ -46,24 +53,28 @@ func TestChangeLogNamesWhatChanged(t *testing.T) {
 	if err != nil || ok || ch != nil || cur == "" {
 		t.Fatalf("first read: %v %q %v %v, want incomplete with a cursor", ch, cur, ok, err)
 	}
-	if got, _ := changes(t, s, cur); len(got) != 0 {
+	if got, _, _ := changes(t, s, cur); len(got) != 0 {
 		t.Fatalf("nothing changed, got %v", got)
 	}
 
 	touch(t, s, ref("r1", "bob", "b"), ref("r2", "cat", "c"))
-	got, cur2 := changes(t, s, cur)
+	got, names, cur2 := changes(t, s, cur)
 	if !slices.Equal(got, []string{"r1/bob", "r2/cat"}) {
 		t.Fatalf("after joins: %v", got)
 	}
+	// The entries added are named too: a reader looks them up.
+	if !slices.Contains(names, "r1/bob:b:"+s.holder) || !slices.Contains(names, "r2/cat:c:"+s.holder) {
+		t.Fatalf("after joins, marks %v lack the entries added", names)
+	}
 	// A reader that lost its lease without knowing (or a second
 	// publisher) reads the log too: it takes nothing from the first.
-	if again, _ := changes(t, s, cur); !slices.Equal(again, got) {
-		t.Fatalf("a second read from the same cursor: %v, want %v", again, got)
+	if _, again, _ := changes(t, s, cur); !slices.Equal(again, names) {
+		t.Fatalf("a second read from the same cursor: %v, want %v", again, names)
 	}
 	if _, err := s.Refresh(ctx, []presence.SessionRef{ref("r1", "ann", "a"), ref("r1", "bob", "b")}); err != nil {
 		t.Fatal(err)
 	}
-	got, cur3 := changes(t, s, cur2)
+	got, _, cur3 := changes(t, s, cur2)
 	// A read may name again what changed in the millisecond of its
 	// cursor, never anything older.
 	for _, g := range got {
@@ -76,35 +87,50 @@ func TestChangeLogNamesWhatChanged(t *testing.T) {
 	}
 	release(t, s, ref("r2", "cat", "c"))
 	waitRedisPast(t, rdb, time.Now().Add(2*time.Millisecond))
-	got, cur4 := changes(t, s, cur3)
-	// A clean close lists the session through the grace: no change yet.
-	if !slices.Equal(got, []string{"r1/ann"}) {
-		t.Fatalf("after a state and a release: %v", got)
+	got, names, cur4 := changes(t, s, cur3)
+	// A clean close lists the session through the grace, under a
+	// released entry, which is named.
+	if !slices.Equal(got, []string{"r1/ann", "r2/cat"}) || !slices.Contains(names, "r2/cat:c:") {
+		t.Fatalf("after a state and a release: %v", names)
 	}
 	// The grace ends: the reaper's departure is a change.
 	waitRedisPast(t, rdb, time.Now().Add(testTiming.OfflineGrace+1100*time.Millisecond))
 	if n := reap(t, s); n == 0 {
 		t.Fatal("nothing reaped")
 	}
-	got, cur5 := changes(t, s, cur4)
+	got, _, cur5 := changes(t, s, cur4)
 	if !slices.Contains(got, "r2/cat") {
 		t.Fatalf("after cat's departure: %v", got)
 	}
 
-	// What MembersOf reads of the named users is what Rosters reads.
-	snaps, err := s.MembersOf(ctx, map[string][]string{"r1": {"ann", "bob", "nobody"}, "r2": {"cat"}})
+	// What MembersOf reads of the named users is what Rosters reads,
+	// whether it scans for them or looks up the entries Entries gave.
+	rosters, known, err := s.Entries(ctx, []string{"r1", "r2"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rosters, err := s.Rosters(ctx, []string{"r1", "r2"})
-	if err != nil {
-		t.Fatal(err)
+	if len(known["r1"]) != 2 || len(known["r2"]) != 0 {
+		t.Fatalf("entries %v, want ann's and bob's in r1", known)
 	}
-	if len(snaps) != 2 || len(snaps[1].Members) != 0 {
-		t.Fatalf("members of: %+v", snaps)
-	}
-	if a, b := fmtMembers(snaps[0].Members), fmtMembers(rosters[0].Members); a != b {
-		t.Fatalf("members of r1 %s, roster %s", a, b)
+	for _, want := range []map[string][]string{
+		{"r1": {"ann", "bob", "nobody"}, "r2": {"cat"}},
+		{"r1": append(slices.Clone(known["r1"]), "nobody"), "r2": {"cat:c:"}},
+	} {
+		snaps, live, err := s.MembersOf(ctx, want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(snaps) != 2 || len(snaps[1].Members) != 0 {
+			t.Fatalf("members of %v: %+v", want, snaps)
+		}
+		if a, b := fmtMembers(snaps[0].Members), fmtMembers(rosters[0].Members); a != b {
+			t.Fatalf("members of %v: r1 %s, roster %s", want, a, b)
+		}
+		sort.Strings(live["r1"])
+		sort.Strings(known["r1"])
+		if !slices.Equal(live["r1"], known["r1"]) {
+			t.Fatalf("members of %v: live entries %v, want %v", want, live["r1"], known["r1"])
+		}
 	}
 
 	// More changes than asked for: the log cannot say.
@@ -152,7 +178,7 @@ func TestClusterChangeLog(t *testing.T) {
 		want = append(want, room+"/u")
 	}
 	sort.Strings(want)
-	got, _ := changes(t, s, cur)
+	got, _, _ := changes(t, s, cur)
 	if !slices.Equal(got, want) {
 		t.Fatalf("cluster marks %v, want %v", got, want)
 	}

@@ -48,10 +48,21 @@ const (
 // snapshot is one atomic read, but different rooms are read at slightly
 // different moments.
 func (s *Store) Rosters(ctx context.Context, rooms []string) ([]presence.Snapshot, error) {
+	out, _, err := s.rosters(ctx, rooms, false)
+	return out, err
+}
+
+// rosters is Rosters, and with names also each room's live entries of
+// its members.
+func (s *Store) rosters(ctx context.Context, rooms []string, names bool) ([]presence.Snapshot, map[string][]string, error) {
 	for _, room := range rooms {
 		if err := presence.ValidateRoom(room); err != nil {
-			return nil, &OpError{"rosters", err}
+			return nil, nil, &OpError{"rosters", err}
 		}
+	}
+	var entries map[string][]string
+	if names {
+		entries = make(map[string][]string, len(rooms))
 	}
 	out := make([]presence.Snapshot, 0, len(rooms))
 	for start := 0; start < len(rooms); start += rosterBatch {
@@ -67,28 +78,31 @@ func (s *Store) Rosters(ctx context.Context, rooms []string) ([]presence.Snapsho
 		}
 		cmds, err := runAll(ctx, s.rdb, calls)
 		if err != nil {
-			return nil, &OpError{"rosters", err}
+			return nil, nil, &OpError{"rosters", err}
 		}
 		byRoom := make(map[string]presence.Snapshot, len(batch))
 		for i, cmd := range cmds {
 			res, err := cmd.Slice()
 			if err != nil || len(res) != len(groups[i]) {
-				return nil, &OpError{"rosters", fmt.Errorf("rooms %v: %d replies: %v", groups[i], len(res), err)}
+				return nil, nil, &OpError{"rosters", fmt.Errorf("rooms %v: %d replies: %v", groups[i], len(res), err)}
 			}
 			for j, room := range groups[i] {
 				r, _ := res[j].([]any)
-				snap, err := decodeRoster(s.opt.Region, room, r)
+				snap, live, err := decodeRoster(s.opt.Region, room, r, names)
 				if err != nil {
-					return nil, &OpError{"rosters", err}
+					return nil, nil, &OpError{"rosters", err}
 				}
 				byRoom[room] = snap
+				if names {
+					entries[room] = live
+				}
 			}
 		}
 		for _, room := range batch {
 			out = append(out, byRoom[room])
 		}
 	}
-	return out, nil
+	return out, entries, nil
 }
 
 // slotGroups splits rooms into groups of at most per rooms that share a

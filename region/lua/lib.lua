@@ -174,7 +174,8 @@ local function incarnation(idx, now, expected)
   return inc, expected ~= '' and expected ~= inc
 end
 
--- The change log of a slot (see doc.go): a ZSET "room:user" -> stamp (ms)
+-- The change log of a slot (see doc.go): a ZSET "room:user" or
+-- "room:user:session:holder" (an entry added) -> stamp (ms)
 -- that the cross-region publisher reads to find what changed since its
 -- last read, without reading the region. Every step that changes a
 -- member's listed sessions, their states or the membership marks the
@@ -188,7 +189,11 @@ local chg_at = nil -- this script's stamp; false: the log is not kept
 local marked = {}
 
 -- mark records that the member u of r (r.c the log, r.room the room id)
--- changed. Scripts that change members set r.c and r.room.
+-- changed; with u an entry of s ("user:session:holder"), that the entry
+-- was added, which also names its member. A reader knows the entries it
+-- has seen, and reads a member's listing from those and the added ones
+-- without scanning the room. Scripts that change members set r.c and
+-- r.room; only touch and release add entries to s, and they mark them.
 local function mark(r, u)
   if not r.c then return end
   if chg_at == nil then

@@ -37,12 +37,9 @@ local found = redis.call('ZREM', r.s, m)
 -- node held the session (the release is a retry after the outage): the
 -- user was online before, and this is their departure.
 local lost = found == 0 and lost_data and not redis.call('ZSCORE', r.z, u)
-if lost then
-  -- The user was gone with the data and is listed again (in the grace).
-  -- A plain release changes no listing: the session stays listed.
-  mark(r, u)
-end
 if found == 1 or lost then
+  -- The session stays listed, under a new entry (see mark).
+  mark(r, u .. ':' .. sid .. ':')
   -- The session stays listed, with its state, through its grace: a return
   -- inside it is no change at all (see lib.lua, released sessions). The
   -- released entry takes the holder's place, in s and in the index.

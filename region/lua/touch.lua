@@ -107,9 +107,9 @@ while a <= #ARGV do
           end
         end
         redis.call('ZADD', r.z, 'GT', exp, u)
-        -- A new entry may list a session silently (a return, a restore
-        -- after Redis lost its data): the publisher reads it again.
-        mark(r, u)
+        -- A new entry, listed silently or not (a return, a restore after
+        -- Redis lost its data): the publisher learns it from the log.
+        mark(r, m)
         index_add(r, u, tok)
         redis.call('ZADD', idx, 'LT', exp + 1, room)
         prev = u
@@ -120,6 +120,7 @@ while a <= #ARGV do
         -- Not a member, yet the entry was there: a dead entry of a user
         -- already announced gone, left by a settle cut short at its limit,
         -- has come back. That is a join.
+        mark(r, m)
         redis.call('PERSIST', r.m)
         emit(r, now, 'online', 'joined', u, 1, sid, nil, maxo)
         index_add(r, u, tok)
