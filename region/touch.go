@@ -182,8 +182,9 @@ func (b *touchBatcher) flush() {
 }
 
 // touchReplies reads the replies of touch.lua (see there): the slot's
-// incarnation, then per room the new outbox entries, the refs lost, the
-// refs taken and the refs orphaned. It returns the entries by room.
+// incarnation, then for each room something happened in, its position
+// and the new outbox entries, the refs lost, the refs taken and the refs
+// orphaned. It returns the entries by room.
 func (s *Store) touchReplies(calls []touchCall, cmds []*redis.Cmd, res *presence.TouchResult) map[string][]string {
 	pending := map[string][]string{}
 	for ci, cmd := range cmds {
@@ -192,9 +193,10 @@ func (s *Store) touchReplies(calls []touchCall, cmds []*redis.Cmd, res *presence
 			continue
 		}
 		s.sawIncarnation(calls[ci].index, str(out[0]))
-		for ri, v := range out[1:] {
-			parts, ok := v.([]any)
-			if !ok || ri >= len(calls[ci].rooms) || len(parts) != 4 {
+		for i := 1; i+1 < len(out); i += 2 {
+			ri := int(num(out[i])) - 1
+			parts, ok := out[i+1].([]any)
+			if !ok || ri < 0 || ri >= len(calls[ci].rooms) || len(parts) != 4 {
 				continue
 			}
 			room := calls[ci].rooms[ri]

@@ -55,6 +55,15 @@ end
 
 local ROOM_KEYS = 8
 
+-- room_of is room_at for a script given only a room's z, s and g (touch,
+-- whose heartbeat path needs no more): the other keys are named from z
+-- as roomKeys in keys.go names them (z plus a suffix, in the room's
+-- slot). c is the slot's change log, room the room id (see mark).
+local function room_of(z, s, g, c, room)
+  return {z = z, s = s, m = z .. ':m', o = z .. ':o', st = z .. ':st', g = g, u = z .. ':u',
+    mv = z .. ':mv', c = c, room = room}
+end
+
 -- parse splits an entry of s into user, session and holder.
 local function parse(m)
   return string.match(m, '^([^:]*):([^:]*):?(.*)$')

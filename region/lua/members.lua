@@ -50,10 +50,17 @@ for b = 1, #KEYS, 4 do
         end
       end
       out[#out + 1] = #live
-      for _, m in ipairs(live) do
-        local _, sid = parse(m)
-        out[#out + 1] = m
-        out[#out + 1] = redis.call('HGET', st, u .. ':' .. sid) or ''
+      if #live > 0 then
+        local fields = {}
+        for i, m in ipairs(live) do
+          local _, sid = parse(m)
+          fields[i] = u .. ':' .. sid
+        end
+        local states = redis.call('HMGET', st, unpack(fields))
+        for i, m in ipairs(live) do
+          out[#out + 1] = m
+          out[#out + 1] = states[i] or ''
+        end
       end
     else
       out[#out + 1] = ''

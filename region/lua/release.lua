@@ -3,7 +3,7 @@
 -- the session's end (update, left) or the user's departure (offline, left)
 -- if it does not return.
 -- KEYS[1] reap index; KEYS[2..9] the room's keys (see lib.lua); KEYS[10] the
--- slot's change log
+-- slot's change log; KEYS[11] the slot's rooms with a grace
 -- ARGV[1] publish lease ms, ARGV[2] outbox cap, ARGV[3] grace ms,
 -- ARGV[4] room, ARGV[5] user, ARGV[6] session, ARGV[7] holder,
 -- ARGV[8] session TTL ms, ARGV[9] unrefreshed ms, ARGV[10] the slot's
@@ -60,6 +60,7 @@ if found == 1 or lost then
     -- Last session: hold the membership for the grace and remember why.
     local g = now + grace
     redis.call('HSET', r.g, u, 1)
+    redis.call('SADD', KEYS[11], room) -- a grace runs here (see touch.lua)
     redis.call('ZADD', r.z, g, u)
     redis.call('ZADD', idx, 'LT', g + 1, room)
   end
