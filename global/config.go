@@ -27,7 +27,7 @@ type RegionSource interface {
 const (
 	DefaultCadence          = 3 * time.Second
 	DefaultFullEvery        = 40  // cadences between digests of the published view (2 min)
-	DefaultCheckEvery       = 100 // cadences of one anti-entropy pass over the region (5 min)
+	DefaultCheckEvery       = 200 // cadences of one anti-entropy pass over the region (10 min)
 	DefaultPageSize         = 1000
 	DefaultDropAfter        = 60 * time.Second
 	DefaultOfflineRetention = 24 * time.Hour
@@ -110,7 +110,7 @@ type PublisherConfig struct {
 	// CheckEvery: a ChangeSource is re-read whole, a slice of rooms per
 	// cadence, over this many cadences, and compared with what was
 	// published, so a change its log missed is published within one
-	// pass. Default 100 (5 min).
+	// pass. Default 200 (10 min).
 	CheckEvery     int
 	ResyncInterval time.Duration // requested fulls at most this often; default Cadence
 	PageSize       int           // members per Snapshot read; default 1000
