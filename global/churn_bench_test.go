@@ -248,7 +248,9 @@ func benchPublisherChurn(b *testing.B, size int) {
 		_, _, _, err := st.Changes(ctx, cur, 1<<20)
 		return err
 	})
-	slice := make([]string, 0, size/perRoom/global.DefaultCheckEvery)
+	// A slice is rooms/CheckEvery rooms (at 10k sessions, one room every
+	// other cadence): read at least one.
+	slice := make([]string, 0, max(1, size/perRoom/global.DefaultCheckEvery))
 	for r := range cap(slice) {
 		slice = append(slice, fmt.Sprintf("room%05d", r))
 	}

@@ -160,7 +160,13 @@ func nodeSlots(refs []presence.SessionRef, slots, batch int) [][]presence.Sessio
 //     rooms); 4 in flight, as 4 nodes would send them;
 //
 //   - rooms: batches of 1000 sessions of 10 whole rooms, which no node
-//     sends: the best case, for comparison.
+//     sends: the best case, for comparison;
+//
+//   - ceiling: the node batches refreshed by scriptCeiling, the cheapest
+//     Lua refresh of the same entries;
+//
+//   - node/ceiling: both on one Redis, a pass of each in turn, and the
+//     ratio of their Redis CPU (the issue-12 target: at most 1.2).
 //
 //     go test ./region -run '^$' -bench BenchmarkRefresh
 func BenchmarkRefresh(b *testing.B) {
@@ -232,6 +238,55 @@ func BenchmarkRefresh(b *testing.B) {
 	// The ceiling: the cheapest Lua refresh of the same entries (see
 	// scriptCeiling), fed the same node-shaped batches.
 	b.Run("ceiling", func(b *testing.B) { store(b, node, true) })
+	// Both at once, each on its own redis-server holding the same
+	// sessions, batch after batch (a batch refreshed by Refresh on one,
+	// then by the ceiling on the other, each between two reads of that
+	// Redis's CPU), so a busy machine weighs on both alike: Refresh's
+	// Redis CPU per session over the ceiling's. A pass starts on a new
+	// second, so every refresh moves its entries' expiry, as a heartbeat
+	// does.
+	b.Run("node/ceiling", func(b *testing.B) {
+		noop := SinkFunc(func(context.Context, []presence.Transition) (uint64, error) { return 0, nil })
+		create := func() (*redis.Client, *Store) {
+			rdb := newClient(b)
+			s := newStore(b, rdb, noop, func(o *Options) { o.Timing = presence.Timing{} })
+			if err := s.Preload(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if err := scriptCeiling.Load(ctx, rdb).Err(); err != nil {
+				b.Fatal(err)
+			}
+			if err := parallelBatches(4, node, func(rs []presence.SessionRef) error { _, err := s.Claim(ctx, rs); return err }); err != nil {
+				b.Fatal(err)
+			}
+			return rdb, s
+		}
+		rdbA, sA := create()
+		rdbB, sB := create()
+		timed := func(rdb *redis.Client, fn func() error) time.Duration {
+			cpu0 := redisCPU(b, rdb)
+			if err := fn(); err != nil {
+				b.Fatal(err)
+			}
+			return redisCPU(b, rdb) - cpu0
+		}
+		var ours, ceil time.Duration
+		b.ResetTimer()
+		for range b.N {
+			b.StopTimer()
+			time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+			b.StartTimer()
+			for _, rs := range node {
+				ours += timed(rdbA, func() error { _, err := sA.Refresh(ctx, rs); return err })
+				ceil += timed(rdbB, func() error { return ceilingRefresh(ctx, sB, rdbB, rs) })
+			}
+		}
+		n := float64(len(refs) * b.N)
+		b.ReportMetric(float64(ours.Microseconds())/n, "redis-µs/session")
+		b.ReportMetric(float64(ceil.Microseconds())/n, "ceiling-µs/session")
+		b.ReportMetric(float64(ours)/float64(ceil), "ratio")
+		b.ReportMetric(0, "ns/op")
+	})
 	var rooms [][]presence.SessionRef
 	for i := 0; i < len(refs); i += 1000 {
 		rooms = append(rooms, refs[i:min(i+1000, len(refs))])

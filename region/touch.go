@@ -129,7 +129,7 @@ func (s *Store) touchCalls(sorted []presence.SessionRef, claim bool) []touchCall
 	var calls []touchCall
 	for _, k := range order {
 		b := touchBatcher{s: s, index: k, chunk: s.opt.ChunkSize,
-			head: []any{ms(s.t.SessionTTL), ms(s.opt.PublishLease), s.opt.MaxOutbox, s.holder, flag, expected[k], s.readCut(), ms(s.readSlack())}}
+			head: []any{ms(s.t.SessionTTL), ms(s.opt.PublishLease), s.opt.MaxOutbox, s.holder, flag, expected[k], s.readCut(), ms(s.readSlack()), len(s.opt.Prefix)}}
 		b.reset()
 		for _, rb := range byIndex[k] {
 			b.add(rb)
@@ -163,7 +163,7 @@ func (b *touchBatcher) add(rb roomBatch) {
 	for pairs := rb.pairs; len(pairs) > 0; {
 		take := min(len(pairs)/2, b.chunk-b.n)
 		b.cur.keys = touchKeys(b.cur.keys).add(keys)
-		b.cur.args = append(b.cur.args, rb.room, take)
+		b.cur.args = append(b.cur.args, take)
 		b.cur.args = append(b.cur.args, pairs[:2*take]...)
 		b.cur.rooms = append(b.cur.rooms, rb.room)
 		pairs = pairs[2*take:]

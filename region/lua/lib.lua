@@ -55,13 +55,14 @@ end
 
 local ROOM_KEYS = 8
 
--- room_of is room_at for a script given only a room's z, s and g (touch,
--- whose heartbeat path needs no more): the other keys are named from z
--- as roomKeys in keys.go names them (z plus a suffix, in the room's
--- slot). c is the slot's change log, room the room id (see mark).
-local function room_of(z, s, g, c, room)
-  return {z = z, s = s, m = z .. ':m', o = z .. ':o', st = z .. ':st', g = g, u = z .. ':u',
-    mv = z .. ':mv', c = c, room = room}
+-- room_of is room_at for a script given only a room's z and s (touch,
+-- whose heartbeat path needs no more): the other keys, and the room id,
+-- are named from z as roomKeys in keys.go names them (z is the prefix,
+-- of plen bytes, then ":{room}"; the others are z plus a suffix, in the
+-- room's slot). c is the slot's change log (see mark).
+local function room_of(z, s, c, plen)
+  return {z = z, s = s, m = z .. ':m', o = z .. ':o', st = z .. ':st', g = z .. ':g', u = z .. ':u',
+    mv = z .. ':mv', c = c, room = string.sub(z, plen + 3, -2)}
 end
 
 -- parse splits an entry of s into user, session and holder.

@@ -60,7 +60,7 @@ if found == 1 or lost then
     -- Last session: hold the membership for the grace and remember why.
     local g = now + grace
     redis.call('HSET', r.g, u, 1)
-    redis.call('SADD', KEYS[11], room) -- a grace runs here (see touch.lua)
+    redis.call('SADD', KEYS[11], r.z) -- a grace runs here (see touch.lua)
     redis.call('ZADD', r.z, g, u)
     redis.call('ZADD', idx, 'LT', g + 1, room)
   end
