@@ -95,22 +95,25 @@ type Aggregator struct {
 
 // AggregatorStats counts what an Aggregator did.
 type AggregatorStats struct {
-	Publications   atomic.Int64 // region publications applied (a full counts once)
-	Malformed      atomic.Int64 // publications or stream messages dropped as malformed
-	Gaps           atomic.Int64 // a region's publications arrived out of sequence
-	ResyncRequests atomic.Int64 // full snapshots asked for
-	Transitions    atomic.Int64 // global transitions this aggregator stored
-	Conflicts      atomic.Int64 // write rounds the stream rejected (another writer, lost ack)
-	Reloads        atomic.Int64 // announced view re-read from the stream
-	Purges         atomic.Int64 // superseded online messages removed
-	PurgeErrors    atomic.Int64
-	UnknownRegions atomic.Int64 // publications of regions not in Regions, dropped
-	Contenders     atomic.Int64 // publications of another publisher while a region's current one speaks, dropped
-	DroppedFulls   atomic.Int64 // fulls dropped before they completed: a lost part, too large, too slow
-	OversizeFulls  atomic.Int64 // of which over MaxFullBytes
-	Stalls         atomic.Int64 // ticks more than a cadence apart: the aggregator itself stalled
-	StartRetries   atomic.Int64 // failed attempts to reach JetStream while starting
-	ReadErrors     atomic.Int64 // failed reads of the global stream (follow, reload)
+	Publications atomic.Int64 // region publications applied (a full counts once)
+	Malformed    atomic.Int64 // publications or stream messages dropped as malformed
+	Gaps         atomic.Int64 // a region's publications arrived out of sequence
+	// DigestMismatches counts deltas whose digest differed from this
+	// aggregator's copy of the region once applied (a full was asked for).
+	DigestMismatches atomic.Int64
+	ResyncRequests   atomic.Int64 // full snapshots asked for
+	Transitions      atomic.Int64 // global transitions this aggregator stored
+	Conflicts        atomic.Int64 // write rounds the stream rejected (another writer, lost ack)
+	Reloads          atomic.Int64 // announced view re-read from the stream
+	Purges           atomic.Int64 // superseded online messages removed
+	PurgeErrors      atomic.Int64
+	UnknownRegions   atomic.Int64 // publications of regions not in Regions, dropped
+	Contenders       atomic.Int64 // publications of another publisher while a region's current one speaks, dropped
+	DroppedFulls     atomic.Int64 // fulls dropped before they completed: a lost part, too large, too slow
+	OversizeFulls    atomic.Int64 // of which over MaxFullBytes
+	Stalls           atomic.Int64 // ticks more than a cadence apart: the aggregator itself stalled
+	StartRetries     atomic.Int64 // failed attempts to reach JetStream while starting
+	ReadErrors       atomic.Int64 // failed reads of the global stream (follow, reload)
 }
 
 // NewAggregator checks cfg and returns an aggregator; Start runs it.

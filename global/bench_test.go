@@ -105,8 +105,8 @@ func BenchmarkGlobalLag(b *testing.B) {
 // (eu, and us with the aggregator), from the servers' own connection
 // statistics (Gatewayz), against forwarding every heartbeat. The timing is
 // production's default scaled down tenfold: cadence 300ms (3s), heartbeat
-// 1.5s (15s), a periodic full every 40 cadences (the default); 1% of the
-// sessions are replaced every heartbeat. Three windows of the same length
+// 1.5s (15s), a digest every 40 cadences (the default; there are no
+// periodic fulls); 1% of the sessions are replaced every heartbeat. Three windows of the same length
 // are measured: the publication (publisher on), the baseline (publisher
 // off, one refresh message per session per heartbeat forwarded to a
 // subscriber in us), and idle (neither): the supercluster's own chatter.
@@ -117,7 +117,7 @@ func BenchmarkCrossRegionBytes(b *testing.B) {
 		sessions  = 10000
 		rooms     = 100
 		heartbeat = 1500 * time.Millisecond
-		window    = 24 * time.Second // 80 cadences, 16 heartbeats, 2 periodic fulls
+		window    = 24 * time.Second // 80 cadences, 16 heartbeats, 2 digests
 	)
 	timing := presence.Timing{SessionTTL: 5 * time.Second, Heartbeat: heartbeat, OfflineGrace: 2 * time.Second, ReapInterval: 100 * time.Millisecond, LastSeenInterval: 2 * heartbeat}
 	w := newWorldWith(b, timing, nil, "us", "eu", "us")

@@ -30,7 +30,7 @@ const (
 // current publisher while it publishes (see core.publication).
 //
 //	{"v":1,"kind":"delta","region":"eu","gen":7,"inst":"Xq3…","seq":42,
-//	 "at":1764444000000,"rooms":[{"room":"r1","set":{"u1":["tab1","tab2"]},"del":["u2"]}]}
+//	 "at":1764444000000,"rooms":[{"room":"r1","set":{"u1":["tab1","tab2"]},"del":["u2"]}],"dg":"9f3c…"}
 //
 // set gives a user's complete list of live session ids in the region
 // (empty: the user is inside the regional offline grace, still present);
@@ -47,6 +47,10 @@ type publication struct {
 	Parts  int       `json:"parts,omitempty"` // full only
 	At     int64     `json:"at"`              // publisher clock, unix ms; informational
 	Rooms  []roomOps `json:"rooms"`
+	// Digest (delta only, now and then) is the digest of the region's view
+	// once this delta is applied; an aggregator whose copy differs asks
+	// for a full. Older aggregators ignore it.
+	Digest string `json:"dg,omitempty"`
 
 	size int // encoded bytes, as received; bounds a full's assembly
 }
@@ -86,6 +90,9 @@ func decodePublication(subject string, data []byte) (*publication, error) {
 			return nil, fmt.Errorf("global: decode publication: delta of %s on %q", p.Region, subject)
 		}
 	case kindFull:
+		if p.Digest != "" {
+			return nil, errors.New("global: decode publication: a full carries no digest")
+		}
 		if subject != bus.SyncFullSubject(p.Region) {
 			return nil, fmt.Errorf("global: decode publication: full of %s on %q", p.Region, subject)
 		}

@@ -26,7 +26,8 @@ type RegionSource interface {
 // the other periods are counted in cadences.
 const (
 	DefaultCadence          = 3 * time.Second
-	DefaultFullEvery        = 40 // cadences between periodic full snapshots (2 min)
+	DefaultFullEvery        = 40  // cadences between digests of the published view (2 min)
+	DefaultCheckEvery       = 200 // cadences of one anti-entropy pass over the region (10 min)
 	DefaultPageSize         = 1000
 	DefaultDropAfter        = 60 * time.Second
 	DefaultOfflineRetention = 24 * time.Hour
@@ -101,8 +102,16 @@ type PublisherConfig struct {
 	NATS      *nats.Conn          // required: publications go out on it
 	JetStream jetstream.JetStream // required: holds the lease bucket
 
-	Cadence        time.Duration // one publication per cadence; default 3s
-	FullEvery      int           // a periodic full every this many cadences; default 40
+	Cadence time.Duration // one publication per cadence; default 3s
+	// FullEvery: every this many cadences a delta carries the digest of
+	// the published view; an aggregator whose copy differs asks for a
+	// full (there are no periodic fulls). Default 40.
+	FullEvery int
+	// CheckEvery: a ChangeSource is re-read whole, a slice of rooms per
+	// cadence, over this many cadences, and compared with what was
+	// published, so a change its log missed is published within one
+	// pass. Default 200 (10 min).
+	CheckEvery     int
 	ResyncInterval time.Duration // requested fulls at most this often; default Cadence
 	PageSize       int           // members per Snapshot read; default 1000
 	ReadTimeout    time.Duration // bound on one cadence's reads; default Cadence
@@ -114,6 +123,8 @@ type PublisherConfig struct {
 
 	Instance string       // names this process in publications; default random
 	Logger   *slog.Logger // default slog.Default()
+
+	manual bool // tests: no cadence timer; cadences run when called
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -121,6 +132,9 @@ func (c PublisherConfig) WithDefaults() PublisherConfig {
 	defDur(&c.Cadence, DefaultCadence)
 	if c.FullEvery == 0 {
 		c.FullEvery = DefaultFullEvery
+	}
+	if c.CheckEvery == 0 {
+		c.CheckEvery = DefaultCheckEvery
 	}
 	if c.PageSize == 0 {
 		c.PageSize = DefaultPageSize
@@ -156,6 +170,8 @@ func (c PublisherConfig) Validate() error {
 		return &presence.ConfigError{Field: "cadence", Rule: fmt.Sprintf("must be at least %v, got %v", MinCadence, c.Cadence)}
 	case c.FullEvery < 1:
 		return &presence.ConfigError{Field: "full every", Rule: fmt.Sprintf("must be at least 1 cadence, got %d", c.FullEvery)}
+	case c.CheckEvery < 1:
+		return &presence.ConfigError{Field: "check every", Rule: fmt.Sprintf("must be at least 1 cadence, got %d", c.CheckEvery)}
 	case c.ResyncInterval <= 0:
 		return &presence.ConfigError{Field: "resync interval", Rule: fmt.Sprintf("must be positive, got %v", c.ResyncInterval)}
 	case c.ReadTimeout <= 0 || c.ReadTimeout > c.Cadence:

@@ -209,6 +209,13 @@ func (c *core) delta(r *regionState, p *publication, current bool, now time.Time
 		r.states.Apply(p.Rooms)
 		r.seq, r.heard = p.Seq, now
 		c.stats.Publications.Add(1)
+		if p.Digest != "" && digest(r.rooms, r.states) != p.Digest {
+			// Our copy differs from what the publisher published: hold
+			// it (as after a gap) until a full replaces it.
+			c.stats.DigestMismatches.Add(1)
+			r.synced = false
+			return touched, c.ask(r, now)
+		}
 		return touched, false
 	case current && p.Seq <= r.seq:
 		return nil, false // a duplicate

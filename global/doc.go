@@ -3,11 +3,16 @@
 // theirs, counted once however many regions and tabs they are in.
 //
 // Each region runs a RegionPublisher (one active per region, by a lease
-// in the region's own KV bucket). Once per cadence it reads the regional
-// truth through a RegionSource and publishes what changed since its last
-// publication; periodically, when it becomes active and when an
-// aggregator asks, it publishes a full snapshot instead. Publications are
-// small and infrequent, so the WAN never carries heartbeats.
+// in the region's own KV bucket). Once per cadence it publishes what
+// changed since its last publication: from a ChangeSource (a
+// *region.Store) it reads only the members the region's change log names,
+// plus a slice of rooms it compares with what it published (the
+// anti-entropy check), so its cost follows the churn, not the region's
+// size. When it becomes active, and when an aggregator asks, it publishes
+// a full snapshot instead; now and then a delta carries the digest of the
+// published view, and an aggregator whose copy differs asks for a full.
+// Publications are small and infrequent, so the WAN never carries
+// heartbeats.
 //
 // An Aggregator unions the regions' sets keyed by (user, session) and
 // announces global transitions with their own grace, so a session moving

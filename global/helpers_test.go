@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/global"
@@ -27,6 +28,7 @@ import (
 var (
 	_ global.RegionSource = (*region.Store)(nil)
 	_ global.RosterSource = (*region.Store)(nil)
+	_ global.ChangeSource = (*region.Store)(nil)
 	_ bus.Reader          = (*global.Aggregator)(nil)
 )
 
@@ -68,6 +70,7 @@ type regionEnv struct {
 	nc    *nats.Conn
 	js    jetstream.JetStream
 	store *region.Store
+	rdb   *redis.Client
 	pubs  []*global.RegionPublisher
 	sink  atomic.Pointer[func(presence.Transition)] // sees the regional transitions
 
@@ -97,7 +100,7 @@ func newWorldWith(t testing.TB, timing presence.Timing, pubCfg func(*global.Publ
 func (w *world) newRegion(name string) *regionEnv {
 	t := w.t
 	rdb, _ := testredis.Client(t)
-	r := &regionEnv{name: name, live: map[presence.SessionRef]bool{}}
+	r := &regionEnv{name: name, rdb: rdb, live: map[presence.SessionRef]bool{}}
 	st, err := region.New(rdb, region.Options{
 		Region: name, Timing: w.timing,
 		Sink: region.SinkFunc(func(_ context.Context, ts []presence.Transition) (uint64, error) {

@@ -70,8 +70,9 @@ func decodeSnapshot(snap *presence.Snapshot, res []any) {
 	}
 }
 
-// decodeRoster decodes one reply of roster.lua for room of region.
-func decodeRoster(region, room string, res []any) (presence.Snapshot, error) {
+// decodeRoster decodes one reply of roster.lua for room of region; with
+// names it also returns the members' live entries.
+func decodeRoster(region, room string, res []any, names bool) (presence.Snapshot, []string, error) {
 	part := func(i int) []any {
 		if i < len(res) {
 			a, _ := res[i].([]any)
@@ -81,7 +82,7 @@ func decodeRoster(region, room string, res []any) (presence.Snapshot, error) {
 	}
 	head, users, ss, st := part(0), part(1), part(2), part(3)
 	if len(res) != 4 || len(head) != 4 || len(users)%2 != 0 || len(ss)%2 != 0 || len(st)%2 != 0 {
-		return presence.Snapshot{}, fmt.Errorf("room %s: malformed roster reply", room)
+		return presence.Snapshot{}, nil, fmt.Errorf("room %s: malformed roster reply", room)
 	}
 	snap := presence.Snapshot{
 		Region: region, Room: room, At: time.UnixMilli(num(head[0])),
@@ -98,12 +99,17 @@ func decodeRoster(region, room string, res []any) (presence.Snapshot, error) {
 		index[u] = len(snap.Members)
 		snap.Members = append(snap.Members, presence.Member{User: u, Until: time.UnixMilli(num(users[i+1])), Sessions: []presence.SessionInfo{}})
 	}
+	var live []string
 	for i := 0; i < len(ss); i += 2 {
-		u, rest, ok := strings.Cut(str(ss[i]), ":")
+		e := str(ss[i])
+		u, rest, ok := strings.Cut(e, ":")
 		sid, _, _ := strings.Cut(rest, ":") // then the holder
 		j, member := index[u]
 		if !ok || !member {
 			continue // a live session of a user whose until passed: not a member
+		}
+		if names {
+			live = append(live, e)
 		}
 		snap.Members[j].Sessions = append(snap.Members[j].Sessions, sessionInfo(sid, ss[i+1], states[u+":"+sid]))
 	}
@@ -111,7 +117,7 @@ func decodeRoster(region, room string, res []any) (presence.Snapshot, error) {
 	for _, m := range snap.Members {
 		slices.SortFunc(m.Sessions, func(a, b presence.SessionInfo) int { return strings.Compare(a.ID, b.ID) })
 	}
-	return snap, nil
+	return snap, live, nil
 }
 
 func sessionInfo(id, exp, state any) presence.SessionInfo {

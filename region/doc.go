@@ -46,6 +46,23 @@
 //	                          writing scripts. It also holds ":inc:<ms>" at +inf,
 //	                          the incarnation of its slot's data: written when
 //	                          missing, so a new value means Redis lost the data.
+//	presence:reap:chg     ZSET  "room:user" -> ms: the change log (on a cluster, one
+//	                          per slot: presence:reap:{tag}:chg). Every step that
+//	                          changes a member's listed sessions, their states or
+//	                          the membership marks the member, stamped never below
+//	                          the log's highest; the cross-region publisher reads
+//	                          the marks since its last read (Store.Changes) instead
+//	                          of the region. Kept only while read: its reader
+//	                          creates it, trims it to ChangesKeep and sets it to
+//	                          expire after that; a step finds no log and writes
+//	                          none when nobody reads it.
+//	presence:reap:g       SET   the z keys (presence:{R}) of the rooms that may have a
+//	                          grace running (on a cluster, one per slot:
+//	                          presence:reap:{tag}:g). A release that starts a
+//	                          grace adds its room; a refresh that finds the room's
+//	                          g empty removes it. Every room with a non-empty g is
+//	                          in it, so the heartbeat looks at g only for those:
+//	                          one lookup per script call.
 //	presence:reap:{tag}:swept  STRING, cluster only: a master's sweep is
 //	                          claimed (PX 4/5 of the reap interval).
 //	presence:clock        HASH  seen, hold, from: the region's clock (clock.lua).

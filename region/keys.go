@@ -21,8 +21,11 @@ func (s *Store) roomKeys(room string) roomKeys {
 func (k roomKeys) all() []string { return []string{k.z, k.s, k.m, k.o, k.st, k.g, k.u, k.mv} }
 
 // writeKeys are the KEYS of release, state, ack and reap: the reap index
-// of the room's slot, then the room.
-func (k roomKeys) writeKeys(index string) []string { return append([]string{index}, k.all()...) }
+// of the room's slot, then the room, then the slot's change log and its
+// set of rooms with a grace.
+func (k roomKeys) writeKeys(index string) []string {
+	return append(append([]string{index}, k.all()...), changesKey(index), gracesKey(index))
+}
 
 // snapshotKeys are the KEYS of snapshot.lua.
 func (k roomKeys) snapshotKeys() []string { return []string{k.z, k.s, k.m, k.st, k.u} }
@@ -40,9 +43,13 @@ func (k roomKeys) countKeys() []string { return []string{k.z} }
 // then every room of the call in the order of its arguments.
 type touchKeys []string
 
-func newTouchKeys(index string) touchKeys { return touchKeys{index} }
+func newTouchKeys(index string) touchKeys {
+	return touchKeys{index, changesKey(index), gracesKey(index)}
+}
 
-func (t touchKeys) add(k roomKeys) touchKeys { return append(t, k.all()...) }
+// add appends a room's z and s: touch.lua names the room's other keys
+// from z (room_of in lib.lua), as roomKeys does.
+func (t touchKeys) add(k roomKeys) touchKeys { return append(t, k.z, k.s) }
 
 // indexKey is the reap index for a room. On a cluster there is one per
 // slot, keyed to live in that slot; otherwise one for all rooms.
@@ -56,6 +63,15 @@ func (s *Store) indexKey(room string) string {
 func (s *Store) indexKeyOfSlot(slot int) string {
 	return s.opt.Prefix + ":reap:{" + slotTags[slot] + "}"
 }
+
+// changesKey is the change log of the slot whose reap index is index
+// (mark in lib.lua; read by changes.lua), in the same slot.
+func changesKey(index string) string { return index + ":chg" }
+
+// gracesKey is the set of the rooms of the slot whose index is index
+// that may have a grace running (release.lua adds them; touch.lua looks
+// at g only for those), in the same slot.
+func gracesKey(index string) string { return index + ":g" }
 
 // sweptSuffix names a master's sweep marker: its first slot index key
 // plus this suffix, in the same slot.

@@ -34,44 +34,94 @@ func (s *Store) Snapshot(ctx context.Context, room string, offset, limit int) (p
 	return snap, nil
 }
 
-// rosterBatch bounds the rooms of one Rosters pipeline.
-const rosterBatch = 100
+// rosterBatch bounds the rooms of one Rosters pipeline, rosterPerCall
+// those of one roster.lua call (rooms of one slot).
+const (
+	rosterBatch   = 100
+	rosterPerCall = 20
+)
 
 // Rosters returns whole snapshots of rooms (every member, Offset 0,
-// ordered by user id), reading up to 100 rooms per round trip. It serves
+// ordered by user id), in the order given, reading up to 100 rooms per
+// round trip and up to 20 rooms of one slot per script call. It serves
 // readers of entire regions; clients page with Snapshot. A room's
 // snapshot is one atomic read, but different rooms are read at slightly
 // different moments.
 func (s *Store) Rosters(ctx context.Context, rooms []string) ([]presence.Snapshot, error) {
+	out, _, err := s.rosters(ctx, rooms, false)
+	return out, err
+}
+
+// rosters is Rosters, and with names also each room's live entries of
+// its members.
+func (s *Store) rosters(ctx context.Context, rooms []string, names bool) ([]presence.Snapshot, map[string][]string, error) {
 	for _, room := range rooms {
 		if err := presence.ValidateRoom(room); err != nil {
-			return nil, &OpError{"rosters", err}
+			return nil, nil, &OpError{"rosters", err}
 		}
+	}
+	var entries map[string][]string
+	if names {
+		entries = make(map[string][]string, len(rooms))
 	}
 	out := make([]presence.Snapshot, 0, len(rooms))
 	for start := 0; start < len(rooms); start += rosterBatch {
 		batch := rooms[start:min(start+rosterBatch, len(rooms))]
-		calls := make([]call, len(batch))
-		for i, room := range batch {
-			calls[i] = call{script: scriptRoster, keys: s.roomKeys(room).rosterKeys(), args: []any{s.readCut(), ms(s.readSlack())}}
+		groups := s.slotGroups(batch, rosterPerCall)
+		calls := make([]call, len(groups))
+		for i, g := range groups {
+			var keys []string
+			for _, room := range g {
+				keys = append(keys, s.roomKeys(room).rosterKeys()...)
+			}
+			calls[i] = call{script: scriptRoster, keys: keys, args: []any{s.readCut(), ms(s.readSlack())}}
 		}
 		cmds, err := runAll(ctx, s.rdb, calls)
 		if err != nil {
-			return nil, &OpError{"rosters", err}
+			return nil, nil, &OpError{"rosters", err}
 		}
+		byRoom := make(map[string]presence.Snapshot, len(batch))
 		for i, cmd := range cmds {
 			res, err := cmd.Slice()
-			if err != nil {
-				return nil, &OpError{"rosters", fmt.Errorf("room %s: %w", batch[i], err)}
+			if err != nil || len(res) != len(groups[i]) {
+				return nil, nil, &OpError{"rosters", fmt.Errorf("rooms %v: %d replies: %v", groups[i], len(res), err)}
 			}
-			snap, err := decodeRoster(s.opt.Region, batch[i], res)
-			if err != nil {
-				return nil, &OpError{"rosters", err}
+			for j, room := range groups[i] {
+				r, _ := res[j].([]any)
+				snap, live, err := decodeRoster(s.opt.Region, room, r, names)
+				if err != nil {
+					return nil, nil, &OpError{"rosters", err}
+				}
+				byRoom[room] = snap
+				if names {
+					entries[room] = live
+				}
 			}
-			out = append(out, snap)
+		}
+		for _, room := range batch {
+			out = append(out, byRoom[room])
 		}
 	}
-	return out, nil
+	return out, entries, nil
+}
+
+// slotGroups splits rooms into groups of at most per rooms that share a
+// slot (on a single Redis, any rooms), keeping their order within a
+// group: the rooms of one script call.
+func (s *Store) slotGroups(rooms []string, per int) [][]string {
+	byIndex := map[string]int{} // index key -> its open group
+	var out [][]string
+	for _, room := range rooms {
+		k := s.indexKey(room)
+		i, ok := byIndex[k]
+		if !ok || len(out[i]) >= per {
+			i = len(out)
+			out = append(out, nil)
+			byIndex[k] = i
+		}
+		out[i] = append(out[i], room)
+	}
+	return out
 }
 
 // Count returns the number of live members of a room without listing them.

@@ -91,30 +91,16 @@ func (s *Store) reap(ctx context.Context, claim time.Duration) (int, error) {
 // one read of a master's slot indexes per claim period, instead of one
 // each.
 func (s *Store) scanIndexes(ctx context.Context, upto string, limit int, claim time.Duration) ([]dueList, error) {
-	cc, ok := s.rdb.(*redis.ClusterClient)
-	if !ok {
+	if _, ok := s.rdb.(*redis.ClusterClient); !ok {
 		return s.readIndexes(ctx, []string{s.opt.Prefix + ":reap"}, upto, limit)
 	}
-	shards, err := cc.ClusterShards(ctx).Result()
+	keys, err := s.masterIndexes(ctx)
 	if err != nil {
 		return nil, err
 	}
-	calls := make([]call, 0, len(shards))
-	var keys [][]string
-	for _, sh := range shards {
-		args := []any{upto, limit}
-		var ks []string
-		for _, r := range sh.Slots {
-			for slot := r.Start; slot <= r.End; slot++ {
-				k := s.indexKeyOfSlot(int(slot))
-				ks = append(ks, k)
-				args = append(args, k)
-			}
-		}
-		if len(ks) == 0 {
-			continue // a shard that serves no slots
-		}
-		keys = append(keys, ks)
+	calls := make([]call, 0, len(keys))
+	for _, ks := range keys {
+		args := append([]any{upto, limit}, anys(ks)...)
 		calls = append(calls, call{script: scriptDueAll, keys: ks[:1], args: args})
 	}
 	if claim > 0 {
@@ -153,6 +139,29 @@ func (s *Store) scanIndexes(ctx context.Context, upto string, limit int, claim t
 		out = append(out, more...)
 	}
 	return out, nil
+}
+
+// masterIndexes returns the reap index keys of a cluster's slots, one
+// group per master (masters that serve no slots are left out).
+func (s *Store) masterIndexes(ctx context.Context) ([][]string, error) {
+	cc := s.rdb.(*redis.ClusterClient)
+	shards, err := cc.ClusterShards(ctx).Result()
+	if err != nil {
+		return nil, err
+	}
+	var keys [][]string
+	for _, sh := range shards {
+		var ks []string
+		for _, r := range sh.Slots {
+			for slot := r.Start; slot <= r.End; slot++ {
+				ks = append(ks, s.indexKeyOfSlot(int(slot)))
+			}
+		}
+		if len(ks) > 0 {
+			keys = append(keys, ks)
+		}
+	}
+	return keys, nil
 }
 
 // claimed keeps the masters (each given by its index keys and its
@@ -235,6 +244,11 @@ func (s *Store) RunReaper(ctx context.Context) {
 		}
 	}
 }
+
+// Sweep runs one reaper sweep now (reading every master on a cluster)
+// and returns the number of transitions it delivered. RunReaper sweeps
+// periodically; Sweep is for tools and benchmarks that pace it themselves.
+func (s *Store) Sweep(ctx context.Context) (int, error) { return s.reap(ctx, 0) }
 
 // sweepClaim is how long a periodic sweep claims a master.
 func sweepClaim(interval time.Duration) time.Duration { return interval * 4 / 5 }

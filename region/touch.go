@@ -129,7 +129,7 @@ func (s *Store) touchCalls(sorted []presence.SessionRef, claim bool) []touchCall
 	var calls []touchCall
 	for _, k := range order {
 		b := touchBatcher{s: s, index: k, chunk: s.opt.ChunkSize,
-			head: []any{ms(s.t.SessionTTL), ms(s.opt.PublishLease), s.opt.MaxOutbox, s.holder, flag, expected[k], s.readCut(), ms(s.readSlack())}}
+			head: []any{ms(s.t.SessionTTL), ms(s.opt.PublishLease), s.opt.MaxOutbox, s.holder, flag, expected[k], s.readCut(), ms(s.readSlack()), len(s.opt.Prefix)}}
 		b.reset()
 		for _, rb := range byIndex[k] {
 			b.add(rb)
@@ -163,7 +163,7 @@ func (b *touchBatcher) add(rb roomBatch) {
 	for pairs := rb.pairs; len(pairs) > 0; {
 		take := min(len(pairs)/2, b.chunk-b.n)
 		b.cur.keys = touchKeys(b.cur.keys).add(keys)
-		b.cur.args = append(b.cur.args, rb.room, take)
+		b.cur.args = append(b.cur.args, take)
 		b.cur.args = append(b.cur.args, pairs[:2*take]...)
 		b.cur.rooms = append(b.cur.rooms, rb.room)
 		pairs = pairs[2*take:]
@@ -182,8 +182,9 @@ func (b *touchBatcher) flush() {
 }
 
 // touchReplies reads the replies of touch.lua (see there): the slot's
-// incarnation, then per room the new outbox entries, the refs lost, the
-// refs taken and the refs orphaned. It returns the entries by room.
+// incarnation, then for each room something happened in, its position
+// and the new outbox entries, the refs lost, the refs taken and the refs
+// orphaned. It returns the entries by room.
 func (s *Store) touchReplies(calls []touchCall, cmds []*redis.Cmd, res *presence.TouchResult) map[string][]string {
 	pending := map[string][]string{}
 	for ci, cmd := range cmds {
@@ -192,9 +193,10 @@ func (s *Store) touchReplies(calls []touchCall, cmds []*redis.Cmd, res *presence
 			continue
 		}
 		s.sawIncarnation(calls[ci].index, str(out[0]))
-		for ri, v := range out[1:] {
-			parts, ok := v.([]any)
-			if !ok || ri >= len(calls[ci].rooms) || len(parts) != 4 {
+		for i := 1; i+1 < len(out); i += 2 {
+			ri := int(num(out[i])) - 1
+			parts, ok := out[i+1].([]any)
+			if !ok || ri < 0 || ri >= len(calls[ci].rooms) || len(parts) != 4 {
 				continue
 			}
 			room := calls[ci].rooms[ri]

@@ -55,6 +55,16 @@ end
 
 local ROOM_KEYS = 8
 
+-- room_of is room_at for a script given only a room's z and s (touch,
+-- whose heartbeat path needs no more): the other keys, and the room id,
+-- are named from z as roomKeys in keys.go names them (z is the prefix,
+-- of plen bytes, then ":{room}"; the others are z plus a suffix, in the
+-- room's slot). c is the slot's change log (see mark).
+local function room_of(z, s, c, plen)
+  return {z = z, s = s, m = z .. ':m', o = z .. ':o', st = z .. ':st', g = z .. ':g', u = z .. ':u',
+    mv = z .. ':mv', c = c, room = string.sub(z, plen + 3, -2)}
+end
+
 -- parse splits an entry of s into user, session and holder.
 local function parse(m)
   return string.match(m, '^([^:]*):([^:]*):?(.*)$')
@@ -174,6 +184,43 @@ local function incarnation(idx, now, expected)
   return inc, expected ~= '' and expected ~= inc
 end
 
+-- The change log of a slot (see doc.go): a ZSET "room:user" or
+-- "room:user:session:holder" (an entry added) -> stamp (ms)
+-- that the cross-region publisher reads to find what changed since its
+-- last read, without reading the region. Every step that changes a
+-- member's listed sessions, their states or the membership marks the
+-- member (emit does, for every transition; touch also marks entries it
+-- writes silently). It is kept only while a publisher reads it: its reader
+-- creates it and sets its expiry, so with no reader no step writes to it.
+-- A stamp is never below the log's highest (the reader's own mark, ":",
+-- sits at the time of its last read), so a change made after a read is
+-- stamped at or after that read's time even if the clock stepped back.
+local chg_at = nil -- this script's stamp; false: the log is not kept
+local marked = {}
+
+-- mark records that the member u of r (r.c the log, r.room the room id)
+-- changed; with u an entry of s ("user:session:holder"), that the entry
+-- was added, which also names its member. A reader knows the entries it
+-- has seen, and reads a member's listing from those and the added ones
+-- without scanning the room. Scripts that change members set r.c and
+-- r.room; only touch and release add entries to s, and they mark them.
+local function mark(r, u)
+  if not r.c then return end
+  if chg_at == nil then
+    chg_at = false
+    if redis.call('EXISTS', r.c) == 1 then
+      local top = redis.call('ZRANGE', r.c, -1, -1, 'WITHSCORES')
+      chg_at = math.max(now_ms(), tonumber(top[2] or '0'))
+    end
+  end
+  if not chg_at then return end
+  local m = r.room .. ':' .. u
+  if not marked[m] then
+    marked[m] = true
+    redis.call('ZADD', r.c, chg_at, m)
+  end
+end
+
 local emitted = 0
 
 -- emit appends one event to the outbox in the entry format of outbox.go:
@@ -197,6 +244,7 @@ local function emit(r, now, kind, reason, user, sessions, sid, state, maxo)
   redis.call('RPUSH', r.o, seq .. '|' .. epoch .. '|' .. kind .. '|' .. reason .. '|' ..
     user .. '|' .. sessions .. '|' .. now .. '|' .. (sid or '') .. '|' .. (state or ''))
   emitted = emitted + 1
+  mark(r, user)
 end
 
 -- entry_at returns the at field (ms) of an outbox entry written by emit.

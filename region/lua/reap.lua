@@ -1,5 +1,6 @@
 -- reap: settle one room whose index entry is due.
--- KEYS[1] reap index; KEYS[2..9] the room's keys (see lib.lua)
+-- KEYS[1] reap index; KEYS[2..9] the room's keys (see lib.lua); KEYS[10] the
+-- slot's change log; KEYS[11] the slot's rooms with a grace (unused here)
 -- ARGV[1] publish lease ms, ARGV[2] outbox cap, ARGV[3] room, ARGV[4] limit,
 -- ARGV[5] cut ms and ARGV[6] hold-until ms from clock.lua (0: no hold),
 -- ARGV[7] when the sweep read the clock (Redis ms), ARGV[8] outage gap ms
@@ -16,6 +17,7 @@ if due and tonumber(due) > now then
   return {}
 end
 local r = room_at(2)
+r.c, r.room = KEYS[10], room -- the slot's change log (see mark)
 local old = stale(r, now, lease)
 local more = settle(r, now, cut, maxo, limit)
 reindex(idx, r, room, now, lease, hold)

@@ -2,7 +2,8 @@
 -- the grace; the user stays a member at least as long. The reaper announces
 -- the session's end (update, left) or the user's departure (offline, left)
 -- if it does not return.
--- KEYS[1] reap index; KEYS[2..9] the room's keys (see lib.lua)
+-- KEYS[1] reap index; KEYS[2..9] the room's keys (see lib.lua); KEYS[10] the
+-- slot's change log; KEYS[11] the slot's rooms with a grace
 -- ARGV[1] publish lease ms, ARGV[2] outbox cap, ARGV[3] grace ms,
 -- ARGV[4] room, ARGV[5] user, ARGV[6] session, ARGV[7] holder,
 -- ARGV[8] session TTL ms, ARGV[9] unrefreshed ms, ARGV[10] the slot's
@@ -23,6 +24,7 @@ local ttl, unrefreshed = tonumber(ARGV[8]), tonumber(ARGV[9])
 local tok = sid .. ':' .. ARGV[7]
 local m = u .. ':' .. tok
 local r = room_at(2)
+r.c, r.room = KEYS[10], room -- the slot's change log (see mark)
 local inc, lost_data = incarnation(idx, now, ARGV[10])
 -- A tombstone of the caller's own entry: a refresh of this holder that was
 -- under way when it decided to release lands after this, and must not
@@ -36,6 +38,8 @@ local found = redis.call('ZREM', r.s, m)
 -- user was online before, and this is their departure.
 local lost = found == 0 and lost_data and not redis.call('ZSCORE', r.z, u)
 if found == 1 or lost then
+  -- The session stays listed, under a new entry (see mark).
+  mark(r, u .. ':' .. sid .. ':')
   -- The session stays listed, with its state, through its grace: a return
   -- inside it is no change at all (see lib.lua, released sessions). The
   -- released entry takes the holder's place, in s and in the index.
@@ -56,6 +60,7 @@ if found == 1 or lost then
     -- Last session: hold the membership for the grace and remember why.
     local g = now + grace
     redis.call('HSET', r.g, u, 1)
+    redis.call('SADD', KEYS[11], r.z) -- a grace runs here (see touch.lua)
     redis.call('ZADD', r.z, g, u)
     redis.call('ZADD', idx, 'LT', g + 1, room)
   end

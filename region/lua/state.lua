@@ -1,6 +1,7 @@
 -- state: set or clear a live session's state. Membership does not change:
 -- the result is an update transition, never a leave and a join.
--- KEYS[1] reap index; KEYS[2..9] the room's keys (see lib.lua)
+-- KEYS[1] reap index; KEYS[2..9] the room's keys (see lib.lua); KEYS[10] the
+-- slot's change log; KEYS[11] the slot's rooms with a grace (unused here)
 -- ARGV[1] publish lease ms, ARGV[2] outbox cap, ARGV[3] room, ARGV[4] user,
 -- ARGV[5] session, ARGV[6] state JSON ('' clears), ARGV[7] holder,
 -- ARGV[8] the slot's incarnation the caller saw last ('' if none)
@@ -12,6 +13,7 @@
 local now = now_ms()
 local lease, maxo, room, u, sid, state = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local r = room_at(2)
+r.c, r.room = KEYS[10], room -- the slot's change log (see mark)
 local m = u .. ':' .. sid .. ':' .. ARGV[7]
 local key = u .. ':' .. sid
 local inc = incarnation(KEYS[1], now, ARGV[8])

@@ -1,16 +1,25 @@
 -- touch: create or refresh sessions of one or more rooms (claims for
 -- joins, refreshes for the heartbeat).
 -- KEYS[1]   reap index of the rooms' slot
--- KEYS[2..] eight keys per room, in ARGV order (see lib.lua)
+-- KEYS[2]   the slot's change log (see mark in lib.lua)
+-- KEYS[3]   the z keys of the slot's rooms that may have a grace running
+--           (release.lua adds a room when it starts one; this script
+--           drops a room whose g it finds empty): every room with a
+--           non-empty g is in it, so a room not in it has no grace to
+--           look at
+-- KEYS[4..] two keys per room, in ARGV order: z and s (the others, and
+--           the room id, are named from z when a step needs them; see
+--           room_of in lib.lua)
 -- ARGV[1] session TTL ms, ARGV[2] publish lease ms, ARGV[3] outbox cap,
 -- ARGV[4] holder, ARGV[5] '1' for a claim, '0' for a refresh,
 -- ARGV[6] the slot's incarnation the caller saw last ('' if none),
 -- ARGV[7] the read cut ms (0: none) and ARGV[8] the read slack ms (see
--- read_cut)
--- ARGV[9..] per room: room id, k, then k pairs (user, session), a user's
--- pairs adjacent (their until is raised once)
--- Returns the slot's incarnation, then one entry per room: 0, or {events,
--- lost, taken, orphaned}: the outbox entries this call added, the
+-- read_cut), ARGV[9] the length of the key prefix
+-- ARGV[10..] per room: k, then k pairs (user, session), a user's pairs
+-- adjacent (their until is raised once)
+-- Returns the slot's incarnation, then for each room something happened
+-- in (most refreshes: none) its position (1-based, in ARGV order) and
+-- {events, lost, taken, orphaned}: the outbox entries this call added, the
 -- "user:session" refreshes found held by another holder (not written),
 -- those a claim took from another holder, and the refreshes found taken
 -- from this holder or released but held by no one now (not written).
@@ -27,35 +36,55 @@ local exp = exps * 1000
 local out = {inc}
 local rc = read_cut(now, ARGV[7], ARGV[8])
 local scut = sweep_cut(now, ARGV[7], 0, 0)
-local a, ri = 9, 0
+-- Which rooms may have a grace running: one lookup for the whole call,
+-- instead of one of each room's g.
+local gs = KEYS[3]
+local graced = nil
+if redis.call('SCARD', gs) > 0 then
+  local zs = {}
+  for i = 4, #KEYS, 2 do zs[#zs + 1] = KEYS[i] end
+  graced = redis.call('SMISMEMBER', gs, unpack(zs))
+end
+local plen = tonumber(ARGV[9])
+local a, ri = 10, 0
 while a <= #ARGV do
-  local room, k = ARGV[a], tonumber(ARGV[a + 1])
-  a = a + 2
-  local r = room_at(2 + ri * ROOM_KEYS)
+  local k = tonumber(ARGV[a])
+  a = a + 1
+  -- The heartbeat's path touches z and s, and g when a grace runs; the
+  -- room's id and other keys (r) are named only when a step needs them.
+  local kz = 4 + ri * 2
+  local z, s = KEYS[kz], KEYS[kz + 1]
+  local r = nil
   ri = ri + 1
+  local ng = 0 -- users in g: most rooms have no grace running
+  if graced and graced[ri] == 1 then
+    r = room_of(z, s, KEYS[2], plen)
+    ng = redis.call('HLEN', r.g)
+    if ng == 0 then redis.call('SREM', gs, z) end
+  end
   emitted = 0
   if claim then
     -- The reaper is late: reads already leave out what is overdue beyond
     -- the read slack. A join settles it first, so that its own events
     -- follow the departures readers already see (a return after a grace
     -- that ended is offline then online, as a fresh snapshot shows it).
-    local z1, s1 = first_score(r.z), first_score(r.s)
+    local z1, s1 = first_score(z), first_score(s)
     if z1 and z1 < rc or s1 and s1 < live_s(rc) then
+      r = room_of(z, s, KEYS[2], plen)
       settle(r, now, scut, maxo, SETTLE_LIMIT)
     end
   end
-  -- Most rooms have no grace running: then no refresh looks at g.
-  local ng = redis.call('HLEN', r.g)
-  local lost, taken, orphaned = {}, {}, {}
+  local lost, taken, orphaned -- created when needed
   local prev = nil -- the last user whose until was raised
   for _ = 1, k do
     local u, sid = ARGV[a], ARGV[a + 1]
     a = a + 2
-    local tok = sid .. ':' .. holder
-    local m = u .. ':' .. tok
-    if redis.call('ZADD', r.s, exps, m) == 1 then
+    local m = u .. ':' .. sid .. ':' .. holder
+    if redis.call('ZADD', s, exps, m) == 1 then
       -- A new entry: a join, a revival (the entry was reaped or lost), or
       -- a session that moved here from another holder.
+      r = r or room_of(z, s, KEYS[2], plen)
+      local tok = sid .. ':' .. holder
       local others = session_entries(r, u, sid, m)
       if not claim and (#others > 0 or redis.call('ZSCORE', r.mv, m)) then
         -- Taken over by another holder, or released: a refresh never
@@ -69,8 +98,10 @@ while a <= #ARGV do
           if h ~= '' then held = true end
         end
         if held or #others == 0 then
+          lost = lost or {}
           lost[#lost + 1] = u .. ':' .. sid
         else
+          orphaned = orphaned or {}
           orphaned[#orphaned + 1] = u .. ':' .. sid
         end
       else
@@ -88,6 +119,7 @@ while a <= #ARGV do
           if held then
             redis.call('ZREMRANGEBYSCORE', r.mv, '-inf', '(' .. now)
             redis.call('PEXPIRE', r.mv, ttl)
+            taken = taken or {}
             taken[#taken + 1] = u .. ':' .. sid
           end
           redis.call('ZREM', r.mv, m)
@@ -105,20 +137,25 @@ while a <= #ARGV do
           end
         end
         redis.call('ZADD', r.z, 'GT', exp, u)
+        -- A new entry, listed silently or not (a return, a restore after
+        -- Redis lost its data): the publisher learns it from the log.
+        mark(r, m)
         index_add(r, u, tok)
-        redis.call('ZADD', idx, 'LT', exp + 1, room)
+        redis.call('ZADD', idx, 'LT', exp + 1, r.room)
         prev = u
       end
     elseif u ~= prev then
       prev = u
-      if redis.call('ZADD', r.z, 'GT', exp, u) == 1 then
+      if redis.call('ZADD', z, 'GT', exp, u) == 1 then
         -- Not a member, yet the entry was there: a dead entry of a user
         -- already announced gone, left by a settle cut short at its limit,
         -- has come back. That is a join.
+        r = r or room_of(z, s, KEYS[2], plen)
+        mark(r, m)
         redis.call('PERSIST', r.m)
         emit(r, now, 'online', 'joined', u, 1, sid, nil, maxo)
-        index_add(r, u, tok)
-        redis.call('ZADD', idx, 'LT', exp + 1, room)
+        index_add(r, u, sid .. ':' .. holder)
+        redis.call('ZADD', idx, 'LT', exp + 1, r.room)
       elseif ng > 0 then
         -- A session whose holder had stopped refreshing it, so that a
         -- release started the grace without it, is refreshed again: the
@@ -127,15 +164,14 @@ while a <= #ARGV do
       end
     end
   end
-  if emitted > 0 or #lost > 0 or #taken > 0 or #orphaned > 0 then
+  if emitted > 0 or lost or taken or orphaned then
     local ev = {}
     if emitted > 0 then
-      redis.call('ZADD', idx, 'LT', now + lease, room)
+      redis.call('ZADD', idx, 'LT', now + lease, r.room)
       ev = redis.call('LRANGE', r.o, -emitted, -1)
     end
-    out[ri + 1] = {ev, lost, taken, orphaned}
-  else
-    out[ri + 1] = 0
+    out[#out + 1] = ri
+    out[#out + 1] = {ev, lost or {}, taken or {}, orphaned or {}}
   end
 end
 return out
