@@ -22,6 +22,7 @@ type commonFlags struct {
 	timing                                    presence.Timing
 	maxConns, maxRooms                        int
 	maxWatchUsers, batchFrom, fanoutBudget    int
+	maxInflight                               int
 	fanoutTick                                time.Duration
 	streamMaxAge, drainTimeout                time.Duration
 	logLevel, logFormat                       string
@@ -65,6 +66,7 @@ func (c *commonFlags) register(fs *flag.FlagSet, listen string) {
 	fs.IntVar(&c.maxRooms, "max-rooms", node.DefaultMaxRooms, "rooms per connection (and watched rooms)")
 	fs.IntVar(&c.maxWatchUsers, "max-watch-users", node.DefaultMaxWatchUsers, "users of one watch list")
 	fs.DurationVar(&c.fanoutTick, "fanout-tick", node.DefaultFanoutTick, "how often batched events and counts go out")
+	fs.IntVar(&c.maxInflight, "max-inflight", node.DefaultMaxInflight, "client requests waiting on the store at once; past it a node answers unavailable with a retry hint")
 	fs.IntVar(&c.fanoutBudget, "fanout-budget", node.DefaultFanoutBudget, "most frames per second the tick sends over all rooms: busy big rooms go out less often, each frame carrying more (negative: no bound)")
 	fs.IntVar(&c.batchFrom, "batch-from", node.DefaultBatchFrom, "local members from which a room's events go out batched, once per tick, to clients that take them (negative: never)")
 	fs.DurationVar(&c.streamMaxAge, "stream-max-age", 24*time.Hour, "how long the transition stream keeps events")
@@ -141,7 +143,7 @@ func (c *commonFlags) config(stderr io.Writer) (serverConfig, error) {
 		Region: c.region, Redis: c.redis, RedisCluster: c.redisCluster,
 		NATS: c.nats, NATSPort: c.natsPort, NATSStoreDir: c.natsStoreDir, Listen: c.listen,
 		Timing:     c.timing,
-		Limits:     node.Limits{MaxConnections: c.maxConns, MaxRooms: c.maxRooms, MaxWatches: c.maxRooms, MaxWatchUsers: c.maxWatchUsers},
+		Limits:     node.Limits{MaxConnections: c.maxConns, MaxRooms: c.maxRooms, MaxWatches: c.maxRooms, MaxWatchUsers: c.maxWatchUsers, MaxInflight: c.maxInflight},
 		FanoutTick: c.fanoutTick, BatchFrom: c.batchFrom, FanoutBudget: c.fanoutBudget,
 		Auth:         node.AuthConfig{InsecureDev: c.insecureDev},
 		StreamMaxAge: c.streamMaxAge, DrainTimeout: c.drainTimeout, Log: lg,
