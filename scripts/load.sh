@@ -164,7 +164,7 @@ if [[ $mode == bigroom* || $mode == centrifugo ]]; then
 	# Node B: the room's population and the churners.
 	bport=$(free_port $((lport + 1)))
 	"$bin/presenced" node --jwt-secret "$secret" --region load --redis "127.0.0.1:$rport" \
-		--nats "nats://127.0.0.1:$nport" --listen "127.0.0.1:$bport" --log-level warn --max-connections 18000 \
+		--nats "nats://127.0.0.1:$nport" --listen "127.0.0.1:$bport" --log-level warn --max-connections 18000 ${PPROF:+--pprof-listen 127.0.0.1:6062} \
 		>"$work/nodeB.log" 2>&1 &
 	nodeb_pid=$!
 	pids+=("$nodeb_pid")
