@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -96,6 +97,11 @@ func natsAuth(creds, ca string) ([]nats.Option, error) {
 // list of several, or cluster, means Redis Cluster. Contexts bound every
 // call (ContextTimeoutEnabled): a stalled Redis must not hold a heartbeat,
 // a join or a health check longer than its deadline.
+//
+// The pool holds redisPool connections (per master on a cluster) unless
+// a URL's pool_size says otherwise: go-redis's default (10 per CPU) made
+// requests queue for a connection, not for Redis, when a node busy with
+// its fan-out was slow to read replies.
 func newRedis(spec string, cluster bool) (redis.UniversalClient, error) {
 	if strings.Contains(spec, "://") {
 		if cluster {
@@ -104,6 +110,7 @@ func newRedis(spec string, cluster bool) (redis.UniversalClient, error) {
 				return nil, &usageError{fmt.Sprintf("--redis %q: %v", spec, err)}
 			}
 			o.ContextTimeoutEnabled = true
+			o.PoolSize = cmp.Or(o.PoolSize, redisPool)
 			return redis.NewClusterClient(o), nil
 		}
 		o, err := redis.ParseURL(spec)
@@ -111,14 +118,18 @@ func newRedis(spec string, cluster bool) (redis.UniversalClient, error) {
 			return nil, &usageError{fmt.Sprintf("--redis %q: %v", spec, err)}
 		}
 		o.ContextTimeoutEnabled = true
+		o.PoolSize = cmp.Or(o.PoolSize, redisPool)
 		return redis.NewClient(o), nil
 	}
 	addrs := strings.Split(spec, ",")
 	if cluster || len(addrs) > 1 {
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true}), nil
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, PoolSize: redisPool}), nil
 	}
-	return redis.NewClient(&redis.Options{Addr: addrs[0], ContextTimeoutEnabled: true}), nil
+	return redis.NewClient(&redis.Options{Addr: addrs[0], ContextTimeoutEnabled: true, PoolSize: redisPool}), nil
 }
+
+// redisPool is the connection pool's size to one Redis.
+const redisPool = 128
 
 // fatalError ends a retry: waiting would not mend it.
 type fatalError struct{ err error }
