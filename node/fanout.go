@@ -94,7 +94,7 @@ func (h *hub) flushLocked(r *room) {
 			continue
 		}
 		if c.queued() >= behindFrames {
-			m.live, m.behind, m.buf, m.lost = false, true, nil, false
+			m.live, m.behind = false, true
 			r.noteLocked(c, m)
 			h.behind[r] = struct{}{}
 			h.metrics.behind.Inc()

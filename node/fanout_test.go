@@ -277,3 +277,45 @@ func TestTheBudgetSpacesABusyRoomsFrames(t *testing.T) {
 		t.Fatalf("events %v, want 1..9 or 1..10 in order (10 may wait a tick)", got)
 	}
 }
+
+// Members waiting for their snapshots share one buffer of the room's
+// events. Full, it drops what no waiting member needs, else everything;
+// a snapshot older than what was dropped is refused (read again), a newer
+// one takes the rest of the buffer.
+func TestWaitingMembersShareOneBoundedBuffer(t *testing.T) {
+	h, r := fanoutHub(t, 0)
+	a, w := queuedConn("a"), queuedConn("w")
+	a.d = &connDeps{lim: Limits{SendQueue: 1 << 20}, log: quiet} // it reads nothing here
+	r.members[a] = &member{in: interest{detail: detailSessions}}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7}, "j", reasonJoin, r.members) {
+		t.Fatal("first snapshot refused")
+	}
+	r.members[w] = &member{in: interest{detail: detailSessions}}
+	r.noteLocked(w, r.members[w]) // as add does: w waits, from seq 0
+	last := uint64(maxBuffered + 10)
+	for seq := uint64(1); seq <= last; seq++ {
+		h.eventLocked(r, fanEvent(seq, presence.Online, presence.Joined))
+	}
+	if len(r.buffered) > maxBuffered || r.dropped == 0 {
+		t.Fatalf("buffer of %d events, dropped up to %d: want it bounded", len(r.buffered), r.dropped)
+	}
+	if h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 5}, "j", reasonJoin, map[*conn]*member{w: r.members[w]}) {
+		t.Fatal("a snapshot older than the dropped events served")
+	}
+	w.takeQueue()
+	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: last - 3}, "j", reasonJoin, map[*conn]*member{w: r.members[w]}) {
+		t.Fatal("a snapshot newer than the dropped events refused")
+	}
+	got := w.takeQueue()
+	if len(got) != 4 || !strings.Contains(got[1], fmt.Sprintf(`"seq":%d`, last-2)) || !strings.Contains(got[3], fmt.Sprintf(`"seq":%d`, last)) {
+		t.Fatalf("w got %d frames, want its snapshot then the last three events", len(got))
+	}
+	if r.buffered != nil || len(r.waiting) != 0 {
+		t.Fatalf("the last waiting member went live and %d events stay buffered", len(r.buffered))
+	}
+	if n := len(a.takeQueue()); n != int(last)+1 {
+		t.Fatalf("the live member got %d frames, want its snapshot and %d events", n, last)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,14 +16,18 @@ import (
 )
 
 // Hub buffers. maxHeld bounds the events held back while an earlier one is
-// missing; maxBuffered bounds the events kept for a member, or a room,
-// waiting for its snapshot. Past either, the node starts over from a new
-// snapshot.
+// missing; maxBuffered bounds the events a room keeps for its members
+// waiting for their snapshots (or before its first). Past either, the
+// node starts over from a new snapshot.
 const (
 	maxHeld      = 4096
 	maxBuffered  = 4096
 	msgQueue     = 16384 // NATS messages waiting for the dispatcher
-	gapTimeout   = time.Second
+	// gapTimeout: a busy room's transitions reach NATS out of seq order by
+	// up to a second under load, and a resync of a room of thousands costs
+	// a snapshot per member: wait longer than that before deciding one
+	// is lost.
+	gapTimeout   = 3 * time.Second
 	resyncPause  = time.Second // between failed resync snapshots
 	maxSnapTries = 4
 	// behindFrames is the most frames a member taking events frames may
@@ -93,11 +98,19 @@ type room struct {
 	err     error
 	members map[*conn]*member
 	// special holds the members an event must visit one by one while the
-	// room batches: all but count members, members behind, and live ones
-	// taking events frames (those the tick serves from pending). In a room
-	// of 15,000 nearly all are batched: an event then costs the node one
+	// room batches: the live ones that take no events frames. In a room of
+	// 15,000 nearly all are batched: an event then costs the node one
 	// append, not a pass over every member (noteLocked keeps it).
 	special map[*conn]*member
+	// waiting holds the members waiting for a snapshot (a join, a resync);
+	// buffered the events passed on since the first of them began to wait,
+	// once for all of them (not per member: a resync of 15,000 would hold
+	// every event 15,000 times). A member's snapshot at S takes the
+	// buffered events above S. dropped is the highest seq dropped from
+	// buffered: a snapshot below it cannot serve.
+	waiting  map[*conn]*member
+	buffered []event
+	dropped  uint64
 	// counters is how many members have view count; countDirty that the
 	// room's membership changed since its count was last read.
 	counters   int
@@ -139,9 +152,11 @@ type member struct {
 	after  uint64
 	live   bool
 	resync bool // waiting for the room's resync snapshot
-	lost   bool // buf overflowed: needs a newer snapshot
 	behind bool // its queue was full: nothing until it drains, then a resync
-	buf    []event
+	// floor: the room's position when it began to wait. Its snapshot is
+	// read later, so at or above it: buffered events at or below every
+	// waiting member's floor serve no one.
+	floor uint64
 	// View count: the count last sent and the read it came from.
 	sent int
 	gen  uint64
@@ -272,6 +287,7 @@ func (h *hub) removeLocked(r *room, c *conn) *nats.Subscription {
 	}
 	delete(r.members, c)
 	delete(r.special, c)
+	r.unwaitLocked(c)
 	if len(r.members) > 0 || h.rooms[r.name] != r {
 		return nil
 	}
@@ -319,7 +335,7 @@ func (h *hub) snapshot(ctx context.Context, name string, c *conn, ref string, in
 		if m.in.count != in.count {
 			r.counters += map[bool]int{true: 1, false: -1}[in.count]
 		}
-		m.live, m.buf, m.lost, m.behind, m.resync, m.in = false, nil, false, false, false, in
+		m.live, m.behind, m.resync, m.in = false, false, false, in
 		r.noteLocked(c, m)
 	}
 	h.mu.Unlock()
@@ -415,17 +431,41 @@ func (h *hub) fly(r *room, f *flight) {
 	}
 }
 
-// noteLocked files m in r.special or out of it after a change of its
-// interest, liveness or lag.
+// noteLocked files m in r.special and r.waiting, or out of them, after a
+// change of its interest, liveness or lag.
 func (r *room) noteLocked(c *conn, m *member) {
-	if m.in.count || m.behind || m.live && m.in.batch {
+	if m.live && !m.in.batch && !m.in.count && !m.behind {
+		if r.special == nil {
+			r.special = map[*conn]*member{}
+		}
+		r.special[c] = m
+	} else {
 		delete(r.special, c)
+	}
+	if m.live || m.in.count || m.behind {
+		r.unwaitLocked(c)
 		return
 	}
-	if r.special == nil {
-		r.special = map[*conn]*member{}
+	if _, ok := r.waiting[c]; !ok {
+		if r.waiting == nil {
+			r.waiting = map[*conn]*member{}
+		}
+		_, base, synced := r.seq.Position()
+		m.floor = 0
+		if synced {
+			m.floor = base
+		}
+		r.waiting[c] = m
 	}
-	r.special[c] = m
+}
+
+// unwaitLocked takes c off the members waiting for a snapshot; the last
+// one off drops the buffer.
+func (r *room) unwaitLocked(c *conn) {
+	delete(r.waiting, c)
+	if len(r.waiting) == 0 {
+		r.buffered = nil
+	}
 }
 
 func (r *room) memberOf(c *conn) *member {
@@ -473,11 +513,10 @@ func (h *hub) readyLocked(r *room, snap presence.Snapshot, ref, reason string, m
 		r.lost, r.early = false, nil
 		return false
 	}
-	for _, m := range ms {
-		if m.lost {
-			m.lost, m.buf = false, nil
-			return false
-		}
+	if synced && snap.Epoch == epoch && snap.RoomSeq < r.dropped {
+		// Events above it were dropped from the buffer: a newer read has
+		// them.
+		return false
 	}
 	var frames [detailSessions + 1][]byte // encoded once per detail
 	for c, m := range ms {
@@ -487,14 +526,15 @@ func (h *hub) readyLocked(r *room, snap presence.Snapshot, ref, reason string, m
 		}
 		c.send(frames[d])
 		m.after, m.live, m.resync = snap.RoomSeq, true, false
-		r.noteLocked(c, m)
-		for _, e := range m.buf {
+		for _, e := range r.buffered {
 			if e.seq > m.after && (!e.sessionsOnly || d == detailSessions) {
 				c.send(e.frame)
 				m.after = e.seq
 			}
 		}
-		m.buf = nil
+	}
+	for c, m := range ms { // after every replay: the last one out drops the buffer
+		r.noteLocked(c, m)
 	}
 	if !synced {
 		r.seq.Reset(snap.Epoch, snap.RoomSeq)
@@ -543,9 +583,10 @@ func (b *snapBodies) get(s presence.Snapshot, d detail) []byte {
 // resync.
 func (h *hub) resetLocked(r *room) {
 	r.seq.Forget()
-	r.early, r.lost, r.pending = nil, false, nil
+	r.early, r.lost, r.pending, r.buffered, r.dropped = nil, false, nil, nil, 0
 	delete(h.gappy, r)
 	for c, m := range r.members {
+		m.floor = 0 // the numbering starts over
 		switch {
 		case m.in.count:
 			// Counts are read, not folded: read again, as events may
@@ -553,7 +594,7 @@ func (h *hub) resetLocked(r *room) {
 		case m.behind:
 			// Served once its queue has drained (checkBehind).
 		default:
-			m.live, m.buf, m.lost, m.resync = false, nil, false, true
+			m.live, m.resync = false, true
 			r.noteLocked(c, m)
 		}
 	}
@@ -697,33 +738,52 @@ func (h *hub) eventLocked(r *room, e event) {
 // has begun, live members taking events frames get the event at the next
 // tick (flushLocked) instead, with the rest of the tick's events.
 func (h *hub) deliverLocked(r *room, e event) {
+	r.bufferLocked(e)
 	batching := len(r.pending) > 0 || h.batchFrom > 0 && len(r.members) >= h.batchFrom
-	queued := false
 	visit := r.members
 	if batching {
 		// The live members taking events frames, all of them in a big
 		// room, get it from pending at the tick.
-		visit, queued = r.special, true
-	}
-	for c, m := range visit {
-		switch {
-		case m.in.count || m.behind || e.seq <= m.after || e.sessionsOnly && m.in.detail != detailSessions:
-		case m.live && m.in.batch && batching:
-			queued = true
-		case m.live:
-			c.send(e.frame)
-			m.after = e.seq
-			h.metrics.forwarded.Inc()
-		case len(m.buf) >= maxBuffered:
-			m.lost, m.buf = true, nil
-		case !m.lost:
-			m.buf = append(m.buf, e)
-		}
-	}
-	if queued {
+		visit = r.special
 		r.pending = append(r.pending, e)
 		h.dirty[r] = struct{}{}
 	}
+	for c, m := range visit {
+		switch {
+		case !m.live || m.in.count || m.behind || e.seq <= m.after || e.sessionsOnly && m.in.detail != detailSessions:
+		case m.in.batch && batching:
+		default:
+			c.send(e.frame)
+			m.after = e.seq
+			h.metrics.forwarded.Inc()
+		}
+	}
+}
+
+// bufferLocked keeps e for the members waiting for a snapshot. Full, the
+// buffer first drops what no waiting member can need (at or below every
+// floor), then, if that is not enough, everything: their snapshots are
+// then read again (readyLocked refuses one below dropped).
+func (r *room) bufferLocked(e event) {
+	if len(r.waiting) == 0 {
+		return
+	}
+	if len(r.buffered) >= maxBuffered {
+		floor := e.seq
+		for _, m := range r.waiting {
+			floor = min(floor, m.floor)
+		}
+		n := 0
+		for n < len(r.buffered) && r.buffered[n].seq <= floor {
+			n++
+		}
+		if n == 0 {
+			n = len(r.buffered)
+		}
+		r.dropped = max(r.dropped, r.buffered[n-1].seq)
+		r.buffered = slices.Delete(r.buffered, 0, n)
+	}
+	r.buffered = append(r.buffered, e)
 }
 
 // onMsg handles one message from a room subscription.
