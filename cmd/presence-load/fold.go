@@ -101,6 +101,7 @@ type folder struct {
 	v       view
 	epoch   int64
 	seq     uint64            // last seq applied (the snapshot's room_seq, then events)
+	base    uint64            // the snapshot's room_seq
 	lastSeq map[string]uint64 // per user, the seq of the last event applied
 	ready   bool              // a snapshot came
 	filter  map[string]bool   // watch list: only these users (nil: everyone)
@@ -132,7 +133,7 @@ func (f *folder) snapshot(s *presence.Snapshot, resync bool) bool {
 	}
 	f.v = view{}
 	clear(f.lastSeq)
-	f.epoch, f.seq, f.ready = s.Epoch, s.RoomSeq, true
+	f.epoch, f.seq, f.base, f.ready = s.Epoch, s.RoomSeq, s.RoomSeq, true
 	for _, m := range s.Members {
 		f.v[m.User] = sessionsOf(m)
 	}
@@ -202,15 +203,25 @@ func (f *folder) apply(epoch int64, e entry) {
 	if f.filter != nil && !f.filter[e.User] {
 		return
 	}
-	if e.Seq <= f.seq {
-		f.dups++
-		return
+	if f.filter != nil {
+		// A watch list promises each user's events in seq order, not the
+		// room's: two users' events may cross (docs/PROTOCOL.md).
+		if e.Seq <= f.base || e.Seq <= f.lastSeq[e.User] {
+			f.dups++
+			return
+		}
+		f.seq = max(f.seq, e.Seq)
+	} else {
+		if e.Seq <= f.seq {
+			f.dups++
+			return
+		}
+		if e.Seq > f.seq+1 {
+			f.gaps++
+			f.missing += int(e.Seq - f.seq - 1)
+		}
+		f.seq = e.Seq
 	}
-	if f.filter == nil && e.Seq > f.seq+1 {
-		f.gaps++
-		f.missing += int(e.Seq - f.seq - 1)
-	}
-	f.seq = e.Seq
 	f.lastSeq[e.User] = e.Seq
 	switch e.Kind {
 	case presence.Online:

@@ -295,3 +295,18 @@ func TestDiffTrans(t *testing.T) {
 		t.Fatal(d)
 	}
 }
+
+// A watch list's users' events may cross (each user's are in order): the
+// fold applies both, and still counts a repeat of one user's event.
+func TestWatchFoldTakesCrossingUsers(t *testing.T) {
+	f := newFolder()
+	f.filter = map[string]bool{"a": true, "b": true}
+	f.snapshot(&presence.Snapshot{Epoch: 1, RoomSeq: 10, Members: []presence.Member{}}, false)
+	f.apply(1, entry{Seq: 12, Kind: presence.Online, User: "b"})
+	f.apply(1, entry{Seq: 11, Kind: presence.Online, User: "a"})
+	f.apply(1, entry{Seq: 12, Kind: presence.Online, User: "b"}) // repeated
+	f.apply(1, entry{Seq: 9, Kind: presence.Offline, User: "a"}) // in the snapshot
+	if len(f.v) != 2 || f.dups != 2 {
+		t.Fatalf("view %v, repeats %d: want a and b, 2 repeats", f.v, f.dups)
+	}
+}
