@@ -126,11 +126,13 @@ func (c *conn) write() {
 				return
 			}
 		}
-		// On a batching connection all queued frames go out in one write;
-		// so does a single frame larger than gorilla's write buffer, which
-		// it would write as two (the buffer, then the rest).
+		// On a batching connection all queued frames go out in one write.
+		// (Not a single large frame: gorilla writes it as two, but copying
+		// it into a batch would hold a frame-sized buffer per writer while
+		// a slow client blocks it: 1.4 GB at 15,000 members of a churning
+		// room.)
 		bc, _ := c.ws.NetConn().(*batchConn)
-		if bc != nil && (len(q) > 1 || len(q) == 1 && len(q[0]) > lim.WriteBufferBytes-16) {
+		if bc != nil && len(q) > 1 {
 			bc.begin()
 		} else {
 			bc = nil
