@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -939,8 +940,12 @@ func (w *bigWorker) check(t *checkReq) checkResp {
 				}
 			}
 			out.Expected = append(out.Expected, exp)
-			slices.SortFunc(want, func(a, b trans) int { return cmpU64(a.Seq, b.Seq) })
-			if d := diffTrans(want, c.recv); d != "" {
+			// Each user's events exactly once, in seq order; two users'
+			// may cross (docs/PROTOCOL.md, "Watch lists").
+			slices.SortFunc(want, func(a, b trans) int { return cmp.Or(strings.Compare(a.User, b.User), cmpU64(a.Seq, b.Seq)) })
+			got := slices.Clone(c.recv)
+			slices.SortStableFunc(got, func(a, b entry) int { return strings.Compare(a.User, b.User) })
+			if d := diffTrans(want, got); d != "" {
 				diffs = append(diffs, d)
 			}
 		}
@@ -965,7 +970,8 @@ func cmpU64(a, b uint64) int {
 }
 
 // diffTrans compares the events a watcher received with the ones it
-// should have (seq order): "" when equal.
+// should have, both grouped by user, each user's in the order received
+// and in seq order: "" when equal.
 func diffTrans(want []trans, got []entry) string {
 	for i := 0; i < max(len(want), len(got)); i++ {
 		switch {
