@@ -20,9 +20,9 @@ import (
 // waiting for their snapshots (or before its first). Past either, the
 // node starts over from a new snapshot.
 const (
-	maxHeld      = 4096
-	maxBuffered  = 4096
-	msgQueue     = 16384 // NATS messages waiting for the dispatcher
+	maxHeld     = 4096
+	maxBuffered = 4096
+	msgQueue    = 16384 // NATS messages waiting for the dispatcher
 	// gapTimeout: a busy room's transitions reach NATS out of seq order by
 	// up to a second under load, and a resync of a room of thousands costs
 	// a snapshot per member: wait longer than that before deciding one
