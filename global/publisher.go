@@ -262,41 +262,9 @@ func (p *RegionPublisher) cadence(ctx context.Context) {
 	}
 	var sendErr error
 	if full {
-		// A full is what this publisher has published, now brought up
-		// to date: after the first of a term it needs no read of the
-		// region, however many aggregators ask.
-		p.seq++
-		parts := chunkOps(p.last.Ops(), budget)
-		if len(parts) == 0 {
-			parts = [][]roomOps{nil}
-		}
-		for i, ops := range parts {
-			sendErr = errors.Join(sendErr, p.send(bus.SyncFullSubject(p.cfg.Region), publication{
-				Kind: kindFull, Seq: p.seq, Part: i + 1, Parts: len(parts), Rooms: ops,
-			}))
-		}
-		p.stats.Fulls.Add(1)
-		p.fullDue, p.sinceFull, p.sinceDigest = false, 0, 0
+		sendErr = p.sendFullLocked(budget)
 	} else {
-		chunks := chunkOps(ops, budget)
-		if len(chunks) == 0 {
-			chunks = [][]roomOps{nil}
-		}
-		p.sinceFull++
-		p.sinceDigest++
-		dg := ""
-		if p.sinceDigest >= p.cfg.FullEvery {
-			dg, p.sinceDigest = digest(p.last.Members, p.last.States), 0
-		}
-		for i, ops := range chunks {
-			p.seq++
-			pub := publication{Kind: kindDelta, Seq: p.seq, Rooms: ops}
-			if i == len(chunks)-1 {
-				pub.Digest = dg
-			}
-			sendErr = errors.Join(sendErr, p.send(bus.SyncDeltaSubject(p.cfg.Region), pub))
-			p.stats.Deltas.Add(1)
-		}
+		sendErr = p.sendDeltasLocked(ops, budget)
 	}
 	if sendErr != nil {
 		// Aggregators see the gap and ask; send a full next time anyway.
@@ -304,6 +272,52 @@ func (p *RegionPublisher) cadence(ctx context.Context) {
 		p.fullDue = true
 		p.log.Warn("global: publication failed", "err", sendErr)
 	}
+}
+
+// sendFullLocked publishes a full: what this publisher has published,
+// now brought up to date. After the first of a term it needs no read of
+// the region, however many aggregators ask.
+func (p *RegionPublisher) sendFullLocked(budget int) error {
+	var sendErr error
+	p.seq++
+	parts := chunkOps(p.last.Ops(), budget)
+	if len(parts) == 0 {
+		parts = [][]roomOps{nil}
+	}
+	for i, ops := range parts {
+		sendErr = errors.Join(sendErr, p.send(bus.SyncFullSubject(p.cfg.Region), publication{
+			Kind: kindFull, Seq: p.seq, Part: i + 1, Parts: len(parts), Rooms: ops,
+		}))
+	}
+	p.stats.Fulls.Add(1)
+	p.fullDue, p.sinceFull, p.sinceDigest = false, 0, 0
+	return sendErr
+}
+
+// sendDeltasLocked publishes ops as deltas, the last carrying the digest
+// when one is due.
+func (p *RegionPublisher) sendDeltasLocked(ops []roomOps, budget int) error {
+	var sendErr error
+	chunks := chunkOps(ops, budget)
+	if len(chunks) == 0 {
+		chunks = [][]roomOps{nil}
+	}
+	p.sinceFull++
+	p.sinceDigest++
+	dg := ""
+	if p.sinceDigest >= p.cfg.FullEvery {
+		dg, p.sinceDigest = digest(p.last.Members, p.last.States), 0
+	}
+	for i, ops := range chunks {
+		p.seq++
+		pub := publication{Kind: kindDelta, Seq: p.seq, Rooms: ops}
+		if i == len(chunks)-1 {
+			pub.Digest = dg
+		}
+		sendErr = errors.Join(sendErr, p.send(bus.SyncDeltaSubject(p.cfg.Region), pub))
+		p.stats.Deltas.Add(1)
+	}
+	return sendErr
 }
 
 // cadenceRead is what one cadence read: the whole region (view), or the

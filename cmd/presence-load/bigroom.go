@@ -687,30 +687,7 @@ func (c *churn) one(ctx context.Context, i int, at time.Time) {
 	var ending atomic.Bool
 	defer func() { ending.Store(true); ws.Close() }()
 	frames := make(chan pframe, 16)
-	go func() {
-		defer close(frames)
-		for {
-			_, data, err := ws.ReadMessage()
-			if err != nil {
-				if !ending.Load() {
-					why := closeReason(err)
-					c.note(func() { c.closedByNode[why]++ })
-				}
-				return
-			}
-			k := frameKind(data)
-			if k == "count" && !strings.Contains(string(data[:min(len(data), 40)]), `"ref"`) || k == "events" || k == "event" {
-				continue
-			}
-			var p pframe
-			if json.Unmarshal(data, &p) == nil {
-				select {
-				case frames <- p:
-				default:
-				}
-			}
-		}
-	}()
+	go c.readReplies(ws, &ending, frames)
 	room, _ := json.Marshal(r.room)
 	join := `{"type":"join","room":` + string(room) + `,"view":"count","ref":"j"}`
 	if r.b.churnView == "members" {
@@ -722,44 +699,9 @@ func (c *churn) one(ctx context.Context, i int, at time.Time) {
 	now := time.Now()
 	c.note(func() { c.maxLag = max(c.maxLag, now.Sub(at)) })
 	c.sendUS[i] = now.UnixMicro() - r.baseUS
-	answered := false
-	lastCode := ""
-	for attempt := 1; attempt <= 5 && !answered; attempt++ {
-		if ws.WriteMessage(websocket.TextMessage, []byte(join)) != nil {
-			break
-		}
-		retry := time.Duration(0)
-		timeout := time.After(30 * time.Second)
-	wait:
-		for {
-			select {
-			case p, ok := <-frames:
-				if !ok {
-					break wait
-				}
-				if p.Ref != "j" {
-					continue
-				}
-				if p.Type == "error" {
-					lastCode = p.Code
-					c.note(func() { c.codes[p.Code]++ })
-					retry = time.Duration(p.Retry) * time.Millisecond
-					break wait
-				}
-				c.replyUS[i] = time.Now().UnixMicro() - r.baseUS
-				answered = true
-				break wait
-			case <-timeout:
-				break wait
-			case <-ctx.Done():
-				return
-			}
-		}
-		if answered || retry == 0 {
-			break
-		}
-		c.note(func() { c.retried++ })
-		time.Sleep(retry)
+	answered, lastCode, ok := c.joinWithRetries(ctx, ws, frames, []byte(join), i)
+	if !ok {
+		return
 	}
 	if !answered {
 		c.note(func() {
@@ -794,6 +736,78 @@ func (c *churn) one(ctx context.Context, i int, at time.Time) {
 	// Unanswered or refused: closing the connection releases the session
 	// too (its offline then follows the close, not the leave).
 	c.note(func() { c.leaveUnanswered++ })
+}
+
+// readReplies passes the churner connection's replies on to frames
+// (dropping them when nobody waits), and counts a close by the node.
+func (c *churn) readReplies(ws *websocket.Conn, ending *atomic.Bool, frames chan<- pframe) {
+	defer close(frames)
+	for {
+		_, data, err := ws.ReadMessage()
+		if err != nil {
+			if !ending.Load() {
+				why := closeReason(err)
+				c.note(func() { c.closedByNode[why]++ })
+			}
+			return
+		}
+		k := frameKind(data)
+		if k == "count" && !strings.Contains(string(data[:min(len(data), 40)]), `"ref"`) || k == "events" || k == "event" {
+			continue
+		}
+		var p pframe
+		if json.Unmarshal(data, &p) == nil {
+			select {
+			case frames <- p:
+			default:
+			}
+		}
+	}
+}
+
+// joinWithRetries sends churner i's join, again after each refusal's
+// retry_after_ms (five tries): answered, the last refusal's code, and ok
+// false when ctx ended.
+func (c *churn) joinWithRetries(ctx context.Context, ws *websocket.Conn, frames <-chan pframe, join []byte, i int) (answered bool, lastCode string, ok bool) {
+	r := c.r
+	for attempt := 1; attempt <= 5 && !answered; attempt++ {
+		if ws.WriteMessage(websocket.TextMessage, join) != nil {
+			break
+		}
+		retry := time.Duration(0)
+		timeout := time.After(30 * time.Second)
+	wait:
+		for {
+			select {
+			case p, ok := <-frames:
+				if !ok {
+					break wait
+				}
+				if p.Ref != "j" {
+					continue
+				}
+				if p.Type == "error" {
+					lastCode = p.Code
+					c.note(func() { c.codes[p.Code]++ })
+					retry = time.Duration(p.Retry) * time.Millisecond
+					break wait
+				}
+				c.replyUS[i] = time.Now().UnixMicro() - r.baseUS
+				answered = true
+				break wait
+			case <-timeout:
+				break wait
+			case <-ctx.Done():
+				return answered, lastCode, false
+			}
+		}
+		if answered || retry == 0 {
+			break
+		}
+		c.note(func() { c.retried++ })
+		time.Sleep(retry)
+	}
+	return answered, lastCode, true
 }
 
 // awaitLeft reads frames until the leave's reply: done on `left`; a
@@ -964,10 +978,10 @@ func procRSS(pid int) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return parseVmRSS(string(b))
+	return parseVMRSS(string(b))
 }
 
-func parseVmRSS(status string) (int64, error) {
+func parseVMRSS(status string) (int64, error) {
 	for _, line := range strings.Split(status, "\n") {
 		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
 			f := strings.Fields(v)
@@ -1206,6 +1220,47 @@ func toDurations(us []int64) []time.Duration {
 	return d
 }
 
+// stormJoin sends one storm joiner's join and waits for its snapshot,
+// sending it again after an unavailable's retry_after_ms, as a client
+// does (the time counts from the first try). It returns the join ->
+// snapshot time, or the refusal's code ("lost": the connection failed).
+func stormJoin(c *websocket.Conn, join []byte, i int, retried *atomic.Int64) (time.Duration, string) {
+	t0 := time.Now()
+	if c.WriteMessage(websocket.TextMessage, join) != nil {
+		return 0, "lost"
+	}
+	_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
+	for {
+		_, data, err := c.ReadMessage()
+		if err != nil {
+			return 0, "lost"
+		}
+		k := frameKind(data)
+		if k != "snapshot" && k != "error" {
+			continue
+		}
+		var p pframe
+		if json.Unmarshal(data, &p) != nil || p.Ref != "j" {
+			continue
+		}
+		if k == "error" && p.Code == "unavailable" && p.Retry > 0 && time.Since(t0) < 30*time.Second {
+			retried.Add(1)
+			time.Sleep(time.Duration(p.Retry) * time.Millisecond)
+			if c.WriteMessage(websocket.TextMessage, join) != nil {
+				return 0, "lost"
+			}
+			continue
+		}
+		if k == "error" {
+			return 0, p.Code
+		}
+		d := time.Since(t0)
+		_ = c.SetReadDeadline(time.Time{})
+		drain(i, c)
+		return d, ""
+	}
+}
+
 // stormPhase opens --storm connections to the measured node and has them
 // all join the room at once: join -> snapshot per joiner.
 func (r *bigRun) stormPhase(ctx context.Context) error {
@@ -1238,46 +1293,17 @@ func (r *bigRun) stormPhase(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			<-gate
-			t0 := time.Now()
-			if c.WriteMessage(websocket.TextMessage, join) != nil {
-				lost.Add(1)
-				return
-			}
-			_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
-			for {
-				_, data, err := c.ReadMessage()
-				if err != nil {
+			if d, code := stormJoin(c, join, i, &retried); code != "" {
+				if code == "lost" {
 					lost.Add(1)
 					return
 				}
-				k := frameKind(data)
-				if k == "snapshot" || k == "error" {
-					var p pframe
-					if json.Unmarshal(data, &p) == nil && p.Ref == "j" {
-						if k == "error" && p.Code == "unavailable" && p.Retry > 0 && time.Since(t0) < 30*time.Second {
-							// As a client does: again after the node's
-							// hint. The time counts from the first try.
-							retried.Add(1)
-							time.Sleep(time.Duration(p.Retry) * time.Millisecond)
-							if c.WriteMessage(websocket.TextMessage, join) != nil {
-								lost.Add(1)
-								return
-							}
-							continue
-						}
-						if k == "error" {
-							refused.Add(1)
-							codeMu.Lock()
-							codeCount[p.Code]++
-							codeMu.Unlock()
-							return
-						}
-						lat[i] = time.Since(t0)
-						_ = c.SetReadDeadline(time.Time{})
-						drain(i, c)
-						return
-					}
-				}
+				refused.Add(1)
+				codeMu.Lock()
+				codeCount[code]++
+				codeMu.Unlock()
+			} else {
+				lat[i] = d
 			}
 		}()
 	}

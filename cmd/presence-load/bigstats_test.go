@@ -84,11 +84,11 @@ func TestSamplesSpread(t *testing.T) {
 }
 
 func TestParseVmRSS(t *testing.T) {
-	v, err := parseVmRSS("Name:\tpresenced\nVmPeak:\t 900 kB\nVmRSS:\t  204800 kB\nThreads: 9\n")
+	v, err := parseVMRSS("Name:\tpresenced\nVmPeak:\t 900 kB\nVmRSS:\t  204800 kB\nThreads: 9\n")
 	if err != nil || v != 200<<20 {
 		t.Fatalf("%v %v", v, err)
 	}
-	if _, err := parseVmRSS("Name: x\n"); err == nil {
+	if _, err := parseVMRSS("Name: x\n"); err == nil {
 		t.Fatal("no VmRSS parsed")
 	}
 }

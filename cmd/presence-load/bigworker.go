@@ -559,6 +559,66 @@ type pframe struct {
 	Epoch    int64              `json:"epoch"`
 }
 
+// onSnapshot applies a snapshot or watching frame (a join's, a watch's
+// or a resync).
+func (c *bconn) onSnapshot(f pframe) {
+	if f.Snapshot == nil {
+		if f.Type == "watching" && c.fold != nil { // "users":[] (not sent by this tool)
+			return
+		}
+		c.bad("%s without a snapshot", f.Type)
+		return
+	}
+	if c.fold == nil || (f.Type == "watching") != (c.spec.Role == roleWatch) {
+		c.bad("unexpected %s (reason %s) for role %s", f.Type, f.Reason, c.spec.Role)
+		return
+	}
+	resync := f.Reason == "resync"
+	if resync {
+		c.resync.Add(1)
+		if c.fold.ready {
+			c.skips = append(c.skips, [2]uint64{c.fold.seq, f.Snapshot.RoomSeq})
+		}
+		// The onlines of churners it lists that were not seen as
+		// events never will be.
+		for _, m := range f.Snapshot.Members {
+			if i, ok := c.churnIndex(m.User); ok && c.on[i] == 0 {
+				c.on[i] = -1
+			}
+		}
+	}
+	if c.spec.Role == roleWatch {
+		c.recv = c.recv[:0]
+		c.baseSeq = f.Snapshot.RoomSeq
+	}
+	if c.fold.snapshot(f.Snapshot, resync) {
+		c.askPage()
+	}
+}
+
+// onCount applies a count frame.
+func (c *bconn) onCount(f pframe) {
+	if c.spec.Role != roleCount && c.spec.Role != rolePop {
+		c.bad("unexpected count frame")
+		return
+	}
+	if f.Count == nil {
+		c.bad("count frame without count")
+		return
+	}
+	if f.RoomSeq == 0 {
+		c.anom.CountNoSeq++ // counts are whole and carry no room_seq
+	}
+	if f.Epoch == c.epoch && f.RoomSeq <= c.countSeq && f.Reason != "resync" && c.countSeq > 0 {
+		c.anom.CountBack++
+		c.example("count frame at room_seq %d after %d", f.RoomSeq, c.countSeq)
+	}
+	if f.Reason == "resync" {
+		c.resync.Add(1)
+	}
+	c.count, c.countSeq, c.epoch = *f.Count, f.RoomSeq, f.Epoch
+}
+
 // handle applies one frame of a parsing connection (c.mu held).
 func (c *bconn) handle(data []byte, at time.Time) {
 	kind := frameKind(data)
@@ -593,38 +653,7 @@ func (c *bconn) handle(data []byte, at time.Time) {
 		}
 		c.applyEvent(t.Epoch, entryOf(t), at)
 	case "snapshot", "watching":
-		if f.Snapshot == nil {
-			if f.Type == "watching" && c.fold != nil { // "users":[] (not sent by this tool)
-				return
-			}
-			c.bad("%s without a snapshot", f.Type)
-			return
-		}
-		if c.fold == nil || (f.Type == "watching") != (c.spec.Role == roleWatch) {
-			c.bad("unexpected %s (reason %s) for role %s", f.Type, f.Reason, c.spec.Role)
-			return
-		}
-		resync := f.Reason == "resync"
-		if resync {
-			c.resync.Add(1)
-			if c.fold.ready {
-				c.skips = append(c.skips, [2]uint64{c.fold.seq, f.Snapshot.RoomSeq})
-			}
-			// The onlines of churners it lists that were not seen as
-			// events never will be.
-			for _, m := range f.Snapshot.Members {
-				if i, ok := c.churnIndex(m.User); ok && c.on[i] == 0 {
-					c.on[i] = -1
-				}
-			}
-		}
-		if c.spec.Role == roleWatch {
-			c.recv = c.recv[:0]
-			c.baseSeq = f.Snapshot.RoomSeq
-		}
-		if c.fold.snapshot(f.Snapshot, resync) {
-			c.askPage()
-		}
+		c.onSnapshot(f)
 	case "members":
 		if c.fold == nil || f.Snapshot == nil {
 			c.bad("unexpected members page")
@@ -639,25 +668,7 @@ func (c *bconn) handle(data []byte, at time.Time) {
 			c.askPage()
 		}
 	case "count":
-		if c.spec.Role != roleCount && c.spec.Role != rolePop {
-			c.bad("unexpected count frame")
-			return
-		}
-		if f.Count == nil {
-			c.bad("count frame without count")
-			return
-		}
-		if f.RoomSeq == 0 {
-			c.anom.CountNoSeq++ // counts are whole and carry no room_seq
-		}
-		if f.Epoch == c.epoch && f.RoomSeq <= c.countSeq && f.Reason != "resync" && c.countSeq > 0 {
-			c.anom.CountBack++
-			c.example("count frame at room_seq %d after %d", f.RoomSeq, c.countSeq)
-		}
-		if f.Reason == "resync" {
-			c.resync.Add(1)
-		}
-		c.count, c.countSeq, c.epoch = *f.Count, f.RoomSeq, f.Epoch
+		c.onCount(f)
 	case "error":
 		c.w.errored(f.Code)
 		if f.Code == "rate_limited" && c.fold != nil && c.fold.paging {

@@ -960,6 +960,43 @@ func (c *cfChurn) one(ctx context.Context, i int, at time.Time) {
 	c.note(func() { c.leaveUnanswered++ })
 }
 
+// closedSince counts, by reason, the closes in now that were not in then.
+func closedSince(then, now map[string]int) map[string]int {
+	out := map[string]int{}
+	for k, v := range now {
+		if d := v - then[k]; d > 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// cfBroken says why a churn step broke Centrifugo (none: it held):
+// subscribers closed, pushes never seen, subscribes not served, or a join
+// push p99 over 500 ms.
+func cfBroken(newClosed map[string]int, rep cfReport, answered, n int, on []time.Duration) []string {
+	var why []string
+	if len(newClosed) > 0 {
+		why = append(why, "subscribers closed: "+codes(newClosed))
+	}
+	if rep.OnNever+rep.OffNever+rep.LostConn > 0 {
+		why = append(why, fmt.Sprintf("%d joins and %d leaves never pushed to a sampled subscriber (%d at closed ones)", rep.OnNever+rep.LostConn, rep.OffNever, rep.LostConn))
+	}
+	if answered < n {
+		why = append(why, fmt.Sprintf("%d of %d churn subscribes not served", n-answered, n))
+	}
+	if len(on) > 0 {
+		all := append(slices.Clone(on), make([]time.Duration, rep.OnNever+rep.LostConn)...)
+		for i := len(on); i < len(all); i++ {
+			all[i] = never
+		}
+		if p99 := percentile(all, .99); p99 > 500*time.Millisecond {
+			why = append(why, "join -> push p99 "+fmtDur(p99)+" > 500ms")
+		}
+	}
+	return why
+}
+
 // step runs one churn step; false when Centrifugo broke in it.
 func (r *cfRun) step(ctx context.Context, k int, rate float64) (bool, error) {
 	b := r.b
@@ -1025,40 +1062,13 @@ func (r *cfRun) step(ctx context.Context, k int, rate float64) (bool, error) {
 	fmt.Fprintf(r.out, "join pushes delivered %d, expected about %d (answered subscribes x subscribers); leave pushes %d\n", s.Kinds[cfJoin], expectPush, s.Kinds[cfLeave])
 	fmt.Fprintf(r.out, "CPU over the churn and the drain (%v), %% of one core: %s\n", window.Round(time.Millisecond), fmtCPU(cpu, window))
 	r.rssLine("after the step")
-	newClosed := map[string]int{}
-	for k, v := range s.Closed {
-		if d := v - s0.Closed[k]; d > 0 {
-			newClosed[k] = d
-		}
-	}
+	newClosed := closedSince(s0.Closed, s.Closed)
 	fmt.Fprintf(r.out, "subscribers closed by Centrifugo in the step: %s (all so far: %s); pongs sent %d\n", codes(newClosed), codes(s.Closed), s.Pongs)
 	if len(s.Bad) > 0 {
 		fmt.Fprintf(r.out, "unreadable messages: %s\n", strings.Join(s.Bad, " | "))
 	}
-	ok := true
-	var why []string
-	if len(newClosed) > 0 {
-		ok = false
-		why = append(why, "subscribers closed: "+codes(newClosed))
-	}
-	if rep.OnNever+rep.OffNever+rep.LostConn > 0 {
-		ok = false
-		why = append(why, fmt.Sprintf("%d joins and %d leaves never pushed to a sampled subscriber (%d at closed ones)", rep.OnNever+rep.LostConn, rep.OffNever, rep.LostConn))
-	}
-	if answered < n {
-		ok = false
-		why = append(why, fmt.Sprintf("%d of %d churn subscribes not served", n-answered, n))
-	}
-	if len(on) > 0 {
-		all := append(slices.Clone(on), make([]time.Duration, rep.OnNever+rep.LostConn)...)
-		for i := len(on); i < len(all); i++ {
-			all[i] = never
-		}
-		if p99 := percentile(all, .99); p99 > 500*time.Millisecond {
-			ok = false
-			why = append(why, "join -> push p99 "+fmtDur(p99)+" > 500ms")
-		}
-	}
+	why := cfBroken(newClosed, rep, answered, n, on)
+	ok := len(why) == 0
 	if ok {
 		fmt.Fprintf(r.out, "step %d: held %.0f/s\n", k+1, rate)
 	} else {

@@ -112,32 +112,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	mode := args[0]
 	fs := flag.NewFlagSet("presence-load "+mode, flag.ContinueOnError)
 	var o options
-	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "node address (host:port)")
-	fs.StringVar(&o.metrics, "metrics", "", "node metrics URL (default http://ADDR/metrics)")
-	fs.StringVar(&o.natsURL, "nats", "nats://127.0.0.1:4222", "NATS URL (latency, sweep)")
-	fs.StringVar(&o.region, "region", "local", "the node's region")
-	fs.StringVar(&o.secret, "jwt-secret", "", "HS256 secret of the node (empty: --insecure-dev node)")
-	fs.StringVar(&o.sources, "sources", "127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4", "loopback source addresses to spread connections over")
-	fs.IntVar(&o.sessions, "sessions", 15000, "idle: connections to open (each one session in one room)")
-	fs.IntVar(&o.perRoom, "per-room", 0, "sessions per room (default: idle 100; latency and sweep 50 joins per room, plus its watcher)")
-	fs.DurationVar(&o.hold, "hold", 60*time.Second, "idle: how long to hold them and measure CPU")
-	fs.Float64Var(&o.rate, "rate", 1000, "latency: joins per second")
-	fs.DurationVar(&o.duration, "duration", 10*time.Second, "latency, sweep: how long to join at each rate (cut by --max-conns); hog: how long to run (0: until stopped)")
-	fs.StringVar(&o.sweep, "rates", "", "sweep: comma-separated join rates, lowest first (default 250,500,1000,1500,2000)")
-	fs.StringVar(&o.sweep, "sweep", "", "latency: run a sweep over these comma-separated rates (same as the sweep mode's --rates)")
-	fs.DurationVar(&o.late, "late", time.Second, "latency, sweep: an event seen later than this after its join counts as late (it still enters the percentiles)")
-	fs.DurationVar(&o.straggle, "straggle", 30*time.Second, "latency, sweep: how long after the last join to wait for events still due")
-	fs.DurationVar(&o.quiesce, "quiesce", 0, "latency, sweep: after a run, wait up to this long for its users' offline events and the node's connections to drop (default: sweep 90s, latency none)")
-	fs.IntVar(&o.maxConns, "max-conns", 12000, "latency, sweep: at most this many WebSockets per run (joiners + watchers); longer runs are cut")
-	fs.DurationVar(&o.okP99, "ok-p99", 25*time.Millisecond, "sweep: the p99 target")
-	fs.DurationVar(&o.badP99, "bad-p99", 100*time.Millisecond, "sweep: the p99 that marks a collapse")
-	fs.IntVar(&o.hog, "hog", 0, "latency, sweep: run a presence-load hog child process with this many busy goroutines during the runs")
-	fs.IntVar(&o.threads, "threads", 2, "hog: busy goroutines")
-	fs.StringVar(&o.redis, "redis", "", "idle, latency, sweep: Redis host:port (or redis:// URL) whose INFO cpu to read")
-	fs.IntVar(&o.natsPID, "nats-pid", 0, "idle, latency, sweep: nats-server's pid: its CPU from /proc/PID/stat (exact; preferred)")
-	fs.StringVar(&o.natsMonitor, "nats-monitor", "", "idle, latency, sweep: nats-server's monitoring URL (http://host:port): its CPU from /varz, sampled each second (when --nats-pid is not given)")
-	fs.IntVar(&o.members, "members", 10000, "storm: members in the room before the storm")
-	fs.IntVar(&o.joiners, "joiners", 1000, "storm: connections that join the room at once")
+	registerFlags(fs, &o)
 	var big bigOpts
 	registerBigFlags(fs, &big)
 	if err := fs.Parse(args[1:]); err != nil {
@@ -195,6 +170,36 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		o.maxConns = int(limit - 256)
 	}
 	return latency(ctx, o, out)
+}
+
+// registerFlags registers the flags of every mode but bigroom's.
+func registerFlags(fs *flag.FlagSet, o *options) {
+	fs.StringVar(&o.addr, "addr", "127.0.0.1:8080", "node address (host:port)")
+	fs.StringVar(&o.metrics, "metrics", "", "node metrics URL (default http://ADDR/metrics)")
+	fs.StringVar(&o.natsURL, "nats", "nats://127.0.0.1:4222", "NATS URL (latency, sweep)")
+	fs.StringVar(&o.region, "region", "local", "the node's region")
+	fs.StringVar(&o.secret, "jwt-secret", "", "HS256 secret of the node (empty: --insecure-dev node)")
+	fs.StringVar(&o.sources, "sources", "127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4", "loopback source addresses to spread connections over")
+	fs.IntVar(&o.sessions, "sessions", 15000, "idle: connections to open (each one session in one room)")
+	fs.IntVar(&o.perRoom, "per-room", 0, "sessions per room (default: idle 100; latency and sweep 50 joins per room, plus its watcher)")
+	fs.DurationVar(&o.hold, "hold", 60*time.Second, "idle: how long to hold them and measure CPU")
+	fs.Float64Var(&o.rate, "rate", 1000, "latency: joins per second")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "latency, sweep: how long to join at each rate (cut by --max-conns); hog: how long to run (0: until stopped)")
+	fs.StringVar(&o.sweep, "rates", "", "sweep: comma-separated join rates, lowest first (default 250,500,1000,1500,2000)")
+	fs.StringVar(&o.sweep, "sweep", "", "latency: run a sweep over these comma-separated rates (same as the sweep mode's --rates)")
+	fs.DurationVar(&o.late, "late", time.Second, "latency, sweep: an event seen later than this after its join counts as late (it still enters the percentiles)")
+	fs.DurationVar(&o.straggle, "straggle", 30*time.Second, "latency, sweep: how long after the last join to wait for events still due")
+	fs.DurationVar(&o.quiesce, "quiesce", 0, "latency, sweep: after a run, wait up to this long for its users' offline events and the node's connections to drop (default: sweep 90s, latency none)")
+	fs.IntVar(&o.maxConns, "max-conns", 12000, "latency, sweep: at most this many WebSockets per run (joiners + watchers); longer runs are cut")
+	fs.DurationVar(&o.okP99, "ok-p99", 25*time.Millisecond, "sweep: the p99 target")
+	fs.DurationVar(&o.badP99, "bad-p99", 100*time.Millisecond, "sweep: the p99 that marks a collapse")
+	fs.IntVar(&o.hog, "hog", 0, "latency, sweep: run a presence-load hog child process with this many busy goroutines during the runs")
+	fs.IntVar(&o.threads, "threads", 2, "hog: busy goroutines")
+	fs.StringVar(&o.redis, "redis", "", "idle, latency, sweep: Redis host:port (or redis:// URL) whose INFO cpu to read")
+	fs.IntVar(&o.natsPID, "nats-pid", 0, "idle, latency, sweep: nats-server's pid: its CPU from /proc/PID/stat (exact; preferred)")
+	fs.StringVar(&o.natsMonitor, "nats-monitor", "", "idle, latency, sweep: nats-server's monitoring URL (http://host:port): its CPU from /varz, sampled each second (when --nats-pid is not given)")
+	fs.IntVar(&o.members, "members", 10000, "storm: members in the room before the storm")
+	fs.IntVar(&o.joiners, "joiners", 1000, "storm: connections that join the room at once")
 }
 
 // raiseFileLimit lifts the soft open-files limit to the hard one and
