@@ -95,6 +95,21 @@ func (p *RegionPublisher) Active() bool {
 	return p.active
 }
 
+// Members is the number of (room, user) pairs online in the region as
+// this publisher last published it; 0 while it is not the active one.
+func (p *RegionPublisher) Members() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.active {
+		return 0
+	}
+	n := 0
+	for _, users := range p.last.Members {
+		n += len(users)
+	}
+	return n
+}
+
 // Start creates the lease bucket, listens for resync requests and runs
 // the lease and cadence loops until ctx is done or Close is called.
 func (p *RegionPublisher) Start(ctx context.Context) error {

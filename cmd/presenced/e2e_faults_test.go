@@ -694,7 +694,7 @@ func TestE2EFaultIdleFlood(t *testing.T) {
 	held := 0
 	waitFor(t, 10*time.Second, "the flood to be bounded", func() bool {
 		held = openFiles(t, p.cmd.Process.Pid)
-		return held <= before+node.DefaultMaxHTTPConns+64
+		return held <= before+node.DefaultMaxHTTPConns+redisPool+64
 	})
 	start := time.Now()
 	w.mustPeople("real", "r", 20)

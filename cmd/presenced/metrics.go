@@ -66,30 +66,6 @@ func (c countingSink) Publish(ctx context.Context, ts []presence.Transition) (ui
 	return seq, err
 }
 
-// memberCountingSource is the store as the region publisher reads it,
-// keeping the number of (room, user) pairs online of its last full read
-// (once per cadence, by the region's active publisher only): the
-// denominator of presence events per user per minute. Transitions are
-// per (room, user), so this is the count they are per.
-type memberCountingSource struct {
-	*region.Store
-	members atomic.Int64
-}
-
-func (m *memberCountingSource) Rosters(ctx context.Context, rooms []string) ([]presence.Snapshot, error) {
-	snaps, err := m.Store.Rosters(ctx, rooms)
-	if err == nil {
-		n := 0
-		for _, s := range snaps {
-			n += len(s.Members)
-		}
-		m.members.Store(int64(n))
-	}
-	return snaps, err
-}
-
-var _ global.RosterSource = (*memberCountingSource)(nil)
-
 // registerStoreMetrics exports the regional store's counters
 // (presence_region_*) and its timing (presence_timing_seconds), which
 // the alert on heartbeat latency compares against.
@@ -119,7 +95,7 @@ func registerStoreMetrics(reg prometheus.Registerer, s *region.Store) error {
 
 // registerPublisherMetrics exports a region publisher's counters and
 // whether it is the region's active one (presence_global_publisher_*).
-func registerPublisherMetrics(reg prometheus.Registerer, p *global.RegionPublisher, src *memberCountingSource) error {
+func registerPublisherMetrics(reg prometheus.Registerer, p *global.RegionPublisher) error {
 	st := p.Stats()
 	if err := registerCounters(reg, "global_publisher", []counter{
 		{"deltas", "Delta publications sent, empty ones (liveness) included.", &st.Deltas},
@@ -133,13 +109,8 @@ func registerPublisherMetrics(reg prometheus.Registerer, p *global.RegionPublish
 	}
 	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "presence", Subsystem: "global_publisher", Name: "members",
-		Help: "(room, user) pairs online in the region at the active publisher's last read; 0 on the region's other nodes, so the sum over them is the region's.",
-	}, func() float64 {
-		if !p.Active() {
-			return 0
-		}
-		return float64(src.members.Load())
-	})); err != nil {
+		Help: "(room, user) pairs online in the region as its active publisher last published them (the denominator of presence events per user per minute: transitions are per (room, user)); 0 on the region's other nodes, so the sum over them is the region's.",
+	}, func() float64 { return float64(p.Members()) })); err != nil {
 		return err
 	}
 	return reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -465,9 +465,8 @@ func (s *nodeServer) startGlobal(ctx context.Context) error {
 	if !s.cfg.Global {
 		return nil
 	}
-	src := &memberCountingSource{Store: s.store}
 	pub, err := global.NewRegionPublisher(global.PublisherConfig{
-		Region: s.cfg.Region, Source: src, NATS: s.nc, JetStream: s.js, Cadence: s.cfg.GlobalCadence, Logger: s.lg,
+		Region: s.cfg.Region, Source: s.store, NATS: s.nc, JetStream: s.js, Cadence: s.cfg.GlobalCadence, Logger: s.lg,
 	})
 	if err != nil {
 		return err
@@ -476,7 +475,7 @@ func (s *nodeServer) startGlobal(ctx context.Context) error {
 		return fmt.Errorf("region publisher: %w", err)
 	}
 	s.onClose(pub.Close)
-	if err := registerPublisherMetrics(s.reg, pub, src); err != nil {
+	if err := registerPublisherMetrics(s.reg, pub); err != nil {
 		return err
 	}
 	s.global = global.NewClient(s.nc)
