@@ -43,6 +43,8 @@ type sessionKeeper struct {
 	// node took from another.
 	moved func(owners []owner)
 	taken func(refs []presence.SessionRef)
+	// batcher coalesces the claims of concurrent joins (claims.go).
+	batcher *claimBatcher
 
 	mu     sync.Mutex
 	claims uint64 // successful claims so far; an entry's gen is its last one's number
@@ -92,6 +94,7 @@ func newSessionKeeper(store Store, period time.Duration, nslots, batch int, time
 	return &sessionKeeper{
 		store: store, period: period, batch: batch, timeout: timeout, log: log, observe: observe,
 		moved: func([]owner) {}, taken: func([]presence.SessionRef) {},
+		batcher: &claimBatcher{store: store, timeout: timeout, max: batch},
 		refs:    map[presence.SessionRef]*heldSession{},
 		slots:   make([][]presence.SessionRef, nslots),
 		locks:   map[presence.SessionRef]*refLock{},
@@ -177,7 +180,7 @@ func (s *sessionKeeper) hold(ctx context.Context, r presence.SessionRef, o owner
 	e.claiming++
 	s.mu.Unlock()
 
-	res, err := s.store.Claim(ctx, []presence.SessionRef{r})
+	res, err := s.batcher.claim(ctx, r)
 
 	s.mu.Lock()
 	e.claiming--

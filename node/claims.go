@@ -1,0 +1,89 @@
+package node
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/presence-dev/presence/presence"
+)
+
+// claimBatcher coalesces the claims of concurrent joins into one store
+// call: while a call is under way, the claims that arrive wait for the
+// next, which takes them all (up to max). The store groups a call by room
+// into one script each, so a storm of 1,000 joins into one room costs a
+// few scripts, not 1,000 queued on its slot ahead of the joiners'
+// snapshot reads. A lone join goes at once: nothing waits for company.
+type claimBatcher struct {
+	store   Store
+	timeout time.Duration // bounds one store call, whoever waits on it
+	max     int           // the store's batch size
+
+	mu      sync.Mutex
+	queue   []*claimReq
+	running bool
+}
+
+type claimReq struct {
+	ref  presence.SessionRef
+	done chan struct{}
+	res  presence.TouchResult // the call's, Taken narrowed to ref
+	err  error
+}
+
+// claim claims r in the next store call and returns its outcome: the
+// call's error, and Taken holding r if the claim took it from another
+// node. A caller whose ctx ends stops waiting; the call may still claim
+// r, as a single call cut by the same deadline may.
+func (b *claimBatcher) claim(ctx context.Context, r presence.SessionRef) (presence.TouchResult, error) {
+	q := &claimReq{ref: r, done: make(chan struct{})}
+	b.mu.Lock()
+	b.queue = append(b.queue, q)
+	start := !b.running
+	b.running = true
+	b.mu.Unlock()
+	if start {
+		go b.run()
+	}
+	select {
+	case <-q.done:
+		return q.res, q.err
+	case <-ctx.Done():
+		return presence.TouchResult{}, ctx.Err()
+	}
+}
+
+// run makes store calls until no claim waits.
+func (b *claimBatcher) run() {
+	for {
+		b.mu.Lock()
+		n := min(len(b.queue), b.max)
+		if n == 0 {
+			b.queue, b.running = nil, false
+			b.mu.Unlock()
+			return
+		}
+		batch := b.queue[:n:n]
+		b.queue = b.queue[n:]
+		b.mu.Unlock()
+
+		refs := make([]presence.SessionRef, n)
+		for i, q := range batch {
+			refs[i] = q.ref
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+		res, err := b.store.Claim(ctx, refs)
+		cancel()
+		taken := make(map[presence.SessionRef]bool, len(res.Taken))
+		for _, t := range res.Taken {
+			taken[t] = true
+		}
+		for _, q := range batch {
+			q.err = err
+			if taken[q.ref] {
+				q.res.Taken = []presence.SessionRef{q.ref}
+			}
+			close(q.done)
+		}
+	}
+}
