@@ -43,7 +43,9 @@ func (b *claimBatcher) claim(ctx context.Context, r presence.SessionRef) (presen
 	b.running = true
 	b.mu.Unlock()
 	if start {
-		go b.run()
+		// The call serves every claim queued, so no one caller's
+		// cancellation ends it: only the timeout does.
+		go b.run(context.WithoutCancel(ctx))
 	}
 	select {
 	case <-q.done:
@@ -54,7 +56,7 @@ func (b *claimBatcher) claim(ctx context.Context, r presence.SessionRef) (presen
 }
 
 // run makes store calls until no claim waits.
-func (b *claimBatcher) run() {
+func (b *claimBatcher) run(base context.Context) {
 	for {
 		b.mu.Lock()
 		n := min(len(b.queue), b.max)
@@ -71,7 +73,7 @@ func (b *claimBatcher) run() {
 		for i, q := range batch {
 			refs[i] = q.ref
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+		ctx, cancel := context.WithTimeout(base, b.timeout)
 		res, err := b.store.Claim(ctx, refs)
 		cancel()
 		taken := make(map[presence.SessionRef]bool, len(res.Taken))
