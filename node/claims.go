@@ -25,6 +25,7 @@ type claimBatcher struct {
 }
 
 type claimReq struct {
+	ctx  context.Context
 	ref  presence.SessionRef
 	done chan struct{}
 	res  presence.TouchResult // the call's, Taken narrowed to ref
@@ -33,10 +34,12 @@ type claimReq struct {
 
 // claim claims r in the next store call and returns its outcome: the
 // call's error, and Taken holding r if the claim took it from another
-// node. A caller whose ctx ends stops waiting; the call may still claim
-// r, as a single call cut by the same deadline may.
+// node. The call ends by the earliest deadline of the claims it carries,
+// and the caller waits for it: an answer never comes before the claim
+// was made or failed, so a claim the caller gave up on is never left
+// behind in the store, held by no one.
 func (b *claimBatcher) claim(ctx context.Context, r presence.SessionRef) (presence.TouchResult, error) {
-	q := &claimReq{ref: r, done: make(chan struct{})}
+	q := &claimReq{ctx: ctx, ref: r, done: make(chan struct{})}
 	b.mu.Lock()
 	b.queue = append(b.queue, q)
 	start := !b.running
@@ -47,12 +50,8 @@ func (b *claimBatcher) claim(ctx context.Context, r presence.SessionRef) (presen
 		// cancellation ends it: only the timeout does.
 		go b.run(context.WithoutCancel(ctx))
 	}
-	select {
-	case <-q.done:
-		return q.res, q.err
-	case <-ctx.Done():
-		return presence.TouchResult{}, ctx.Err()
-	}
+	<-q.done
+	return q.res, q.err
 }
 
 // run makes store calls until no claim waits.
@@ -65,15 +64,31 @@ func (b *claimBatcher) run(base context.Context) {
 			b.mu.Unlock()
 			return
 		}
-		batch := b.queue[:n:n]
+		queued := b.queue[:n:n]
 		b.queue = b.queue[n:]
 		b.mu.Unlock()
 
-		refs := make([]presence.SessionRef, n)
-		for i, q := range batch {
-			refs[i] = q.ref
+		// Claims whose caller is gone are not made; the call ends by the
+		// earliest deadline of the rest.
+		deadline := time.Now().Add(b.timeout)
+		batch := queued[:0:0]
+		var refs []presence.SessionRef
+		for _, q := range queued {
+			if err := q.ctx.Err(); err != nil {
+				q.err = err
+				close(q.done)
+				continue
+			}
+			if d, ok := q.ctx.Deadline(); ok && d.Before(deadline) {
+				deadline = d
+			}
+			batch = append(batch, q)
+			refs = append(refs, q.ref)
 		}
-		ctx, cancel := context.WithTimeout(base, b.timeout)
+		if len(batch) == 0 {
+			continue
+		}
+		ctx, cancel := context.WithDeadline(base, deadline)
 		res, err := b.store.Claim(ctx, refs)
 		cancel()
 		taken := make(map[presence.SessionRef]bool, len(res.Taken))

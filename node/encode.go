@@ -208,49 +208,14 @@ func encodeEvents(region, room string, es []event, after uint64, d detail) []byt
 }
 
 // encodeCount is a count frame: a join's reply (ref and reason set) or a
-// change.
+// change. One per room and tick, shared by its count members: not a hot
+// path, so encoding/json writes it.
 func encodeCount(ref, reason, room string, count int) []byte {
-	b := make([]byte, 0, 80+len(ref)+len(room))
-	b = append(b, `{"type":"count"`...)
-	if ref != "" {
-		b = append(b, `,"ref":`...)
-		b = appendString(b, ref)
-	}
-	b = append(b, `,"room":`...)
-	b = appendString(b, room)
-	if reason != "" {
-		b = append(b, `,"reason":`...)
-		b = appendString(b, reason)
-	}
-	b = append(b, `,"count":`...)
-	b = strconv.AppendInt(b, int64(count), 10)
-	return append(b, '}')
+	return mustJSON(countFrame{Type: typeCount, Ref: ref, Room: room, Reason: reason, Count: count})
 }
 
 // encodeWatching is a watching frame: a watch's reply (ref set) or a
 // resync; s is the watched users' presence, absent when the watch ended.
 func encodeWatching(ref, reason, room string, users []string, s *presence.Snapshot) []byte {
-	b := make([]byte, 0, 128+len(users)*24)
-	b = append(b, `{"type":"watching"`...)
-	if ref != "" {
-		b = append(b, `,"ref":`...)
-		b = appendString(b, ref)
-	}
-	b = append(b, `,"room":`...)
-	b = appendString(b, room)
-	b = append(b, `,"reason":`...)
-	b = appendString(b, reason)
-	b = append(b, `,"users":[`...)
-	for i, u := range users {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendString(b, u)
-	}
-	b = append(b, ']')
-	if s != nil {
-		b = append(b, `,"snapshot":`...)
-		b = appendSnapshotBody(b, *s)
-	}
-	return append(b, '}')
+	return mustJSON(watchingFrame{Type: typeWatching, Ref: ref, Room: room, Reason: reason, Users: users, Snapshot: s})
 }

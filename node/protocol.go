@@ -231,6 +231,26 @@ type snapshotFrame struct {
 	Snapshot  presence.Snapshot `json:"snapshot"`
 }
 
+// countFrame carries a room's member count (view "count").
+type countFrame struct {
+	Type   string `json:"type"`
+	Ref    string `json:"ref,omitempty"`
+	Room   string `json:"room"`
+	Reason string `json:"reason,omitempty"`
+	Count  int    `json:"count"`
+}
+
+// watchingFrame carries a watch list's users and their presence; Snapshot
+// is nil when the watch ended.
+type watchingFrame struct {
+	Type     string             `json:"type"`
+	Ref      string             `json:"ref,omitempty"`
+	Room     string             `json:"room"`
+	Reason   string             `json:"reason"`
+	Users    []string           `json:"users"`
+	Snapshot *presence.Snapshot `json:"snapshot,omitempty"`
+}
+
 // membersFrame answers a members request: one page of a joined room.
 type membersFrame struct {
 	Type     string            `json:"type"`

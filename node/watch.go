@@ -74,7 +74,7 @@ type watcher struct {
 	after uint64            // the read's room_seq
 	last  map[string]uint64 // per user, the last seq sent
 	live  bool
-	lost  bool // buf overflowed: read again
+	lost  bool // buf overflowed, or NATS reconnected, during its read: read again
 	buf   []event
 	gen   uint64 // bumped by every new list and resync: older reads are dropped
 }
@@ -189,35 +189,37 @@ func (h *hub) subscribeUsers(ctx context.Context, w *wroom, users []string, wus 
 // resync); the watcher is live from then on. A read for a list that was
 // replaced meanwhile is dropped.
 func (h *hub) readWatch(ctx context.Context, reader UsersReader, w *wroom, c *conn, wt *watcher, ref, reason string) error {
-	h.mu.Lock()
-	gen, users := wt.gen, wt.users
-	h.mu.Unlock()
-	snap, err := reader.Users(ctx, w.name, users)
-	if err != nil {
-		return err
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if w.watchers[c] != wt || wt.gen != gen {
-		return nil // replaced or ended meanwhile
-	}
-	if wt.lost {
-		// Events overflowed the buffer during the read: read again.
-		wt.lost, wt.buf = false, nil
-		wt.gen++
-		h.wg.Add(1)
-		go h.rewatch(reader, w, c, wt, reason)
+	for {
+		h.mu.Lock()
+		gen, users := wt.gen, wt.users
+		h.mu.Unlock()
+		snap, err := reader.Users(ctx, w.name, users)
+		if err != nil {
+			return err
+		}
+		h.mu.Lock()
+		if w.watchers[c] != wt || wt.gen != gen {
+			h.mu.Unlock()
+			return nil // replaced or ended meanwhile
+		}
+		if wt.lost {
+			// Events overflowed the buffer, or NATS reconnected, during
+			// the read: read again, for the same reply.
+			wt.lost, wt.buf = false, nil
+			h.mu.Unlock()
+			continue
+		}
+		snap = forDetail(snap, detailStates)
+		c.send(encodeWatching(ref, reason, w.name, users, &snap))
+		wt.epoch, wt.after, wt.live, wt.last = snap.Epoch, snap.RoomSeq, true, map[string]uint64{}
+		buf := wt.buf
+		wt.buf = nil
+		for _, e := range buf {
+			h.watchSendLocked(w, c, wt, e)
+		}
+		h.mu.Unlock()
 		return nil
 	}
-	snap = forDetail(snap, detailStates)
-	c.send(encodeWatching(ref, reason, w.name, users, &snap))
-	wt.epoch, wt.after, wt.live, wt.last = snap.Epoch, snap.RoomSeq, true, map[string]uint64{}
-	buf := wt.buf
-	wt.buf = nil
-	for _, e := range buf {
-		h.watchSendLocked(w, c, wt, e)
-	}
-	return nil
 }
 
 // rewatch reads a watcher again until it succeeds, the watcher is
@@ -382,13 +384,16 @@ func (h *hub) dropUsersLocked(w *wroom, c *conn, old, keep []string) []*nats.Sub
 	return drop
 }
 
-// resyncWatchesLocked reads every watcher again: after a NATS reconnect,
-// events sent meanwhile are lost.
+// resyncWatchesLocked reads every watcher again, those still reading
+// too: after a NATS reconnect, events sent meanwhile are lost.
 func (h *hub) resyncWatchesLocked() {
 	for _, w := range h.watched {
 		for c, wt := range w.watchers {
 			if wt.live {
 				h.resyncWatcherLocked(w, c, wt)
+			} else {
+				// Its read under way may miss what NATS lost: read again.
+				wt.lost, wt.buf = true, nil
 			}
 		}
 	}

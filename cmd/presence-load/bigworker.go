@@ -1072,8 +1072,9 @@ func startWorker() (*workerProc, error) {
 	return &workerProc{cmd: cmd, enc: json.NewEncoder(stdin), dec: json.NewDecoder(bufio.NewReaderSize(stdout, 1<<20))}, nil
 }
 
-// call sends req and decodes the reply's "ok" into res.
-func (p *workerProc) call(req workerReq, res any) error {
+// call sends req (a workerReq, or a cfWorkerReq to a centrifugo-worker)
+// and decodes the reply's "ok" into res.
+func (p *workerProc) call(req any, res any) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.enc.Encode(req); err != nil {

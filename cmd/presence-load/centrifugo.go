@@ -617,29 +617,8 @@ func (r *cfRun) stats() (cfStatsResp, error) {
 	return all, err
 }
 
-// callCf sends a centrifugo-worker request (workerProc.call takes the
-// bigroom request type; the fields differ).
-func callCf(p *workerProc, req cfWorkerReq, res any) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if err := p.enc.Encode(req); err != nil {
-		return fmt.Errorf("worker %d: %w", p.cmd.Process.Pid, err)
-	}
-	var reply struct {
-		OK  json.RawMessage `json:"ok"`
-		Err string          `json:"err"`
-	}
-	if err := p.dec.Decode(&reply); err != nil {
-		return fmt.Errorf("worker %d: %w", p.cmd.Process.Pid, err)
-	}
-	if reply.Err != "" {
-		return fmt.Errorf("worker %d: %s", p.cmd.Process.Pid, reply.Err)
-	}
-	if res == nil {
-		return nil
-	}
-	return json.Unmarshal(reply.OK, res)
-}
+// callCf sends a centrifugo-worker request.
+func callCf(p *workerProc, req cfWorkerReq, res any) error { return p.call(req, res) }
 
 func centrifugo(ctx context.Context, o options, b bigOpts, out io.Writer) error {
 	rates, err := parseRates(o.sweep)
