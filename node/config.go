@@ -87,6 +87,11 @@ type Config struct {
 	// whatever it holds, so this bounds the node's fan-out CPU whatever
 	// the churn. Default 50000; negative: no bound.
 	FanoutBudget int
+	// NoCompression turns permessage-deflate off. On (the default), a
+	// client that offers it gets the events frames of batched rooms
+	// compressed, once per frame for all such members (the frames every
+	// member shares); every other frame goes out plain.
+	NoCompression bool
 
 	// Checks are more health checks, by name: while one returns an error
 	// the node reports itself degraded (503), e.g. "stream" while

@@ -44,6 +44,9 @@ type conn struct {
 	tokens  float64
 	last    int64 // monotonic ns of the last refill
 	strikes int32
+	// deflate: permessage-deflate was negotiated; shared events frames
+	// go out compressed. Set before the reader and writer start.
+	deflate bool
 
 	// keep: close without releasing sessions (drain, node close).
 	keep atomic.Bool
@@ -51,7 +54,7 @@ type conn struct {
 	wslot, widx int32
 
 	mu        sync.Mutex
-	queue     [][]byte
+	queue     []outFrame
 	ping      bool // a ping is requested
 	awaiting  bool // a ping is out and its pong deadline set
 	closeCode int  // close frame to send; set once

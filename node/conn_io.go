@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"io"
 	"strconv"
 	"time"
 
@@ -30,9 +31,25 @@ func (c *conn) signal() {
 	}
 }
 
+// outFrame is a queued frame: its bytes and, for a frame shared by
+// members that negotiated permessage-deflate, the frame prepared (and
+// compressed) once for all of them.
+type outFrame struct {
+	b  []byte
+	pm *websocket.PreparedMessage
+}
+
 // send queues a frame. It never blocks: a client that lets SendQueue
 // frames pile up is closed as a slow consumer.
-func (c *conn) send(b []byte) {
+func (c *conn) send(b []byte) { c.enqueue(outFrame{b: b}) }
+
+// sendPrepared queues a shared frame b prepared as pm; only a deflate
+// connection is given one (see flushLocked).
+func (c *conn) sendPrepared(b []byte, pm *websocket.PreparedMessage) {
+	c.enqueue(outFrame{b: b, pm: pm})
+}
+
+func (c *conn) enqueue(f outFrame) {
 	c.mu.Lock()
 	if c.closeCode != 0 || c.done {
 		c.mu.Unlock()
@@ -46,7 +63,7 @@ func (c *conn) send(b []byte) {
 		c.signal()
 		return
 	}
-	c.queue = append(c.queue, b)
+	c.queue = append(c.queue, f)
 	c.mu.Unlock()
 	c.signal()
 }
@@ -141,7 +158,7 @@ func (c *conn) write() {
 		// a tenth of the cost of a frame when a tick writes to every member.
 		_ = c.ws.SetWriteDeadline(time.Now().Add(lim.WriteTimeout))
 		for _, f := range q {
-			if err := c.ws.WriteMessage(websocket.TextMessage, f); err != nil {
+			if err := c.writeFrame(f); err != nil {
 				if bc != nil {
 					_ = bc.flush()
 				}
@@ -154,6 +171,19 @@ func (c *conn) write() {
 			return
 		}
 	}
+}
+
+// writeFrame writes one frame; a prepared one compressed (write
+// compression is on only for it: the rest, replies and per-member
+// frames, are not worth a compressor each).
+func (c *conn) writeFrame(f outFrame) error {
+	if f.pm == nil {
+		return c.ws.WriteMessage(websocket.TextMessage, f.b)
+	}
+	c.ws.EnableWriteCompression(true)
+	err := c.ws.WritePreparedMessage(f.pm)
+	c.ws.EnableWriteCompression(false)
+	return err
 }
 
 // onPong clears the pong deadline, unless a close is under way and the
@@ -178,12 +208,37 @@ func (c *conn) readLoop() {
 	for {
 		var mt int
 		var data []byte
-		if mt, data, err = c.ws.ReadMessage(); err != nil {
+		if mt, data, err = c.readFrame(); err != nil {
 			break
 		}
 		c.handle(mt, data)
 	}
 	c.cleanup(err)
+}
+
+// errInflatedTooBig ends a connection whose compressed frame inflates past
+// MaxFrameBytes.
+var errInflatedTooBig = errors.New("node: a frame inflates past the frame limit")
+
+// readFrame reads one message. gorilla's read limit counts the bytes on
+// the wire, so a compressed frame is also held to MaxFrameBytes once
+// inflated: a few KB must not become gigabytes in the node.
+func (c *conn) readFrame() (int, []byte, error) {
+	mt, r, err := c.ws.NextReader()
+	if err != nil {
+		return 0, nil, err
+	}
+	max := int64(c.d.lim.MaxFrameBytes)
+	data, err := io.ReadAll(io.LimitReader(r, max+1))
+	if err != nil {
+		return 0, nil, err
+	}
+	if int64(len(data)) > max {
+		_ = c.ws.WriteControl(websocket.CloseMessage,
+			websocket.FormatCloseMessage(websocket.CloseMessageTooBig, "frame too big"), time.Now().Add(c.d.lim.WriteTimeout))
+		return 0, nil, errInflatedTooBig
+	}
+	return mt, data, nil
 }
 
 // cleanup runs once, on the reader goroutine, when the connection ends.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/gorilla/websocket"
 )
 
 // The tick's work (docs/PROTOCOL.md, "Big rooms"): each room's batch of
@@ -89,6 +91,7 @@ func (h *hub) flushLocked(r *room) {
 	first, last := r.pending[0].seq, r.pending[len(r.pending)-1].seq
 	var whole [detailSessions + 1][]byte
 	var done [detailSessions + 1]bool
+	var prep [detailSessions + 1]*websocket.PreparedMessage
 	for c, m := range r.members {
 		if !m.live || !m.in.batch || m.in.count || m.after >= last {
 			continue
@@ -107,6 +110,17 @@ func (h *hub) flushLocked(r *room) {
 				whole[d], done[d] = encodeEvents(r.view, r.name, r.pending, 0, d), true
 			}
 			f = whole[d]
+			if f != nil && c.deflate {
+				// Compressed once, on the first writer that needs it,
+				// for every member taking the whole batch.
+				if prep[d] == nil {
+					prep[d] = mustPrepare(f)
+				}
+				c.sendPrepared(f, prep[d])
+				h.metrics.batches.Inc()
+				m.after = last
+				continue
+			}
 		} else {
 			f = encodeEvents(r.view, r.name, r.pending, m.after, d)
 		}
@@ -236,4 +250,14 @@ func (h *hub) countReply(ctx context.Context, name string, c *conn, ref string) 
 	m.live, m.sent, m.gen = true, n, gen
 	r.noteLocked(c, m)
 	return nil
+}
+
+// mustPrepare makes a shared frame. Preparing writes to memory only, so
+// it does not fail.
+func mustPrepare(f []byte) *websocket.PreparedMessage {
+	pm, err := websocket.NewPreparedMessage(websocket.TextMessage, f)
+	if err != nil {
+		panic("node: preparing a frame: " + err.Error())
+	}
+	return pm
 }

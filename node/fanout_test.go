@@ -43,7 +43,7 @@ func (c *conn) takeQueue() []string {
 	defer c.mu.Unlock()
 	var out []string
 	for _, f := range c.queue {
-		out = append(out, string(f))
+		out = append(out, string(f.b))
 	}
 	c.queue = nil
 	return out
@@ -134,8 +134,8 @@ func TestATicksEventsGoOutAsOneFramePerMember(t *testing.T) {
 	h.mu.Unlock()
 	h.fanOut()
 	got := late.takeQueue()
-	if len(got) != 3 || !strings.Contains(got[0], `"room_seq":14`) || !strings.Contains(got[1], `"seq":15`) || fmt.Sprint(entrySeqs(t, got[2])) != "[16]" {
-		t.Fatalf("late member: %q, want its snapshot at 14, event 15, then a batch of 16", got)
+	if len(got) != 3 || !strings.Contains(got[0], `"room_seq":14`) || fmt.Sprint(entrySeqs(t, got[1])) != "[15]" || fmt.Sprint(entrySeqs(t, got[2])) != "[16]" {
+		t.Fatalf("late member: %q, want its snapshot at 14, a batch of 15 with it, then a batch of 16", got)
 	}
 	if got := batch.takeQueue(); len(got) != 1 || fmt.Sprint(entrySeqs(t, got[0])) != "[14 15 16]" {
 		t.Fatalf("batch member: %q, want 14..16", got)
@@ -236,7 +236,7 @@ func TestWatchedEventsAreReorderedOrTheWatcherIsReadAgain(t *testing.T) {
 	testkit.WaitFor(t, 5*time.Second, "the watcher read again", func() bool {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		return len(c.queue) == 1 && strings.Contains(string(c.queue[0]), `"reason":"resync"`)
+		return len(c.queue) == 1 && strings.Contains(string(c.queue[0].b), `"reason":"resync"`)
 	})
 }
 
@@ -317,5 +317,42 @@ func TestWaitingMembersShareOneBoundedBuffer(t *testing.T) {
 	}
 	if n := len(a.takeQueue()); n != int(last)+1 {
 		t.Fatalf("the live member got %d frames, want its snapshot and %d events", n, last)
+	}
+}
+
+// A storm: the events that arrive while joiners' snapshot is read follow
+// it as one events frame for each joiner taking them, however many there
+// are, and one frame each for a joiner that does not.
+func TestEventsDuringASnapshotReadFollowItAsOneFrame(t *testing.T) {
+	h, r := fanoutHub(t, 1000) // not batching: the room is small
+	batch, single, old := queuedConn("batch"), queuedConn("single"), queuedConn("old")
+	h.mu.Lock()
+	r.members[old] = &member{in: interest{detail: detailSessions}}
+	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 10}, "j", reasonJoin, r.members) {
+		t.Fatal("the room's first snapshot was refused")
+	}
+	joiners := map[*conn]*member{}
+	for _, c := range []*conn{batch, single} {
+		r.members[c] = &member{in: interest{detail: detailSessions, batch: c == batch}}
+		r.noteLocked(c, r.members[c])
+		joiners[c] = r.members[c]
+	}
+	for seq := uint64(11); seq <= 400; seq++ {
+		h.eventLocked(r, fanEvent(seq, presence.Online, presence.Joined))
+	}
+	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 10}, "j", reasonJoin, joiners) {
+		t.Fatal("snapshot refused")
+	}
+	h.eventLocked(r, fanEvent(401, presence.Online, presence.Joined))
+	h.mu.Unlock()
+	got := batch.takeQueue()
+	if len(got) != 3 || !strings.Contains(got[0], `"room_seq":10`) || len(entrySeqs(t, got[1])) != 390 || !strings.Contains(got[2], `"seq":401`) {
+		t.Fatalf("batch joiner got %d frames, want its snapshot, one frame of 11..400, then event 401", len(got))
+	}
+	if seqs := entrySeqs(t, got[1]); seqs[0] != 11 || seqs[389] != 400 {
+		t.Fatalf("the frame holds %d..%d, want 11..400", seqs[0], seqs[389])
+	}
+	if got := single.takeQueue(); len(got) != 392 {
+		t.Fatalf("a joiner without batch got %d frames, want its snapshot and 391 events", len(got))
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -306,7 +308,12 @@ func (r *foldRun) join(c *client, name string, sessions, batch bool) *folder {
 // time, relies on the store keeping it through the grace).
 func (r *foldRun) open(tb *tab) {
 	n := r.nodes[r.rng.IntN(len(r.nodes))]
-	tb.c = n.dial(r.t, token(r.t, tb.user, []string{"*"}, time.Hour), tb.session)
+	h := http.Header{}
+	h.Set("Authorization", "Bearer "+token(r.t, tb.user, []string{"*"}, time.Hour))
+	if r.rng.IntN(2) == 0 {
+		h.Set(testkit.DeflateHeader, "1") // shared events frames come compressed
+	}
+	tb.c = n.dialWith(r.t, "session="+tb.session, h)
 	tb.f = r.join(tb.c, tb.user+"/"+tb.session, r.rng.IntN(2) == 0, r.rng.IntN(2) == 0)
 	if tb.state != "" && r.rng.IntN(2) == 0 {
 		tb.c.send(map[string]any{"type": "state", "room": r.room, "state": rawJSON(tb.state), "ref": "s"})

@@ -526,6 +526,18 @@ func (h *hub) readyLocked(r *room, snap presence.Snapshot, ref, reason string, m
 		}
 		c.send(frames[d])
 		m.after, m.live, m.resync = snap.RoomSeq, true, false
+		if m.in.batch {
+			// What arrived during the read, as one frame: a storm's
+			// joiner would otherwise get an event frame per joiner.
+			if f := encodeEvents(r.view, r.name, r.buffered, m.after, d); f != nil {
+				c.send(f)
+				h.metrics.batches.Inc()
+			}
+			if n := len(r.buffered); n > 0 {
+				m.after = max(m.after, r.buffered[n-1].seq)
+			}
+			continue
+		}
 		for _, e := range r.buffered {
 			if e.seq > m.after && (!e.sessionsOnly || d == detailSessions) {
 				c.send(e.frame)

@@ -52,7 +52,7 @@ func TestASnapshotOlderThanTheRoomsStartIsRefused(t *testing.T) {
 		c.mu.Lock()
 		var got []string
 		for _, f := range c.queue {
-			got = append(got, string(f))
+			got = append(got, string(f.b))
 		}
 		c.mu.Unlock()
 		if len(got) != 2 || !strings.Contains(got[0], `"room_seq":8`) || got[1] != "e9" {

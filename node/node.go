@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -106,7 +107,10 @@ func New(cfg Config) (*Node, error) {
 		// Idle connections hold no write buffer.
 		WriteBufferPool: &sync.Pool{},
 		Subprotocols:    []string{Subprotocol},
-		CheckOrigin:     func(*http.Request) bool { return true }, // checked before, against AllowedOrigins
+		// Negotiated when the client offers it; only shared events
+		// frames are then written compressed (conn.writeFrame).
+		EnableCompression: !cfg.NoCompression,
+		CheckOrigin:       func(*http.Request) bool { return true }, // checked before, against AllowedOrigins
 		Error: func(w http.ResponseWriter, _ *http.Request, status int, reason error) {
 			http.Error(w, "node: "+reason.Error(), status)
 		},
@@ -338,6 +342,8 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 		return // the upgrader has answered
 	}
 	c := newConn(n.conns, ws, id, session)
+	c.deflate = !n.cfg.NoCompression && offersDeflate(r.Header)
+	ws.EnableWriteCompression(false)
 	if !n.wheel.add(c, &n.connWG) {
 		// Drain began during the handshake.
 		_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(CloseRestart, "service restart"), time.Now().Add(time.Second))
@@ -442,4 +448,20 @@ func clientFile(contentType string, body []byte) http.Handler {
 		h.Set("ETag", etag)
 		http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(body))
 	})
+}
+
+// offersDeflate reports whether the client offered permessage-deflate,
+// which the upgrader then accepted. A wrong guess costs bytes, never
+// correctness: a prepared frame is written plain where nothing was
+// negotiated.
+func offersDeflate(h http.Header) bool {
+	for _, v := range h.Values("Sec-Websocket-Extensions") {
+		for _, ext := range strings.Split(v, ",") {
+			name, _, _ := strings.Cut(ext, ";")
+			if strings.EqualFold(strings.TrimSpace(name), "permessage-deflate") {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -192,7 +192,7 @@ bigroom*)
 	scenario=members
 	[[ $mode == bigroom-count ]] && scenario=count
 	[[ $mode == bigroom-watch ]] && scenario=watch
-	"$bin/presence-load" bigroom "${common[@]}" "${cpu[@]}" "${lat[@]}" --scenario "$scenario" \
+	"$bin/presence-load" bigroom "${common[@]}" "${cpu[@]}" "${lat[@]}" --scenario "$scenario" --deflate="${BIG_DEFLATE:-true}" \
 		--pop-addr "127.0.0.1:$bport" --node-pid "$node_pid" --pop-pid "$nodeb_pid" "$@" || rc=$?
 	;;
 centrifugo)

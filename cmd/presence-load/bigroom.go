@@ -1137,7 +1137,7 @@ func samples(n, k int) []int {
 
 func (r *bigRun) members(ctx context.Context) error {
 	b := r.b
-	spec := openSpec{Role: roleMember, Addr: r.o.addr, Secret: r.o.secret, Sources: r.o.sources, Room: r.room,
+	spec := openSpec{Role: roleMember, Addr: r.o.addr, Secret: r.o.secret, Sources: r.o.sources, Deflate: r.o.deflate, Room: r.room,
 		Prefix: fmt.Sprintf("m%d-", r.run), Sample: samples(b.roomSize, b.samples), Inflight: b.inflight,
 		ChurnPrefix: fmt.Sprintf("c%d-", r.run), ChurnN: int(b.churnRate * b.churnFor.Seconds()), BaseUS: r.baseUS}
 	r.rssLine("before the fill")
@@ -1339,7 +1339,7 @@ func (r *bigRun) stormPhase(ctx context.Context) error {
 // population fills the room on the second node with members joined with
 // "view":"count".
 func (r *bigRun) population(ctx context.Context) (*group, error) {
-	spec := openSpec{Role: rolePop, Addr: r.b.popAddr, Secret: r.o.secret, Sources: r.o.sources, Room: r.room,
+	spec := openSpec{Role: rolePop, Addr: r.b.popAddr, Secret: r.o.secret, Sources: r.o.sources, Deflate: r.o.deflate, Room: r.room,
 		Prefix: fmt.Sprintf("p%d-", r.run), Inflight: r.b.inflight}
 	g, res, err := r.openGroup(ctx, "population", spec, r.b.roomSize, nil)
 	if err != nil {
@@ -1355,7 +1355,7 @@ func (r *bigRun) countScenario(ctx context.Context) error {
 	if _, err := r.population(ctx); err != nil {
 		return err
 	}
-	spec := openSpec{Role: roleCount, Addr: r.o.addr, Secret: r.o.secret, Sources: r.o.sources, Room: r.room,
+	spec := openSpec{Role: roleCount, Addr: r.o.addr, Secret: r.o.secret, Sources: r.o.sources, Deflate: r.o.deflate, Room: r.room,
 		Prefix: fmt.Sprintf("w%d-", r.run), Inflight: b.inflight}
 	r.rssLine("before the watchers")
 	g, res, err := r.openGroup(ctx, "count watchers", spec, b.watchers, nil)
@@ -1401,7 +1401,7 @@ func (r *bigRun) watchScenario(ctx context.Context) error {
 		}
 		slices.Sort(users[i])
 	}
-	spec := openSpec{Role: roleWatch, Addr: r.o.addr, Secret: r.o.secret, Sources: r.o.sources, Room: r.room,
+	spec := openSpec{Role: roleWatch, Addr: r.o.addr, Secret: r.o.secret, Sources: r.o.sources, Deflate: r.o.deflate, Room: r.room,
 		Prefix: fmt.Sprintf("w%d-", r.run), Inflight: b.inflight,
 		ChurnPrefix: fmt.Sprintf("c%d-", r.run), ChurnN: nChurn, BaseUS: r.baseUS}
 	r.rssLine("before the watchers")

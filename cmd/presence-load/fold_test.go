@@ -310,3 +310,15 @@ func TestWatchFoldTakesCrossingUsers(t *testing.T) {
 		t.Fatalf("view %v, repeats %d: want a and b, 2 repeats", f.v, f.dups)
 	}
 }
+
+func TestSnapshotReasonIsReadFromTheHead(t *testing.T) {
+	for head, want := range map[string]string{
+		`{"type":"snapshot","ref":"j","room":"big","reason":"resync","truncated":true,"snapshot":{`: "resync",
+		`{"type":"snapshot","ref":"j","room":"big","reason":"join","truncated":false,"snap`:         "join",
+		`{"type":"snapshot","ref":"j","room":"big","rea`:                                            "",
+	} {
+		if got := snapshotReason([]byte(head)); got != want {
+			t.Errorf("snapshotReason(%s) = %q, want %q", head, got, want)
+		}
+	}
+}

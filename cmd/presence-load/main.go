@@ -79,6 +79,7 @@ type options struct {
 	rate                           float64
 	hold, duration                 time.Duration
 	insecure                       bool
+	deflate                        bool
 
 	// latency and sweep
 	sweep          string
@@ -179,6 +180,7 @@ func registerFlags(fs *flag.FlagSet, o *options) {
 	fs.StringVar(&o.natsURL, "nats", "nats://127.0.0.1:4222", "NATS URL (latency, sweep)")
 	fs.StringVar(&o.region, "region", "local", "the node's region")
 	fs.StringVar(&o.secret, "jwt-secret", "", "HS256 secret of the node (empty: --insecure-dev node)")
+	fs.BoolVar(&o.deflate, "deflate", false, "offer permessage-deflate, as browsers do: a batched room's events frames then come compressed (connections that do not fold their view read them off the socket without inflating them)")
 	fs.StringVar(&o.sources, "sources", "127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4", "loopback source addresses to spread connections over")
 	fs.IntVar(&o.sessions, "sessions", 15000, "idle: connections to open (each one session in one room)")
 	fs.IntVar(&o.perRoom, "per-room", 0, "sessions per room (default: idle 100; latency and sweep 50 joins per room, plus its watcher)")
@@ -246,7 +248,7 @@ func (d *dialer) dial(ctx context.Context, user, session string) (*websocket.Con
 func (d *dialer) dialToken(ctx context.Context, user, session string, observe bool) (*websocket.Conn, error) {
 	src := d.sources[int(d.n.Add(1))%len(d.sources)]
 	wd := websocket.Dialer{
-		ReadBufferSize: 512, WriteBufferSize: 512, HandshakeTimeout: 10 * time.Second,
+		ReadBufferSize: 512, WriteBufferSize: 512, HandshakeTimeout: 10 * time.Second, EnableCompression: d.o.deflate,
 		NetDialContext: (&net.Dialer{LocalAddr: src, Timeout: 10 * time.Second}).DialContext,
 	}
 	u := fmt.Sprintf("ws://%s/v1/ws?session=%s", d.o.addr, session)
@@ -527,8 +529,10 @@ func storm(ctx context.Context, o options, out io.Writer) error {
 // drain reads and drops every frame of ws until it ends.
 func drain(_ int, ws *websocket.Conn) {
 	go func() {
+		// NextReader reads the previous message's rest off the socket
+		// without copying (or inflating) it.
 		for {
-			if _, _, err := ws.ReadMessage(); err != nil {
+			if _, _, err := ws.NextReader(); err != nil {
 				return
 			}
 		}

@@ -18,7 +18,7 @@ import (
 type commonFlags struct {
 	region, redis, nats, natsStoreDir, listen string
 	natsPort                                  int
-	redisCluster, insecureDev                 bool
+	redisCluster, insecureDev, compression    bool
 	timing                                    presence.Timing
 	maxConns, maxRooms                        int
 	maxWatchUsers, batchFrom, fanoutBudget    int
@@ -68,6 +68,7 @@ func (c *commonFlags) register(fs *flag.FlagSet, listen string) {
 	fs.DurationVar(&c.fanoutTick, "fanout-tick", node.DefaultFanoutTick, "how often batched events and counts go out")
 	fs.IntVar(&c.maxInflight, "max-inflight", node.DefaultMaxInflight, "client requests waiting on the store at once; past it a node answers unavailable with a retry hint")
 	fs.IntVar(&c.fanoutBudget, "fanout-budget", node.DefaultFanoutBudget, "most frames per second the tick sends over all rooms: busy big rooms go out less often, each frame carrying more (negative: no bound)")
+	fs.BoolVar(&c.compression, "compression", true, "permessage-deflate for clients that offer it: a big room's shared events frames go out compressed, once for every member")
 	fs.IntVar(&c.batchFrom, "batch-from", node.DefaultBatchFrom, "local members from which a room's events go out batched, once per tick, to clients that take them (negative: never)")
 	fs.DurationVar(&c.streamMaxAge, "stream-max-age", 24*time.Hour, "how long the transition stream keeps events")
 	fs.DurationVar(&c.drainTimeout, "drain-timeout", 10*time.Second, "how long a graceful stop waits for clients to close")
@@ -144,7 +145,7 @@ func (c *commonFlags) config(stderr io.Writer) (serverConfig, error) {
 		NATS: c.nats, NATSPort: c.natsPort, NATSStoreDir: c.natsStoreDir, Listen: c.listen,
 		Timing:     c.timing,
 		Limits:     node.Limits{MaxConnections: c.maxConns, MaxRooms: c.maxRooms, MaxWatches: c.maxRooms, MaxWatchUsers: c.maxWatchUsers, MaxInflight: c.maxInflight},
-		FanoutTick: c.fanoutTick, BatchFrom: c.batchFrom, FanoutBudget: c.fanoutBudget,
+		FanoutTick: c.fanoutTick, BatchFrom: c.batchFrom, FanoutBudget: c.fanoutBudget, NoCompression: !c.compression,
 		Auth:         node.AuthConfig{InsecureDev: c.insecureDev},
 		StreamMaxAge: c.streamMaxAge, DrainTimeout: c.drainTimeout, Log: lg,
 		PprofListen: c.pprofListen, Global: c.global, GlobalCadence: c.globalCadence,

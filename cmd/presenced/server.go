@@ -53,6 +53,7 @@ type serverConfig struct {
 	FanoutTick     time.Duration // node.Config.FanoutTick
 	BatchFrom      int           // node.Config.BatchFrom
 	FanoutBudget   int           // node.Config.FanoutBudget
+	NoCompression  bool          // node.Config.NoCompression
 	StreamMaxAge   time.Duration
 	DrainTimeout   time.Duration
 	Log            *slog.Logger
@@ -488,7 +489,7 @@ func (s *nodeServer) startNode(context.Context) error {
 	n, err := node.New(node.Config{
 		Region: s.cfg.Region, Store: s.store, NATS: s.nc, Global: s.global,
 		Auth: s.cfg.Auth, Limits: s.cfg.Limits, Logger: s.lg, Metrics: s.reg,
-		FanoutTick: s.cfg.FanoutTick, BatchFrom: s.cfg.BatchFrom, FanoutBudget: s.cfg.FanoutBudget,
+		FanoutTick: s.cfg.FanoutTick, BatchFrom: s.cfg.BatchFrom, FanoutBudget: s.cfg.FanoutBudget, NoCompression: s.cfg.NoCompression,
 		Checks: map[string]func() error{"stream": s.publisher.Err},
 	})
 	if err != nil {

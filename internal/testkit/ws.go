@@ -23,11 +23,18 @@ const frameQueue = 1024
 // offered are those h's Sec-WebSocket-Protocol names (the dialer refuses
 // that header among the others).
 func DialRaw(url string, h http.Header) (*websocket.Conn, *http.Response, error) {
-	d := websocket.Dialer{HandshakeTimeout: HandshakeTimeout, Subprotocols: websocket.Subprotocols(&http.Request{Header: h})}
+	d := websocket.Dialer{HandshakeTimeout: HandshakeTimeout, Subprotocols: websocket.Subprotocols(&http.Request{Header: h}),
+		EnableCompression: h.Get(DeflateHeader) != ""}
 	h = h.Clone()
 	h.Del("Sec-Websocket-Protocol")
+	h.Del(DeflateHeader)
 	return d.Dial(url, h)
 }
+
+// DeflateHeader in the header given to DialRaw or DialWS makes the client
+// offer permessage-deflate (gorilla refuses the extension header itself).
+// It is not sent.
+const DeflateHeader = "X-Test-Deflate"
 
 // Decoder turns a message into a frame; ok false drops the message.
 type Decoder[F any] func(msg []byte) (f F, ok bool)
