@@ -93,13 +93,20 @@ type options struct {
 	natsMonitor    string
 }
 
-const usage = "usage: presence-load idle|latency|sweep|storm|bigroom|centrifugo|hog [flags] (-h for the flags of a mode)"
+const usage = "usage: presence-load idle|latency|sweep|storm|bigroom|centrifugo|hog|region [flags] (-h for the flags of a mode)"
 
 func run(ctx context.Context, args []string, out io.Writer) error {
 	if len(args) > 0 && args[0] == "bigroom-worker" {
 		// A child of the bigroom mode: requests on stdin, replies on stdout.
 		raiseFileLimit()
 		return bigWorkerMain(ctx, os.Stdin, out)
+	}
+	if len(args) > 0 && args[0] == "region-driver" {
+		// A child of the region mode: a node's sessions on the store.
+		return regionDriverMain(ctx, args[1:], os.Stdin, out)
+	}
+	if len(args) > 0 && args[0] == "region" {
+		return regionMode(ctx, args[1:], out)
 	}
 	if len(args) > 0 && args[0] == "centrifugo-worker" {
 		raiseFileLimit()
