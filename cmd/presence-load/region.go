@@ -175,6 +175,17 @@ func cpuOf(addrs []string) ([]float64, error) {
 	return out, nil
 }
 
+// toolCPU is the CPU (seconds) used so far by the drivers, in all, and by
+// this process (the publisher, the aggregator and the probes).
+func toolCPU(ds []*driverProc) (drivers, self float64) {
+	for _, d := range ds {
+		v, _ := procCPU(d.cmd.Process.Pid)
+		drivers += v
+	}
+	self, _ = procCPU(os.Getpid())
+	return drivers, self
+}
+
 // fmtMasterCPU formats per-master CPU deltas over window as % of a core.
 func fmtMasterCPU(addrs []string, a, b []float64, window time.Duration) (string, float64) {
 	var parts []string
@@ -425,6 +436,7 @@ func (r *regionRun) heartbeat(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	d0, s0 := toolCPU(r.ds)
 	n0, _, ch0, tr0, _ := stats.totals()
 	stats.mu.Lock()
 	stats.counted = true
@@ -436,6 +448,7 @@ func (r *regionRun) heartbeat(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	d1, s1 := toolCPU(r.ds)
 	n1, errs, ch1, tr1, held := stats.totals()
 	stats.mu.Lock()
 	maxGap, stale, maxBat := stats.maxGap, stats.stale, stats.maxBat
@@ -447,6 +460,8 @@ func (r *regionRun) heartbeat(ctx context.Context) error {
 	fmt.Fprintf(r.out, "  heartbeat: longest gap between two refreshes of one session %.2f s (heartbeat %v); at most %d sessions unrefreshed past a heartbeat and a tick; slowest batch %.0f ms\n",
 		maxGap, hb, stale, maxBat)
 	fmt.Fprintf(r.out, "  Redis CPU per master (%% of a core): %s; sum %.1f%% = %.2f µs/refresh\n", per, sum/took.Seconds()*100, sum*1e6/float64(max(1, n1-n0)))
+	fmt.Fprintf(r.out, "  drivers' CPU %.1f%% of a core in all; this process (publisher, aggregator, probes) %.1f%%\n",
+		(d1-d0)/took.Seconds()*100, (s1-s0)/took.Seconds()*100)
 	fmt.Fprintf(r.out, "  reaper: most overdue room %v at worst over %d reads\n", slices.Max(append(overdue, 0)).Round(time.Millisecond), len(overdue))
 	if pub != nil {
 		r.reportPub(pub, lags)
