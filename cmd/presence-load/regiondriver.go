@@ -26,11 +26,12 @@ import (
 
 // A region-driver child stands in for one node of the region mode: it
 // holds its share of the region's sessions in the region's store (a
-// Redis Cluster) and, told so on stdin, seeds them, refreshes them flat
-// out, or keeps them alive on the node's own heartbeat (node.HeartbeatDriver)
-// with its store's reaper running and a churn of clean closes and new
-// sessions. It answers each command with one JSON line on stdout, and
-// while keeping sessions alive writes a stats line every statEvery.
+// Redis Cluster) and keeps them alive on the node's own heartbeat
+// (node.HeartbeatDriver) from the moment each is claimed. Told so on
+// stdin, it seeds them, refreshes them flat out besides, or starts its
+// store's reaper and a churn of clean closes and new sessions. It
+// answers each command with one JSON line on stdout, and once the reaper
+// and churn run writes a stats line every statEvery.
 
 // driverSpec is what a driver is started with (its flags).
 type driverSpec struct {
@@ -196,6 +197,7 @@ type regionDriver struct {
 	refreshed   atomic.Int64
 	churned     atomic.Int64
 	maxBatch    atomic.Int64 // ns, since the last stats line
+	hb          *node.HeartbeatDriver
 }
 
 func (d *regionDriver) send(r driverReport) {
@@ -230,6 +232,8 @@ func regionDriverMain(ctx context.Context, args []string, in io.Reader, out io.W
 // flat-roundrobin <duration>, run, stop.
 func (d *regionDriver) serve(ctx context.Context, in io.Reader, log *slog.Logger) error {
 	sc := bufio.NewScanner(in)
+	stopHB := d.startHeartbeat(ctx, log)
+	defer stopHB()
 	var stopRun func()
 	for sc.Scan() {
 		cmd, arg, _ := strings.Cut(strings.TrimSpace(sc.Text()), " ")
@@ -245,7 +249,7 @@ func (d *regionDriver) serve(ctx context.Context, in io.Reader, log *slog.Logger
 			d.flat(ctx, dur, cmd == "flat-roundrobin")
 		case "run":
 			if stopRun == nil {
-				stopRun = d.run(ctx, log)
+				stopRun = d.run(ctx)
 			}
 		case "stop":
 			if stopRun != nil {
@@ -262,7 +266,8 @@ func (d *regionDriver) serve(ctx context.Context, in io.Reader, log *slog.Logger
 	return sc.Err()
 }
 
-// seed claims the driver's sessions, 1,000 per call (a node's touch
+// seed claims the driver's sessions, and hands them to the heartbeat as
+// they are claimed, 1,000 per call (a node's touch
 // batch), two calls in flight: a gentle fill, not a storm (larger calls
 // under a loaded machine time out their acks, and the reaper then
 // delivers the events again).
@@ -281,10 +286,16 @@ func (d *regionDriver) seed(ctx context.Context) {
 				if i >= len(d.refs) {
 					return
 				}
-				if _, err := d.store.Claim(ctx, d.refs[i:min(i+per, len(d.refs))]); err != nil {
+				chunk := d.refs[i:min(i+per, len(d.refs))]
+				if _, err := d.store.Claim(ctx, chunk); err != nil {
 					firstErr.CompareAndSwap(nil, err.Error())
 					return
 				}
+				now := time.Now()
+				for _, r := range chunk {
+					d.gaps.track(r, now)
+				}
+				d.hb.Adopt(chunk)
 			}
 		}()
 	}
@@ -342,6 +353,7 @@ func (d *regionDriver) flat(ctx context.Context, dur time.Duration, roundRobin b
 	batches := d.flatBatches(roundRobin)
 	var next, n, errs atomic.Int64
 	var wg sync.WaitGroup
+	hb0 := d.refreshed.Load()
 	start := time.Now()
 	end := start.Add(dur)
 	for range d.spec.inflight {
@@ -359,12 +371,31 @@ func (d *regionDriver) flat(ctx context.Context, dur time.Duration, roundRobin b
 		}()
 	}
 	wg.Wait()
-	d.send(driverReport{Ev: "flat", N: n.Load(), Secs: time.Since(start).Seconds(), Errors: errs.Load()})
+	// The heartbeat's own refreshes meanwhile count too.
+	d.send(driverReport{Ev: "flat", N: n.Load() + d.refreshed.Load() - hb0, Secs: time.Since(start).Seconds(), Errors: errs.Load()})
 }
 
 // run keeps the sessions alive on the node's heartbeat, with the store's
 // reaper and the churn running, until the returned stop is called.
-func (d *regionDriver) run(ctx context.Context, log *slog.Logger) (stop func()) {
+func (d *regionDriver) run(ctx context.Context) (stop func()) {
+	rctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	d.store.Start()
+	for _, loop := range []func(context.Context){func(c context.Context) { d.churnLoop(c, d.hb) }, func(c context.Context) { d.statLoop(c, d.hb) }} {
+		wg.Add(1)
+		go func() { defer wg.Done(); loop(rctx) }()
+	}
+	return func() {
+		cancel()
+		wg.Wait()
+		d.store.Close()
+	}
+}
+
+// startHeartbeat runs the node's heartbeat (node.HeartbeatDriver) on the
+// sessions adopted, from the seed on, until the returned stop is called:
+// a seed longer than the TTL would otherwise expire its first sessions.
+func (d *regionDriver) startHeartbeat(ctx context.Context, log *slog.Logger) (stop func()) {
 	observe := func(took time.Duration, n int, err error) {
 		d.batches.Add(1)
 		if err != nil {
@@ -379,24 +410,11 @@ func (d *regionDriver) run(ctx context.Context, log *slog.Logger) (stop func()) 
 			}
 		}
 	}
-	hb := node.NewHeartbeatDriver(d.gaps, d.spec.slots, d.spec.batchSize, 0, log, observe)
-	now := time.Now()
-	for _, r := range d.refs {
-		d.gaps.track(r, now)
-	}
-	hb.Adopt(d.refs)
-	rctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	d.store.Start()
-	for _, loop := range []func(context.Context){hb.Run, func(c context.Context) { d.churnLoop(c, hb) }, func(c context.Context) { d.statLoop(c, hb) }} {
-		wg.Add(1)
-		go func() { defer wg.Done(); loop(rctx) }()
-	}
-	return func() {
-		cancel()
-		wg.Wait()
-		d.store.Close()
-	}
+	d.hb = node.NewHeartbeatDriver(d.gaps, d.spec.slots, d.spec.batchSize, 0, log, observe)
+	hctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); d.hb.Run(hctx) }()
+	return func() { cancel(); <-done }
 }
 
 // churnLoop replaces churn of the sessions a minute, in steps every 3 s: a
