@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -161,7 +162,11 @@ func TestKeeperSpreadsTouchesOverThePeriod(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fs := &fakeStore{}
 		s := newTestKeeper(fs, time.Second, 10, 1000)
-		holdAll(t, s, refsN(100)...)
+		refs := refsN(100)
+		for i := range refs {
+			refs[i].Room = fmt.Sprintf("r%03d", i) // a room each: slots fill round robin
+		}
+		holdAll(t, s, refs...)
 		start := time.Now()
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
@@ -194,9 +199,9 @@ func TestKeeperSpreadsTouchesOverThePeriod(t *testing.T) {
 				count[r]++
 			}
 		}
-		for i := range 100 {
-			if count[refN(i)] != 3 {
-				t.Fatalf("%v touched %d times, want 3", refN(i), count[refN(i)])
+		for _, r := range refs {
+			if count[r] != 3 {
+				t.Fatalf("%v touched %d times, want 3", r, count[r])
 			}
 		}
 	})
@@ -243,19 +248,61 @@ func TestKeeperCatchesUpAfterASlowTouch(t *testing.T) {
 	})
 }
 
+// The sessions of one room fill its slot until it holds a batch more
+// than the least loaded; slots stay within a batch of each other, and a
+// slot is refreshed in batches of at most TouchBatch.
 func TestKeeperBatchesAndBalances(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fs := &fakeStore{}
 		s := newTestKeeper(fs, time.Second, 4, 7)
 		holdAll(t, s, refsN(40)...)
+		lo, hi := len(s.slots[0]), len(s.slots[0])
+		for _, sl := range s.slots {
+			lo, hi = min(lo, len(sl)), max(hi, len(sl))
+		}
+		if hi-lo > 7 {
+			t.Fatalf("slots hold %d to %d sessions: more than a batch apart", lo, hi)
+		}
+		n := len(s.slots[0])
+		s.touchSlot(context.Background(), 0)
+		c := fs.calls()
+		if len(c) != (n+6)/7 || len(c[0].refs) != 7 {
+			t.Fatalf("slot of %d sessions: %d calls, the first of %d; want batches of 7", n, len(c), len(c[0].refs))
+		}
+	})
+}
+
+// Sessions of many rooms joining in any order: each room's sessions
+// share a slot, and a slot's batches are runs of whole rooms, so a batch
+// spans few rooms (on a Redis Cluster, few script calls).
+func TestKeeperGroupsRooms(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fs := &fakeStore{}
+		s := newTestKeeper(fs, time.Second, 4, 1000)
+		var refs []presence.SessionRef
+		for i := range 200 {
+			refs = append(refs, presence.SessionRef{Room: fmt.Sprintf("room%02d", i%20), User: fmt.Sprintf("u%03d", i), Session: "s"})
+		}
+		holdAll(t, s, refs...)
+		slotOf := map[string]int{}
 		for i, sl := range s.slots {
-			if len(sl) != 10 {
-				t.Fatalf("slot %d holds %d sessions, want 10", i, len(sl))
+			if len(sl) != 50 {
+				t.Fatalf("slot %d holds %d sessions, want 50 (5 rooms of 10)", i, len(sl))
+			}
+			for _, r := range sl {
+				if j, ok := slotOf[r.Room]; ok && j != i {
+					t.Fatalf("room %s in slots %d and %d", r.Room, j, i)
+				}
+				slotOf[r.Room] = i
 			}
 		}
-		s.touchSlot(context.Background(), 0)
-		if c := fs.calls(); len(c) != 2 || len(c[0].refs) != 7 || len(c[1].refs) != 3 {
-			t.Fatalf("batches: %d calls", len(c))
+		for i := range s.slots {
+			s.touchSlot(context.Background(), i)
+		}
+		for _, c := range fs.calls() {
+			if !slices.IsSortedFunc(c.refs, func(a, b presence.SessionRef) int { return strings.Compare(a.Room, b.Room) }) {
+				t.Fatalf("a batch not in room order: %v", c.refs)
+			}
 		}
 	})
 }

@@ -125,24 +125,55 @@ func redisCPU(b *testing.B, rdb *redis.Client) time.Duration {
 	return time.Duration(total * float64(time.Second))
 }
 
-// nodeSlots orders refs the way a node's heartbeat sends them: sessions
-// join in random order, each goes to the least loaded of the node's slots
-// (so, round robin), and a slot is refreshed in batches of TouchBatch.
-// The result is the batches of one heartbeat period.
+// nodeSlots orders refs the way a node's heartbeat sends them (place and
+// touchSlot in node/heartbeat.go): sessions join in random order, each
+// goes to the slot of its room's last session unless that slot holds a
+// batch more than the least loaded (then to the least loaded), and a
+// slot is refreshed sorted by room, in batches of TouchBatch. The result
+// is the batches of one heartbeat period.
 func nodeSlots(refs []presence.SessionRef, slots, batch int) [][]presence.SessionRef {
 	joined := append([]presence.SessionRef(nil), refs...)
 	rand.New(rand.NewPCG(3, 4)).Shuffle(len(joined), func(i, j int) { joined[i], joined[j] = joined[j], joined[i] })
 	per := make([][]presence.SessionRef, slots)
-	for i, r := range joined {
-		per[i%slots] = append(per[i%slots], r)
+	roomSlot := map[string]int{}
+	for _, r := range joined {
+		best := 0
+		for i := range per {
+			if len(per[i]) < len(per[best]) {
+				best = i
+			}
+		}
+		if k, ok := roomSlot[r.Room]; ok && len(per[k]) < len(per[best])+batch {
+			best = k
+		}
+		roomSlot[r.Room] = best
+		per[best] = append(per[best], r)
 	}
 	var out [][]presence.SessionRef
 	for _, sl := range per {
+		slices.SortStableFunc(sl, func(a, b presence.SessionRef) int { return strings.Compare(a.Room, b.Room) })
 		for len(sl) > 0 {
 			n := min(batch, len(sl))
 			out = append(out, sl[:n])
 			sl = sl[n:]
 		}
+	}
+	return out
+}
+
+// nodesBatches deals refs out to nodes at random (a client joins any
+// node) and returns the heartbeat batches of each (nodeSlots), one node's
+// after another.
+func nodesBatches(refs []presence.SessionRef, nodes, slots, batch int) [][]presence.SessionRef {
+	per := make([][]presence.SessionRef, nodes)
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, r := range refs {
+		k := rng.IntN(nodes)
+		per[k] = append(per[k], r)
+	}
+	var out [][]presence.SessionRef
+	for _, p := range per {
+		out = append(out, nodeSlots(p, slots, batch)...)
 	}
 	return out
 }
@@ -155,9 +186,10 @@ func nodeSlots(refs []presence.SessionRef, slots, batch int) [][]presence.Sessio
 //
 //   - seed: the three-command touch of the design this project replaces;
 //
-//   - node: Refresh batches as a node's heartbeat forms them (10 slots,
-//     batches of 1000, sessions in join order, so every batch spans many
-//     rooms); 4 in flight, as 4 nodes would send them;
+//   - node: Refresh batches as the heartbeats of 4 nodes form them, each
+//     session on a node at random (10 slots, a room's sessions in one
+//     slot, batches of 1000 sorted by room: a batch spans about 40 rooms,
+//     25 sessions of each); 4 in flight, as the 4 nodes send them;
 //
 //   - rooms: batches of 1000 sessions of 10 whole rooms, which no node
 //     sends: the best case, for comparison;
@@ -233,7 +265,7 @@ func BenchmarkRefresh(b *testing.B) {
 		// Scripts cached first: a fixed cost, not per session.
 		measure(b, rdb, usedMemory(b, rdb), run(s.Claim), pass)
 	}
-	node := nodeSlots(refs, 10, 1000)
+	node := nodesBatches(refs, 4, 10, 1000)
 	b.Run("node", func(b *testing.B) { store(b, node, false) })
 	// The ceiling: the cheapest Lua refresh of the same entries (see
 	// scriptCeiling), fed the same node-shaped batches.

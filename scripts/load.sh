@@ -38,6 +38,21 @@
 #                                no storm. Further arguments go to the
 #                                Centrifugo run; BIG_FLAGS to the bigroom runs.
 #
+#   scripts/load.sh cluster      a region on a local Redis Cluster of MASTERS
+#                                masters (default 3; 1 is a one-master
+#                                cluster holding every slot), driven directly
+#                                on the store by DRIVERS (default 4) processes
+#                                standing in for nodes (presence-load region):
+#                                seed SESSIONS (default 1,000,000) sessions,
+#                                refresh them flat out for 20 s (throughput),
+#                                then keep them alive on the node's heartbeat
+#                                at the default timing, with every driver's
+#                                reaper, 1 % churn a minute, the region's
+#                                global publisher and an aggregator, and report
+#                                Redis CPU per master, the longest gap between
+#                                two refreshes of a session, the reaper's and
+#                                the publisher's lag. No node is started.
+#
 # The bigroom modes start a second node of the same region (node B) for
 # the room's population (bigroom-count, bigroom-watch) and the churners
 # (all three): the measured node (A) then holds only what is measured, and
@@ -60,9 +75,9 @@ cd "$(dirname "$0")/.."
 mode=${1:-idle}
 shift || true
 case $mode in
-idle | latency | latency-hog | sweep | storm | bigroom | bigroom-count | bigroom-watch | centrifugo) ;;
+idle | latency | latency-hog | sweep | storm | bigroom | bigroom-count | bigroom-watch | centrifugo | cluster) ;;
 *)
-	echo "usage: $0 idle|latency|latency-hog|sweep|storm|bigroom|bigroom-count|bigroom-watch|centrifugo [presence-load flags]" >&2
+	echo "usage: $0 idle|latency|latency-hog|sweep|storm|bigroom|bigroom-count|bigroom-watch|centrifugo|cluster [presence-load flags]" >&2
 	exit 2
 	;;
 esac
@@ -121,7 +136,7 @@ wait_for() {
 	fail "$name did not become ready in 10s; see $work/$name.log"
 }
 
-nice -n 10 go build -o "$bin/presenced" ./cmd/presenced
+[[ $mode == cluster ]] || nice -n 10 go build -o "$bin/presenced" ./cmd/presenced
 nice -n 10 go build -o "$bin/presence-load" ./cmd/presence-load
 nice -n 10 go build -o "$bin/nats-server" github.com/nats-io/nats-server/v2
 if [[ $mode == centrifugo ]]; then
@@ -136,6 +151,47 @@ if [[ $mode == centrifugo ]]; then
 			fail "building centrifugo v6.9.1 failed; see $work/centrifugo-build.log"
 		echo "centrifugo v6.9.1 built from the module proxy in $(($(date +%s) - t0))s"
 	fi
+fi
+
+if [[ $mode == cluster ]]; then
+	# MASTERS cluster-enabled redis-servers (no persistence), each with its
+	# own cluster bus port; --cluster create needs three masters at least,
+	# so a one-master cluster takes every slot with CLUSTER ADDSLOTSRANGE.
+	masters=${MASTERS:-3}
+	addrs=()
+	port=6391
+	for ((i = 0; i < masters; i++)); do
+		port=$(free_port "$port")
+		bus=$(free_port $((port + 100)))
+		redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" --loglevel warning \
+			--cluster-enabled yes --cluster-config-file "nodes-$port.conf" --cluster-port "$bus" >"$work/redis-$port.log" 2>&1 &
+		pids+=($!)
+		wait_for "redis-$port" $! redis-cli -h 127.0.0.1 -p "$port" ping
+		addrs+=("127.0.0.1:$port")
+		port=$((port + 1))
+	done
+	if ((masters >= 3)); then
+		redis-cli --cluster create "${addrs[@]}" --cluster-replicas 0 --cluster-yes >"$work/cluster-create.log" 2>&1 ||
+			fail "redis-cli --cluster create failed; see $work/cluster-create.log"
+	else
+		((masters == 1)) || fail "MASTERS must be 1 or at least 3"
+		redis-cli -h 127.0.0.1 -p "${addrs[0]##*:}" cluster addslotsrange 0 16383 >/dev/null
+	fi
+	for a in "${addrs[@]}"; do
+		wait_for "redis-${a##*:}" "${pids[0]}" bash -c "redis-cli -h 127.0.0.1 -p ${a##*:} cluster info | grep -q cluster_state:ok"
+	done
+	nport=$(free_port 4231)
+	mport=$(free_port 8231)
+	"$bin/nats-server" -a 127.0.0.1 -p "$nport" -m "$mport" -js -sd "$work/js" >"$work/nats.log" 2>&1 &
+	pids+=($!)
+	wait_for nats $! curl -sf "http://127.0.0.1:$mport/healthz"
+	echo "tree: $(git rev-parse --short HEAD 2>/dev/null || echo '?') with $(git status --porcelain 2>/dev/null | wc -l) changed paths; $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "redis cluster: ${addrs[*]} (pids ${pids[*]:0:masters}); nats-server on :$nport"
+	cluster=$(IFS=,; echo "${addrs[*]}")
+	"$bin/presence-load" region --cluster "$cluster" --nats "nats://127.0.0.1:$nport" \
+		--sessions "${SESSIONS:-1000000}" --drivers "${DRIVERS:-4}" "$@"
+	ok=1
+	exit 0
 fi
 
 rport=$(free_port 6391)

@@ -94,13 +94,28 @@ type options struct {
 	natsMonitor    string
 }
 
-const usage = "usage: presence-load idle|latency|sweep|storm|bigroom|centrifugo|hog [flags] (-h for the flags of a mode)"
+const usage = "usage: presence-load idle|latency|sweep|storm|bigroom|centrifugo|hog|region [flags] (-h for the flags of a mode)"
+
+// runRegion runs the region mode, which has its own flags, or its child
+// (region-driver: a node's sessions on the store).
+func runRegion(ctx context.Context, args []string, out io.Writer) error {
+	if args[0] == "region-driver" {
+		return regionDriverMain(ctx, args[1:], os.Stdin, out)
+	}
+	if args[0] == "region" {
+		return regionMode(ctx, args[1:], out)
+	}
+	return errors.New(usage)
+}
 
 func run(ctx context.Context, args []string, out io.Writer) error {
 	if len(args) > 0 && args[0] == "bigroom-worker" {
 		// A child of the bigroom mode: requests on stdin, replies on stdout.
 		raiseFileLimit()
 		return bigWorkerMain(ctx, os.Stdin, out)
+	}
+	if len(args) > 0 && strings.HasPrefix(args[0], "region") {
+		return runRegion(ctx, args, out)
 	}
 	if len(args) > 0 && args[0] == "centrifugo-worker" {
 		raiseFileLimit()
