@@ -27,7 +27,7 @@ func TestExtendKeepsWaitingSessionsSilent(t *testing.T) {
 	slow(t)
 	rdb, _ := testredis.Client(t)
 	c := &collector{}
-	dead := newStore(t, rdb, c)                 // the old node: never refreshes again
+	dead := newStore(t, rdb, c)                  // the old node: never refreshes again
 	other := startReaper(t, newStore(t, rdb, c)) // where the clients wait
 	crashed, released, quitter := ref("r1", "ann", "tab"), ref("r1", "bob", "tab"), ref("r2", "cid", "tab")
 	touch(t, dead, crashed, released, quitter)
