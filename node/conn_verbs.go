@@ -49,6 +49,10 @@ func (c *conn) handle(mt int, data []byte) {
 	switch req.Type {
 	case typeJoin, typeLeave, typeState, typeMembers, typeWatch:
 		if !c.d.admission.admit() {
+			if req.Type == typeJoin {
+				c.refuseJoin(req, c.d.joins.refused(), "the node is at capacity")
+				return
+			}
 			c.d.metrics.rejectedFrames.WithLabelValues(string(CodeUnavailable)).Inc()
 			c.send(mustJSON(errorFrame{Type: typeError, Code: CodeUnavailable, Ref: req.Ref,
 				Message:      "the node is at capacity; nothing changed, retry after retry_after_ms",
@@ -164,6 +168,13 @@ func (c *conn) join(ctx context.Context, req request) {
 		c.reject(CodeTooManyRooms, fmt.Sprintf("at most %d rooms per connection", c.d.lim.MaxRooms), req.Ref)
 		return
 	}
+	if present {
+		// A join that claims a session: at the store's pace (a storm).
+		if ok, wait := c.d.joins.admit(); !ok {
+			c.refuseJoin(req, wait, "joins are admitted at the store's pace")
+			return
+		}
+	}
 	if err := c.d.rooms.add(ctx, room, c, in); err != nil {
 		c.unavailable("subscribe", err, req.Ref)
 		return
@@ -182,7 +193,8 @@ func (c *conn) join(ctx context.Context, req request) {
 	ref := c.ref(room)
 	if err := c.d.sessions.hold(ctx, ref, c); err != nil {
 		c.d.rooms.remove(room, c)
-		c.unavailable("join", err, req.Ref)
+		c.d.log.Warn("node: join failed", "user", c.user, "session", c.session, "err", err)
+		c.refuseJoin(req, c.d.joins.refused(), "join failed")
 		return
 	}
 	c.rooms = append(c.rooms, room)
