@@ -191,31 +191,34 @@ type Limits struct {
 	WriteBufferBytes int
 }
 
-// Defaults for Limits and Config.
 const (
-	DefaultMaxConnections  = 15000
-	DefaultMaxFrameBytes   = 4096
-	DefaultMaxRooms        = 32
-	DefaultFrameRate       = 10
-	DefaultFrameBurst      = 20
-	DefaultRateStrikes     = 10
-	DefaultSendQueue       = 256
-	DefaultSnapshotMembers = 1000
-	DefaultPingInterval    = 25 * time.Second
-	DefaultPongTimeout     = 10 * time.Second
-	DefaultWriteTimeout    = 10 * time.Second
-	DefaultCloseTimeout    = 2 * time.Second
-	DefaultTouchBatch      = 1000
-	DefaultMaxInflight     = 512
-	DefaultMaxHTTPConns    = 1024
-	DefaultAdmitWait       = time.Second
-	DefaultJoinRate        = 2000
-	DefaultJoinRateMin     = 100
-	DefaultJoinLatency     = 250 * time.Millisecond
 	// minRetryAfter is the shortest retry hint.
 	minRetryAfter = 250 * time.Millisecond
 	// maxWaiting bounds the refused sessions queued for an extension.
-	maxWaiting              = 200000
+	maxWaiting = 200000
+)
+
+// Defaults for Limits and Config.
+const (
+	DefaultMaxConnections   = 15000
+	DefaultMaxFrameBytes    = 4096
+	DefaultMaxRooms         = 32
+	DefaultFrameRate        = 10
+	DefaultFrameBurst       = 20
+	DefaultRateStrikes      = 10
+	DefaultSendQueue        = 256
+	DefaultSnapshotMembers  = 1000
+	DefaultPingInterval     = 25 * time.Second
+	DefaultPongTimeout      = 10 * time.Second
+	DefaultWriteTimeout     = 10 * time.Second
+	DefaultCloseTimeout     = 2 * time.Second
+	DefaultTouchBatch       = 1000
+	DefaultMaxInflight      = 512
+	DefaultMaxHTTPConns     = 1024
+	DefaultAdmitWait        = time.Second
+	DefaultJoinRate         = 2000
+	DefaultJoinRateMin      = 100
+	DefaultJoinLatency      = 250 * time.Millisecond
 	DefaultReadBufferBytes  = 512
 	DefaultWriteBufferBytes = 4096
 	DefaultHeartbeatSlots   = 10
