@@ -30,6 +30,9 @@
 //     channel of 15,000 subscribers with join_leave, filled, then churned
 //     at increasing rates until Centrifugo breaks (centrifugo.go). Its
 //     connections live in centrifugo-worker child processes.
+//   - reconnect: issue 12's reconnect storm, 200,000 sessions back within
+//     a minute on one Redis, driven on the store by stand-ins for nodes
+//     that use the node's own join limiter and extender (reconnect.go).
 //   - hog: busy-loops goroutines (a CPU tenant beside the node; latency
 //     --hog N starts one as a child process).
 //
@@ -93,13 +96,17 @@ type options struct {
 	natsMonitor    string
 }
 
-const usage = "usage: presence-load idle|latency|sweep|storm|bigroom|centrifugo|hog [flags] (-h for the flags of a mode)"
+const usage = "usage: presence-load idle|latency|sweep|storm|bigroom|centrifugo|reconnect|hog [flags] (-h for the flags of a mode)"
 
 func run(ctx context.Context, args []string, out io.Writer) error {
 	if len(args) > 0 && args[0] == "bigroom-worker" {
 		// A child of the bigroom mode: requests on stdin, replies on stdout.
 		raiseFileLimit()
 		return bigWorkerMain(ctx, os.Stdin, out)
+	}
+	if len(args) > 0 && args[0] == "reconnect" {
+		raiseFileLimit()
+		return reconnect(ctx, args[1:], out)
 	}
 	if len(args) > 0 && args[0] == "centrifugo-worker" {
 		raiseFileLimit()
