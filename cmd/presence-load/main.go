@@ -44,6 +44,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -282,7 +283,8 @@ func signToken(secret, user string, observe bool) (string, error) {
 
 // joinRoom sends a join and reads until its snapshot (or an error) comes.
 func joinRoom(ws *websocket.Conn, room string) error {
-	if err := ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"join","ref":"j","room":"`+room+`"}`)); err != nil {
+	join := []byte(`{"type":"join","ref":"j","room":"` + room + `"}`)
+	if err := ws.WriteMessage(websocket.TextMessage, join); err != nil {
 		return err
 	}
 	_ = ws.SetReadDeadline(time.Now().Add(30 * time.Second))
@@ -296,8 +298,18 @@ func joinRoom(ws *websocket.Conn, room string) error {
 		if strings.HasPrefix(s, `{"type":"snapshot"`) && strings.Contains(s, `"ref":"j"`) {
 			return nil
 		}
-		if strings.HasPrefix(s, `{"type":"error"`) {
+		if !strings.HasPrefix(s, `{"type":"error"`) {
+			continue
+		}
+		// unavailable: sent again after retry_after_ms with the client's
+		// own jitter, as the JS client does, within the read deadline.
+		var p pframe
+		if json.Unmarshal(data, &p) != nil || p.Code != "unavailable" || p.Retry <= 0 {
 			return errors.New(s)
+		}
+		time.Sleep(jitter(time.Duration(p.Retry) * time.Millisecond))
+		if err := ws.WriteMessage(websocket.TextMessage, join); err != nil {
+			return err
 		}
 	}
 }
