@@ -70,7 +70,7 @@ func (r *reconnectRun) startNodes(ctx context.Context) ([]*standIn, error) {
 		}
 		if o.extend {
 			n.extended = &countingExtend{s: s}
-			n.ext = node.NewExtender(n.extended, node.ExtendConfig{Every: min(time.Second, t.Heartbeat/2), Again: t.Heartbeat,
+			n.ext = node.NewExtender(n.extended, node.ExtendConfig{Every: min(250*time.Millisecond, t.Heartbeat/4), Again: t.Heartbeat,
 				Batch: o.batch, Max: 200000, Timeout: 5 * time.Second}, slog.New(slog.DiscardHandler))
 			go n.ext.Run(ctx)
 		}

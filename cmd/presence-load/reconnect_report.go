@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -72,6 +73,7 @@ func (r *reconnectRun) classes() (inN, outN, inHit, outHit int, inKinds, outKind
 	inKinds, outKinds = map[string]int{}, map[string]int{}
 	r.count.mu.Lock()
 	defer r.count.mu.Unlock()
+	var margins []time.Duration // how long before its expiry an inside client with transitions first came
 	for _, c := range r.clients {
 		ts := r.count.byUser[c.idx]
 		inside := c.first.Before(c.expires)
@@ -81,6 +83,7 @@ func (r *reconnectRun) classes() (inN, outN, inHit, outHit int, inKinds, outKind
 			kinds = inKinds
 			if len(ts) > 0 {
 				inHit++
+				margins = append(margins, c.expires.Sub(c.first))
 			}
 		} else {
 			outN++
@@ -91,6 +94,11 @@ func (r *reconnectRun) classes() (inN, outN, inHit, outHit int, inKinds, outKind
 		for _, k := range ts {
 			kinds[k]++
 		}
+	}
+	if len(margins) > 0 {
+		slices.Sort(margins)
+		fmt.Fprintf(r.out, "inside clients with transitions came before their expiry by: p50 %v p90 %v max %v\n",
+			fmtDur(percentile(margins, .5)), fmtDur(percentile(margins, .9)), fmtDur(margins[len(margins)-1]))
 	}
 	return inN, outN, inHit, outHit, inKinds, outKinds, r.count.other
 }
