@@ -57,8 +57,9 @@ func (a *admission) retryAfter() time.Duration {
 // tells the ones it refuses when to come back: a reconnect storm then
 // drains at the store's pace instead of melting it.
 //
-// The rate is a token bucket whose rate adapts (AIMD) to the latency of
-// the store's claim calls: a call slower than Latency, or failing, cuts
+// The rate is a token bucket whose rate adapts (AIMD) to how long the
+// admitted joins wait on the store (their claim and their snapshot read):
+// a join slower than Latency, or failing, cuts
 // the rate by 30 % (once per Latency); each call in time raises it back
 // towards Rate, from MinRate to Rate in about 10 s. The burst is a fifth
 // of a second of the rate.
@@ -87,7 +88,7 @@ type JoinLimiter struct {
 type JoinLimit struct {
 	Rate     float64       // the most joins/s, > 0
 	MinRate  float64       // the least the rate is cut to, 0 < MinRate <= Rate
-	Latency  time.Duration // a claim call slower than this cuts the rate
+	Latency  time.Duration // an admitted join slower than this on the store cuts the rate
 	MinRetry time.Duration // the shortest retry hint
 	MaxRetry time.Duration // the longest retry hint
 }
@@ -161,8 +162,8 @@ func (l *JoinLimiter) deferLocked() time.Duration {
 
 func (l *JoinLimiter) burst() float64 { return max(1, l.rate/5) }
 
-// Observe adapts the rate to one claim call of the store that took d and
-// ended with err.
+// Observe adapts the rate to one admitted join that waited d on the store
+// (its claim and snapshot) and ended with err.
 func (l *JoinLimiter) Observe(now time.Time, d time.Duration, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -18,9 +18,6 @@ type claimBatcher struct {
 	store   Store
 	timeout time.Duration // bounds one store call, whoever waits on it
 	max     int           // the store's batch size
-	// observe, if set, is told each call's latency and error (the join
-	// limiter follows them).
-	observe func(d time.Duration, err error)
 
 	mu      sync.Mutex
 	queue   []*claimReq
@@ -92,12 +89,8 @@ func (b *claimBatcher) run(base context.Context) {
 			continue
 		}
 		ctx, cancel := context.WithDeadline(base, deadline)
-		start := time.Now()
 		res, err := b.store.Claim(ctx, refs)
 		cancel()
-		if b.observe != nil {
-			b.observe(time.Since(start), err)
-		}
 		taken := make(map[presence.SessionRef]bool, len(res.Taken))
 		for _, t := range res.Taken {
 			taken[t] = true

@@ -168,12 +168,17 @@ func (c *conn) join(ctx context.Context, req request) {
 		c.reject(CodeTooManyRooms, fmt.Sprintf("at most %d rooms per connection", c.d.lim.MaxRooms), req.Ref)
 		return
 	}
+	var joinErr error // the store's answer to an admitted join
 	if present {
-		// A join that claims a session: at the store's pace (a storm).
-		if ok, wait := c.d.joins.admit(); !ok {
+		// A join that claims a session: at the store's pace (a storm),
+		// which its time on the store tells.
+		ok, wait := c.d.joins.admit()
+		if !ok {
 			c.refuseJoin(req, wait, "joins are admitted at the store's pace")
 			return
 		}
+		start := time.Now()
+		defer func() { c.d.joins.observe(time.Since(start), joinErr) }()
 	}
 	if err := c.d.rooms.add(ctx, room, c, in); err != nil {
 		c.unavailable("subscribe", err, req.Ref)
@@ -192,6 +197,7 @@ func (c *conn) join(ctx context.Context, req request) {
 	}
 	ref := c.ref(room)
 	if err := c.d.sessions.hold(ctx, ref, c); err != nil {
+		joinErr = err
 		c.d.rooms.remove(room, c)
 		c.d.log.Warn("node: join failed", "user", c.user, "session", c.session, "err", err)
 		c.refuseJoin(req, c.d.joins.refused(), "join failed")
@@ -199,6 +205,7 @@ func (c *conn) join(ctx context.Context, req request) {
 	}
 	c.rooms = append(c.rooms, room)
 	if err := c.d.rooms.snapshot(ctx, room, c, req.Ref, in); err != nil {
+		joinErr = err
 		// Undo the join, so that the error means what it says. The grace
 		// makes a retry inside it silent.
 		c.rooms = c.rooms[:len(c.rooms)-1]

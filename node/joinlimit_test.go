@@ -74,7 +74,7 @@ func TestJoinLimiterSpreadsRefusedClients(t *testing.T) {
 	}
 }
 
-// The rate follows the store: slow or failing claim calls cut it, down
+// The rate follows the store: slow or failing joins cut it, down
 // to MinRate; calls in time raise it back to Rate.
 func TestJoinLimiterFollowsTheStore(t *testing.T) {
 	l := testLimiter(1000)

@@ -43,10 +43,14 @@ func (n *Node) wireStorm() {
 		return
 	}
 	g.limiter.Metrics = &n.metrics.join
-	n.keeper.batcher.observe = func(d time.Duration, err error) {
-		if !isCanceled(err) {
-			g.limiter.Observe(time.Now(), d, err)
-		}
+}
+
+// observe tells the limiter how long an admitted join waited on the
+// store, its claim and its snapshot, and whether it failed; a join its
+// client left is no sign of the store's.
+func (g *joinGate) observe(d time.Duration, err error) {
+	if g.limiter != nil && !isCanceled(err) {
+		g.limiter.Observe(time.Now(), d, err)
 	}
 }
 

@@ -86,6 +86,7 @@ type rclient struct {
 	expires  time.Time // when its session expires unless claimed or extended
 	held     atomic.Int64
 	attempts atomic.Int32
+	admitted time.Time // its last admission
 }
 
 // rstats are the run's counts, shared by the stand-ins.
@@ -100,6 +101,8 @@ type rstats struct {
 	claimCalls atomic.Int64
 	claimNanos atomic.Int64
 	lastHeld   atomic.Int64 // unix ns
+	served     atomic.Int64 // joins that got their snapshot
+	lastServed atomic.Int64 // unix ns
 	tickOver   atomic.Int64 // heartbeat ticks that overran their period
 	tickMax    atomic.Int64 // ns
 	refreshed  atomic.Int64

@@ -26,9 +26,9 @@ type standIn struct {
 	lim      *node.JoinLimiter // nil: the code before the limiter
 	ext      *node.Extender    // nil: the code before the extender
 	extended *countingExtend
-	queue    chan *rclient // admitted, waiting for their claim
-	rooms    chan string   // snapshot reads to make
-	inflight atomic.Int64
+	queue    chan *rclient  // admitted, waiting for their claim
+	rooms    chan roomJoins // snapshot reads to make
+	inflight atomic.Int64   // admitted joins not yet served their snapshot (the node's MaxInflight)
 
 	mu    sync.Mutex
 	slots [][]*rclient // held, by heartbeat slot
@@ -61,7 +61,7 @@ func (r *reconnectRun) startNodes(ctx context.Context) ([]*standIn, error) {
 		}
 		s.Start() // its reaper, as presenced runs it
 		r.closers = append(r.closers, s.Close)
-		n := &standIn{r: r, store: s, queue: make(chan *rclient, o.sessions), rooms: make(chan string, o.sessions),
+		n := &standIn{r: r, store: s, queue: make(chan *rclient, o.sessions), rooms: make(chan roomJoins, o.sessions),
 			slots: make([][]*rclient, heartbeatSlots)}
 		t := s.Timing()
 		if o.joinRate > 0 {
@@ -109,6 +109,7 @@ func (n *standIn) arrive(c *rclient, now time.Time) {
 	}
 	n.inflight.Add(1)
 	st.admitted.Add(1)
+	c.admitted = now
 	n.queue <- c
 }
 
@@ -165,13 +166,11 @@ func (n *standIn) claimer(ctx context.Context) {
 		now := time.Now()
 		st.claimCalls.Add(1)
 		st.claimNanos.Add(int64(now.Sub(start)))
-		if n.lim != nil {
-			n.lim.Observe(now, now.Sub(start), err)
-		}
-		n.inflight.Add(-int64(len(batch)))
 		if err != nil {
 			st.claimErrs.Add(1)
+			n.inflight.Add(-int64(len(batch)))
 			for _, c := range batch {
+				n.observe(now, c, err)
 				n.refuse(c, now, n.capacityHint(now))
 			}
 			continue
@@ -180,38 +179,66 @@ func (n *standIn) claimer(ctx context.Context) {
 	}
 }
 
-// held records an admitted batch as held: heartbeat slots, snapshot
-// reads of its rooms.
+// roomJoins are the joins of one room in a claim call: they share one
+// snapshot read, as joiners of a room at once do in the node.
+type roomJoins struct {
+	room    string
+	clients []*rclient
+}
+
+// held records an admitted batch as held (heartbeat slots) and queues the
+// snapshot reads of its rooms.
 func (n *standIn) held(batch []*rclient, now time.Time) {
 	st := &n.r.stats
+	byRoom := map[string][]*rclient{}
+	var order []string
 	n.mu.Lock()
-	seen := map[string]bool{}
 	for _, c := range batch {
 		c.held.Store(now.UnixNano())
 		n.slots[n.next] = append(n.slots[n.next], c)
 		n.next = (n.next + 1) % len(n.slots)
-		if !seen[c.ref.Room] {
-			seen[c.ref.Room] = true
-			n.rooms <- c.ref.Room
+		if byRoom[c.ref.Room] == nil {
+			order = append(order, c.ref.Room)
 		}
+		byRoom[c.ref.Room] = append(byRoom[c.ref.Room], c)
 	}
 	n.mu.Unlock()
 	st.held.Add(int64(len(batch)))
 	st.lastHeld.Store(now.UnixNano())
+	for _, room := range order {
+		n.rooms <- roomJoins{room: room, clients: byRoom[room]}
+	}
 }
 
-// reader reads the joiners' snapshots (one per room of a claim call:
-// joiners of a room at once share a read, as in the node).
+// reader reads the joiners' snapshots; a join is served, and leaves the
+// node's inflight, with its snapshot. The limiter is told each join's
+// time on the store, from its admission to its snapshot, as the node
+// tells it.
 func (n *standIn) reader(ctx context.Context) {
+	st := &n.r.stats
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case room := <-n.rooms:
+		case j := <-n.rooms:
 			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_, _ = n.store.Snapshot(rctx, room, 0, node.DefaultSnapshotMembers)
+			_, err := n.store.Snapshot(rctx, j.room, 0, node.DefaultSnapshotMembers)
 			cancel()
+			now := time.Now()
+			for _, c := range j.clients {
+				n.observe(now, c, err)
+			}
+			n.inflight.Add(-int64(len(j.clients)))
+			st.served.Add(int64(len(j.clients)))
+			st.lastServed.Store(now.UnixNano())
 		}
+	}
+}
+
+// observe tells the limiter how long c's join waited on the store.
+func (n *standIn) observe(now time.Time, c *rclient, err error) {
+	if n.lim != nil {
+		n.lim.Observe(now, now.Sub(c.admitted), err)
 	}
 }
 

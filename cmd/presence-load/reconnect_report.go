@@ -29,7 +29,7 @@ func (r *reconnectRun) storm(ctx context.Context, nodes []*standIn, stop func())
 	if err := r.waitHeld(ctx, t0); err != nil {
 		return err
 	}
-	converged := time.Unix(0, r.stats.lastHeld.Load())
+	converged := time.Unix(0, max(r.stats.lastHeld.Load(), r.stats.lastServed.Load()))
 	overStorm := r.stats.tickOver.Load()
 	select {
 	case <-ctx.Done():
@@ -50,7 +50,7 @@ func (r *reconnectRun) waitHeld(ctx context.Context, t0 time.Time) error {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	lastPrint := t0
-	for r.stats.held.Load() < int64(r.o.sessions) {
+	for r.stats.held.Load() < int64(r.o.sessions) || r.stats.served.Load() < int64(r.o.sessions) {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -60,7 +60,8 @@ func (r *reconnectRun) waitHeld(ctx context.Context, t0 time.Time) error {
 			}
 			if now.Sub(lastPrint) >= 10*time.Second {
 				lastPrint = now
-				fmt.Fprintf(r.out, "  t+%3.0fs held %d, refusals so far %d\n", now.Sub(t0).Seconds(), r.stats.held.Load(), r.stats.refused.Load())
+				fmt.Fprintf(r.out, "  t+%3.0fs held %d, served their snapshot %d, refusals so far %d\n", now.Sub(t0).Seconds(),
+					r.stats.held.Load(), r.stats.served.Load(), r.stats.refused.Load())
 			}
 		}
 	}
@@ -107,8 +108,8 @@ func (r *reconnectRun) report(ctx context.Context, nodes []*standIn, t0, converg
 	st := &r.stats
 	out := r.out
 	conv := converged.Sub(t0)
-	fmt.Fprintf(out, "converged: every session held again %v after the storm began (%v after its window ended)\n",
-		conv.Round(time.Millisecond), (conv - r.o.window).Round(time.Millisecond))
+	fmt.Fprintf(out, "converged: every session held again %v after the storm began, every join served its snapshot %v (%v after the window ended)\n",
+		time.Unix(0, st.lastHeld.Load()).Sub(t0).Round(time.Millisecond), conv.Round(time.Millisecond), (conv - r.o.window).Round(time.Millisecond))
 	inN, outN, inHit, outHit, inKinds, outKinds, other := r.classes()
 	fmt.Fprintf(out, "transitions on NATS after the storm began: inside (first attempt before the session expired) %d clients, %d with transitions %s; after expiry %d clients, %d with transitions %s; others %d; stream +%d messages\n",
 		inN, inHit, fmtKinds(inKinds), outN, outHit, fmtKinds(outKinds), other, r.streamMsgs(ctx)-msgs0)
