@@ -170,15 +170,11 @@ func (c *conn) join(ctx context.Context, req request) {
 	}
 	var joinErr error // the store's answer to an admitted join
 	if present {
-		// A join that claims a session: at the store's pace (a storm),
-		// which its time on the store tells.
-		ok, wait := c.d.joins.admit()
+		done, ok := c.admitJoin(req)
 		if !ok {
-			c.refuseJoin(req, wait, "joins are admitted at the store's pace")
 			return
 		}
-		start := time.Now()
-		defer func() { c.d.joins.observe(time.Since(start), joinErr) }()
+		defer func() { done(joinErr) }()
 	}
 	if err := c.d.rooms.add(ctx, room, c, in); err != nil {
 		c.unavailable("subscribe", err, req.Ref)

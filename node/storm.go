@@ -103,3 +103,16 @@ func (c *conn) refuseJoin(req request, wait time.Duration, msg string) {
 	c.send(mustJSON(errorFrame{Type: typeError, Code: CodeUnavailable, Ref: req.Ref,
 		Message: msg + "; nothing changed, retry after retry_after_ms", RetryAfterMS: max(1, wait.Milliseconds())}))
 }
+
+// admitJoin admits a join that claims a session at the store's pace (a
+// storm), or refuses it; done tells the limiter the join's time on the
+// store and its outcome.
+func (c *conn) admitJoin(req request) (done func(error), ok bool) {
+	ok, wait := c.d.joins.admit()
+	if !ok {
+		c.refuseJoin(req, wait, "joins are admitted at the store's pace")
+		return nil, false
+	}
+	start := time.Now()
+	return func(err error) { c.d.joins.observe(time.Since(start), err) }, true
+}
