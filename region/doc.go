@@ -114,7 +114,8 @@
 // existing entries in s, whoever holds them (a released entry in its
 // grace too), and their users' until in z are pushed back to a session
 // TTL from now. It writes no new key and no entry, claims nothing and
-// announces nothing; a session with no live entry is left alone. A client
+// announces nothing; a session with no live entry (live as reads see it,
+// read slack included: its end is not announced yet) is left alone. A client
 // that gives up is no longer extended, and its session ends a TTL later
 // as it would have.
 //

@@ -13,8 +13,9 @@ import (
 // a session TTL from now, so that neither the old holder's silence nor
 // the end of a grace announces a departure while the client retries. It
 // claims nothing, creates nothing and announces nothing: a session with no
-// live entry is left alone (the client's join will announce it), and
-// nothing is shortened. It returns how many sessions it extended. Calls
+// live entry (as reads see it: one overdue by less than the read slack,
+// its end not announced yet, still is) is left alone, the client's join
+// will announce it, and nothing is shortened. It returns how many sessions it extended. Calls
 // are grouped by slot, like the heartbeat's; an invalid batch writes
 // nothing.
 func (s *Store) Extend(ctx context.Context, refs []presence.SessionRef) (int, error) {
@@ -25,8 +26,8 @@ func (s *Store) Extend(ctx context.Context, refs []presence.SessionRef) (int, er
 	for _, tc := range s.touchCalls(sortRefs(refs), false) {
 		// The touch layout after its three slot keys and nine head
 		// arguments: two keys per room, then per room k and its pairs.
-		calls = append(calls, call{script: scriptExtend, keys: tc.keys[3:],
-			args: append([]any{ms(s.t.SessionTTL)}, tc.args[len(touchHead{}):]...)})
+		head := []any{ms(s.t.SessionTTL), s.readCut(), ms(s.readSlack())}
+		calls = append(calls, call{script: scriptExtend, keys: tc.keys[3:], args: append(head, tc.args[len(touchHead{}):]...)})
 	}
 	cmds, err := s.exec(ctx, calls)
 	if err != nil {

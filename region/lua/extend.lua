@@ -4,16 +4,22 @@
 -- in its grace too), and its user's until are pushed back to at least
 -- now + ARGV[1] ms. Nothing is claimed, created or announced: a session
 -- with no live entry, or whose user is no member now, is left alone, and
--- nothing is ever shortened. A client that stops retrying stops the
--- extensions, and its session then ends as it would have.
+-- nothing is ever shortened. Live is as reads see it (read_cut): an entry
+-- overdue by less than the read slack, its departure not announced yet,
+-- is still listed, and extending it is as silent as a refresh would be.
+-- A client that stops retrying stops the extensions, and its session
+-- then ends as it would have.
 -- KEYS[1..] two keys per room, in ARGV order: z and s (u is named from z,
 -- as room_of in lib.lua names it)
--- ARGV[1] extension ms, ARGV[2..] per room: k, then k pairs (user, session)
+-- ARGV[1] extension ms, ARGV[2] the read cut ms (0: none) and ARGV[3] the
+-- read slack ms (see read_cut), ARGV[4..] per room: k, then k pairs
+-- (user, session)
 -- Returns the number of sessions extended.
 local now = now_ms()
 local ext = tonumber(ARGV[1])
 local exps = math.ceil((now + ext) / 1000)
-local n, a, ri = 0, 2, 0
+local rc = read_cut(now, ARGV[2], ARGV[3])
+local n, a, ri = 0, 4, 0
 while a <= #ARGV do
   local k = tonumber(ARGV[a])
   a = a + 1
@@ -24,10 +30,10 @@ while a <= #ARGV do
     local u, sid = ARGV[a], ARGV[a + 1]
     a = a + 2
     local until_ms = tonumber(redis.call('ZSCORE', z, u) or '0')
-    if until_ms >= now then
+    if until_ms >= rc then
       local done = false
       for _, e in ipairs(session_entries(r, u, sid, '')) do
-        if tonumber(redis.call('ZSCORE', s, e)) >= live_s(now) then
+        if tonumber(redis.call('ZSCORE', s, e)) >= live_s(rc) then
           redis.call('ZADD', s, 'GT', exps, e)
           done = true
         end
