@@ -38,6 +38,11 @@ type Store interface {
 	Snapshot(ctx context.Context, room string, offset, limit int) (presence.Snapshot, error)
 	// Timing is the region's timing, defaults filled and validated.
 	Timing() presence.Timing
+	// Extend keeps the existing sessions of clients whose joins were
+	// refused as they are (another node's, or released ones in their
+	// grace, included) for a session TTL, creating and announcing nothing;
+	// it returns how many it found.
+	Extend(ctx context.Context, refs []presence.SessionRef) (int, error)
 }
 
 // Snapshotter returns pages of a room's members with the sequences that
@@ -158,6 +163,26 @@ type Limits struct {
 	// piling requests up until they time out. Defaults 512 and 1s (a storm of 1,000 joins into a room of 15,000 waits 3.2 s at p99 with 128, docs/BENCHMARKS.md).
 	MaxInflight int
 	AdmitWait   time.Duration
+	// JoinRate bounds the joins per second that claim a session (the
+	// store's costly write) on this node. Past it a join is refused with
+	// unavailable and a retry_after_ms that spreads the refused clients
+	// over the time the node needs to admit them all, and the sessions of
+	// refused clients are kept as they were while they retry (see
+	// docs/PROTOCOL.md, "Reconnect storms"). The rate follows the store:
+	// an admitted join whose claim and snapshot read take longer than
+	// JoinLatency cuts it by 30 %, down to
+	// JoinRateMin; calls in time raise it back. Defaults 2000/s, 100/s and
+	// 250ms; a negative JoinRate: no bound.
+	JoinRate    float64
+	JoinRateMin float64
+	JoinLatency time.Duration
+	// MaxRetryAfter caps the retry_after_ms of refusals. A refused
+	// client's session is extended a session TTL at most once per
+	// heartbeat, so the cap must let a client that honours it (with up to
+	// 25 % jitter) come back in time: heartbeat + MaxRetryAfter*5/4 + the
+	// extender's period <= the session TTL. Default min(20s, (TTL -
+	// heartbeat)/2): 15s at the default timing.
+	MaxRetryAfter time.Duration
 	// MaxHTTPConns bounds the plain HTTP connections (not WebSockets) of
 	// a server whose ConnState is the node's: past it, a new connection
 	// closes the one idle the longest, so a flood of idle connections
@@ -171,6 +196,13 @@ type Limits struct {
 	ReadBufferBytes  int
 	WriteBufferBytes int
 }
+
+const (
+	// minRetryAfter is the shortest retry hint.
+	minRetryAfter = 250 * time.Millisecond
+	// maxWaiting bounds the refused sessions queued for an extension.
+	maxWaiting = 200000
+)
 
 // Defaults for Limits and Config.
 const (
@@ -190,6 +222,9 @@ const (
 	DefaultMaxInflight      = 512
 	DefaultMaxHTTPConns     = 1024
 	DefaultAdmitWait        = time.Second
+	DefaultJoinRate         = 2000
+	DefaultJoinRateMin      = 100
+	DefaultJoinLatency      = 250 * time.Millisecond
 	DefaultReadBufferBytes  = 512
 	DefaultWriteBufferBytes = 4096
 	DefaultHeartbeatSlots   = 10
@@ -242,6 +277,13 @@ func (l Limits) withDefaults() Limits {
 	defI(&l.MaxInflight, DefaultMaxInflight)
 	defI(&l.MaxHTTPConns, DefaultMaxHTTPConns)
 	defD(&l.AdmitWait, DefaultAdmitWait)
+	if l.JoinRate == 0 {
+		l.JoinRate = DefaultJoinRate
+	}
+	if l.JoinRateMin == 0 {
+		l.JoinRateMin = min(DefaultJoinRateMin, l.JoinRate)
+	}
+	defD(&l.JoinLatency, DefaultJoinLatency)
 	defI(&l.ReadBufferBytes, DefaultReadBufferBytes)
 	defI(&l.WriteBufferBytes, DefaultWriteBufferBytes)
 	return l
@@ -277,6 +319,12 @@ func (l Limits) validate() error {
 	if l.MaxWatchUsers > maxWatchUsersCap {
 		return configError("limits: max watch users", fmt.Sprintf("must be at most %d, got %d", maxWatchUsersCap, l.MaxWatchUsers))
 	}
+	if l.JoinRate > 0 && (l.JoinRateMin <= 0 || l.JoinRateMin > l.JoinRate) {
+		return configError("limits: join rate min", fmt.Sprintf("must be positive and at most the join rate %g, got %g", l.JoinRate, l.JoinRateMin))
+	}
+	if l.JoinLatency <= 0 {
+		return configError("limits: join latency", fmt.Sprintf("must be positive, got %v", l.JoinLatency))
+	}
 	if l.FrameRate <= 0 {
 		return configError("limits: frame rate", fmt.Sprintf("must be positive, got %v", l.FrameRate))
 	}
@@ -307,6 +355,9 @@ func (c Config) check() (Config, error) {
 	}
 	c.Limits = c.Limits.withDefaults()
 	if err := c.Limits.validate(); err != nil {
+		return c, err
+	}
+	if err := c.checkRetry(); err != nil {
 		return c, err
 	}
 	if c.HeartbeatSlots == 0 {
@@ -343,6 +394,27 @@ func (c Config) check() (Config, error) {
 		c.Metrics = prometheus.NewRegistry()
 	}
 	return c, nil
+}
+
+// extendEvery is how often a node sends its refused clients' sessions
+// to be extended: a client refused this long before its session expires
+// may find it gone, so it is short (a storm measured 561 of 141,076 such
+// sessions lost at 1 s).
+func (c Config) extendEvery() time.Duration { return min(250*time.Millisecond, c.heartbeat/4) }
+
+// checkRetry fills MaxRetryAfter and checks that a refused client who
+// honours it comes back before its extended session ends.
+func (c *Config) checkRetry() error {
+	ttl := c.Store.Timing().SessionTTL
+	room := ttl - c.heartbeat - c.extendEvery()
+	if c.Limits.MaxRetryAfter == 0 {
+		c.Limits.MaxRetryAfter = min(20*time.Second, (ttl-c.heartbeat)/2)
+	}
+	if m := c.Limits.MaxRetryAfter; m < minRetryAfter || m*5/4 > room {
+		return configError("limits: max retry after", fmt.Sprintf("must be between %v and %v (session TTL %v - heartbeat %v - %v, over 5/4 for a client's jitter), got %v",
+			minRetryAfter, room*4/5, ttl, c.heartbeat, c.extendEvery(), m))
+	}
+	return nil
 }
 
 // viewRegion is the region token of the events clients see.

@@ -29,6 +29,9 @@ func TestConfigValidation(t *testing.T) {
 		{func(c *Config) { c.Limits.FrameRate = -1 }, "limits: frame rate", "must be positive"},
 		{func(c *Config) { c.Limits.MaxFrameBytes = 512 }, "limits: max frame bytes", "full state frame"},
 		{func(c *Config) { c.HeartbeatSlots = 5000 }, "heartbeat slots", "between 1 and 1000"},
+		{func(c *Config) { c.Limits.JoinRate, c.Limits.JoinRateMin = 10, 20 }, "limits: join rate min", "at most the join rate 10"},
+		{func(c *Config) { c.Limits.JoinLatency = -1 }, "limits: join latency", "must be positive"},
+		{func(c *Config) { c.Limits.MaxRetryAfter = 1500 * time.Millisecond }, "limits: max retry after", "session TTL 2s"},
 		{func(c *Config) { c.StoreTimeout = -1 }, "store timeout", "must be positive"},
 		{func(c *Config) { c.Auth = AuthConfig{} }, "auth", "HMAC secret, an RSA public key, or InsecureDev"},
 		{func(c *Config) { c.Auth.HMACSecret = []byte("short") }, "auth: hmac secret", "at least 32 bytes"},
@@ -55,6 +58,9 @@ func TestConfigValidation(t *testing.T) {
 		t.Fatalf("defaults: %v", err)
 	}
 	l := n.cfg.Limits
+	if l.JoinRate != DefaultJoinRate || l.JoinRateMin != DefaultJoinRateMin || l.MaxRetryAfter != 750*time.Millisecond { // (TTL 2s - heartbeat 500ms)/2
+		t.Fatalf("join defaults: %+v", l)
+	}
 	if l.MaxConnections != 15000 || l.MaxFrameBytes != 4096 || l.PingInterval != DefaultPingInterval || n.cfg.HeartbeatSlots != DefaultHeartbeatSlots || n.cfg.StoreTimeout != DefaultStoreTimeout {
 		t.Fatalf("defaults: %+v", n.cfg)
 	}

@@ -73,6 +73,7 @@ type connDeps struct {
 	sessions     sessionHolder
 	tokens       tokenParser
 	admission    *admission
+	joins        *joinGate
 	registry     connRegistry
 	counts       *connCounts
 	metrics      *metrics

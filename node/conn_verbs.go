@@ -49,6 +49,10 @@ func (c *conn) handle(mt int, data []byte) {
 	switch req.Type {
 	case typeJoin, typeLeave, typeState, typeMembers, typeWatch:
 		if !c.d.admission.admit() {
+			if req.Type == typeJoin {
+				c.refuseJoin(req, c.d.joins.refused(), "the node is at capacity")
+				return
+			}
 			c.d.metrics.rejectedFrames.WithLabelValues(string(CodeUnavailable)).Inc()
 			c.send(mustJSON(errorFrame{Type: typeError, Code: CodeUnavailable, Ref: req.Ref,
 				Message:      "the node is at capacity; nothing changed, retry after retry_after_ms",
@@ -164,6 +168,14 @@ func (c *conn) join(ctx context.Context, req request) {
 		c.reject(CodeTooManyRooms, fmt.Sprintf("at most %d rooms per connection", c.d.lim.MaxRooms), req.Ref)
 		return
 	}
+	var joinErr error // the store's answer to an admitted join
+	if present {
+		done, ok := c.admitJoin(req)
+		if !ok {
+			return
+		}
+		defer func() { done(joinErr) }()
+	}
 	if err := c.d.rooms.add(ctx, room, c, in); err != nil {
 		c.unavailable("subscribe", err, req.Ref)
 		return
@@ -181,12 +193,15 @@ func (c *conn) join(ctx context.Context, req request) {
 	}
 	ref := c.ref(room)
 	if err := c.d.sessions.hold(ctx, ref, c); err != nil {
+		joinErr = err
 		c.d.rooms.remove(room, c)
-		c.unavailable("join", err, req.Ref)
+		c.d.log.Warn("node: join failed", "user", c.user, "session", c.session, "err", err)
+		c.refuseJoin(req, c.d.joins.refused(), "join failed")
 		return
 	}
 	c.rooms = append(c.rooms, room)
 	if err := c.d.rooms.snapshot(ctx, room, c, req.Ref, in); err != nil {
+		joinErr = err
 		// Undo the join, so that the error means what it says. The grace
 		// makes a retry inside it silent.
 		c.rooms = c.rooms[:len(c.rooms)-1]

@@ -22,7 +22,7 @@ import (
 
 func fanoutHub(t *testing.T, batchFrom int) (*hub, *room) {
 	t.Helper()
-	m, err := newMetrics(prometheus.NewRegistry(), gauges{func() int { return 0 }, func() int { return 0 }, func() int { return 0 }, func() int { return 0 }, func() int { return 0 }})
+	m, err := newMetrics(prometheus.NewRegistry(), gauges{func() int { return 0 }, func() int { return 0 }, func() int { return 0 }, func() int { return 0 }, func() int { return 0 }, func() float64 { return 0 }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -110,6 +110,8 @@ func (f *fakeStore) Snapshot(context.Context, string, int, int) (presence.Snapsh
 
 func (f *fakeStore) Timing() presence.Timing { return testTiming }
 
+func (f *fakeStore) Extend(context.Context, []presence.SessionRef) (int, error) { return 0, nil }
+
 // calls returns the refreshes made (claims are left out).
 func (f *fakeStore) calls() []touchCall {
 	f.mu.Lock()

@@ -19,7 +19,7 @@ import (
 // It is refused (a new read follows), and a new one serves.
 func TestASnapshotOlderThanTheRoomsStartIsRefused(t *testing.T) {
 	zero := func() int { return 0 }
-	m, err := newMetrics(prometheus.NewRegistry(), gauges{zero, zero, zero, zero, zero})
+	m, err := newMetrics(prometheus.NewRegistry(), gauges{zero, zero, zero, zero, zero, func() float64 { return 0 }})
 	if err != nil {
 		t.Fatal(err)
 	}

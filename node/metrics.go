@@ -21,12 +21,37 @@ type metrics struct {
 	watchSubs      prometheus.Counter
 	badEvents      prometheus.Counter
 	overloaded     prometheus.Counter
+	join           JoinMetrics
+	extend         ExtendMetrics
 }
 
 // gauges are the readings behind the node's gauges, each from the part
 // of the node that owns it.
 type gauges struct {
 	pendingReleases, inflight, connections, sessions, rooms func() int
+	joinRate                                                func() float64
+}
+
+// stormCollectors are the collectors of reconnect storms: the join
+// limiter's and the extender's.
+func (m *metrics) stormCollectors(g gauges) []prometheus.Collector {
+	const ns, sub = "presence", "node"
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: name, Help: help})
+	}
+	m.join.Admitted = counter("joins_admitted_total", "Joins that claim a session admitted by the join rate limiter.")
+	m.join.Refused = counter("joins_refused_total", "Joins refused with unavailable and a retry hint: past the join rate, the node at capacity, or the store failing.")
+	hint := prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "retry_after_seconds",
+		Help:    "The retry hints (retry_after_ms) sent with refused joins.",
+		Buckets: []float64{.25, .5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30}})
+	m.join.RetryHint = hint
+	m.extend.Sent = counter("extend_sent_total", "Sessions of refused clients sent to the store to be kept while they retry.")
+	m.extend.Extended = counter("extended_sessions_total", "Sessions of refused clients the store found and extended.")
+	m.extend.Dropped = counter("extend_dropped_total", "Refused sessions not extended: the extender's queue was full.")
+	m.extend.Errors = counter("extend_errors_total", "Extend calls that failed.")
+	return []prometheus.Collector{m.join.Admitted, m.join.Refused, hint, m.extend.Sent, m.extend.Extended, m.extend.Dropped, m.extend.Errors,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "join_rate",
+			Help: "The join rate limiter's rate now, joins/s (it follows the store's claim latency)."}, g.joinRate)}
 }
 
 func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
@@ -78,7 +103,7 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "rooms",
 			Help: "Rooms with local members, each one NATS subscription."}, func() float64 { return float64(g.rooms()) }),
 	}
-	for _, c := range cs {
+	for _, c := range append(cs, m.stormCollectors(g)...) {
 		if err := reg.Register(c); err != nil {
 			return nil, configError("metrics", "registering: "+err.Error())
 		}

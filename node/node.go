@@ -62,6 +62,7 @@ type Node struct {
 	wheel     wheel
 	metrics   *metrics
 	admission *admission
+	joins     *joinGate
 	conns     *connDeps // shared by every connection
 	counts    connCounts
 	upgrader  websocket.Upgrader
@@ -136,6 +137,7 @@ func New(cfg Config) (*Node, error) {
 // wire makes the node's parts and hands each what it needs.
 func (n *Node) wire() error {
 	cfg := n.cfg
+	n.joins = newJoinGate(cfg)
 	n.keeper = newSessionKeeper(cfg.Store, cfg.heartbeat, cfg.HeartbeatSlots, cfg.Limits.TouchBatch, cfg.StoreTimeout, n.log,
 		func(d time.Duration, _ int, err error) {
 			n.metrics.touchSeconds.Observe(d.Seconds())
@@ -150,11 +152,13 @@ func (n *Node) wire() error {
 		connections:     func() int { return int(n.counts.open.Load()) },
 		sessions:        n.keeper.held,
 		rooms:           func() int { return n.hub.count() },
+		joinRate:        n.joins.rate,
 	})
 	if err != nil {
 		return err
 	}
 	n.admission.overloaded = n.metrics.overloaded
+	n.wireStorm()
 	n.keeper.moved = func(owners []owner) {
 		for _, o := range owners {
 			o.sessionMoved()
@@ -169,7 +173,7 @@ func (n *Node) wire() error {
 	}
 	n.hub = newHub(n.ctx, cfg, views, n.log, n.metrics, &n.wg)
 	n.conns = &connDeps{lim: cfg.Limits, storeTimeout: cfg.StoreTimeout, global: cfg.Global != nil, rooms: n.hub, sessions: n.keeper, tokens: n.auth,
-		admission: n.admission, registry: &n.wheel, counts: &n.counts, metrics: n.metrics, log: n.log, ctx: n.ctx,
+		admission: n.admission, joins: n.joins, registry: &n.wheel, counts: &n.counts, metrics: n.metrics, log: n.log, ctx: n.ctx,
 		wg: &n.connWG, mono: n.mono}
 	return nil
 }
@@ -202,6 +206,7 @@ func (n *Node) Start(ctx context.Context) error {
 		func(ctx context.Context) { n.wheel.run(ctx, n.cfg.Limits.PingInterval) },
 		n.hub.dispatch,
 		n.hub.watch,
+		n.joins.extender.Run,
 	} {
 		n.wg.Add(1)
 		go func() {

@@ -154,3 +154,94 @@ func TestOverloadIsRefusedWithRetryAdvice(t *testing.T) {
 	}
 	late.join("r") // capacity is back
 }
+
+// joinRetrying sends a join and, while it is refused with unavailable,
+// sends it again after retry_after_ms, as clients do; it returns the
+// snapshot and the hints it was given.
+func joinRetrying(t *testing.T, c *client, room string, maxHint time.Duration) (frame, []time.Duration) {
+	t.Helper()
+	var hints []time.Duration
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		c.send(map[string]string{"type": "join", "room": room, "ref": "j"})
+		f := c.next()
+		if f.Type == "snapshot" {
+			return f, hints
+		}
+		var e struct {
+			Code         string `json:"code"`
+			RetryAfterMS int64  `json:"retry_after_ms"`
+		}
+		if err := json.Unmarshal([]byte(f.raw), &e); err != nil || e.Code != string(CodeUnavailable) {
+			t.Fatalf("join: %s, want a snapshot or unavailable", f.raw)
+		}
+		d := time.Duration(e.RetryAfterMS) * time.Millisecond
+		if d <= 0 || d > maxHint {
+			t.Fatalf("retry_after_ms %d, want in (0, %v]", e.RetryAfterMS, maxHint)
+		}
+		hints = append(hints, d)
+		time.Sleep(d) // the client honours the hint
+	}
+	t.Fatalf("join of %s not admitted in 20s", room)
+	return frame{}, nil
+}
+
+// A storm takes longer than the TTL and the grace: clients refused at the
+// join rate retry as told, and their sessions, held by a node that died
+// or released into their grace, are kept meanwhile; their joins are then
+// silent. A session whose client never returns ends as it would have.
+func TestRefusedJoinsKeepTheirSessions(t *testing.T) {
+	slow(t)
+	e := newEnv(t)
+	dead := e.newStore() // the old node: it refreshes nothing any more
+	held, released, gone := presence.SessionRef{Room: "r", User: "jo", Session: "tab"},
+		presence.SessionRef{Room: "r", User: "bo", Session: "tab"}, presence.SessionRef{Room: "r", User: "kim", Session: "tab"}
+	if _, err := dead.Claim(context.Background(), []presence.SessionRef{held, released, gone}); err != nil {
+		t.Fatal(err)
+	}
+	if err := dead.Release(context.Background(), released); err != nil {
+		t.Fatal(err)
+	}
+	start := e.redisNow()
+	// One join every 2.5 s: the first goes at once (the bucket's one
+	// token), jo and bo wait past the TTL (2 s) and the grace (1 s).
+	n := e.newNode(func(c *Config) {
+		c.Limits.JoinRate, c.Limits.JoinRateMin = 0.4, 0.4
+	})
+	first := n.dial(t, token(t, "first", []string{"*"}, time.Hour), "s")
+	first.join("r")
+	var wg sync.WaitGroup
+	hints := make([][]time.Duration, 2)
+	for i, u := range []string{"jo", "bo"} {
+		c := n.dial(t, token(t, u, []string{"*"}, time.Hour), "tab")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, hints[i] = joinRetrying(t, c, "r", n.cfg.Limits.MaxRetryAfter)
+		}()
+	}
+	wg.Wait()
+	if now := e.redisNow(); now.Sub(start) < testTiming.SessionTTL+testTiming.OfflineGrace {
+		t.Fatalf("admitted after %v: the storm was shorter than the TTL", now.Sub(start))
+	}
+	for i, h := range hints {
+		if len(h) < 2 {
+			t.Fatalf("client %d refused %d times, want several", i, len(h))
+		}
+	}
+	waitFor(t, 10*time.Second, "kim, who never came back, to expire", func() bool {
+		return len(e.rec.Of(presence.Offline, "r", "kim")) == 1
+	})
+	e.quiesce("r")
+	for _, u := range []string{"jo", "bo"} {
+		if got := e.rec.Of("", "r", u); len(got) != 1 || got[0].Kind != presence.Online {
+			t.Fatalf("%s's transitions: %v, want only the first online", u, got)
+		}
+	}
+	if got := counterValue(t, n.metrics.join.Refused); got < 4 {
+		t.Fatalf("joins_refused_total %v, want the refusals counted", got)
+	}
+	if got := counterValue(t, n.metrics.extend.Extended); got < 2 {
+		t.Fatalf("extended_sessions_total %v, want both waiting sessions extended", got)
+	}
+}

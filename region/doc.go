@@ -106,6 +106,19 @@
 // Orphaned once that holder has released it too: a node whose connection
 // for it is live (the taker's connection was already gone) claims it back.
 //
+// # Waiting clients
+//
+// During a reconnect storm a node admits joins at a bounded rate and
+// refuses the rest with a retry hint. Extend (extend.lua) keeps the
+// sessions of the refused clients as they were while they wait: their
+// existing entries in s, whoever holds them (a released entry in its
+// grace too), and their users' until in z are pushed back to a session
+// TTL from now. It writes no new key and no entry, claims nothing and
+// announces nothing; a session with no live entry (live as reads see it,
+// read slack included: its end is not announced yet) is left alone. A client
+// that gives up is no longer extended, and its session ends a TTL later
+// as it would have.
+//
 // # Transitions
 //
 // A user's first live session in a room announces online (joined), naming

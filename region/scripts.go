@@ -54,9 +54,10 @@ var (
 	scriptSessions = load("sessions", true)
 	scriptRoster   = load("roster", true)
 	scriptUsers    = load("users", true)
+	scriptExtend   = load("extend", false)
 )
 
-var allScripts = []*redis.Script{scriptTouch, scriptRelease, scriptReap, scriptClock, scriptAck, scriptSeen, scriptDue, scriptDueAll, scriptSnapshot, scriptState, scriptCount, scriptSessions, scriptRoster, scriptUsers}
+var allScripts = []*redis.Script{scriptTouch, scriptRelease, scriptReap, scriptClock, scriptAck, scriptSeen, scriptDue, scriptDueAll, scriptSnapshot, scriptState, scriptCount, scriptSessions, scriptRoster, scriptUsers, scriptExtend}
 
 type call struct {
 	script *redis.Script

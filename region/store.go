@@ -106,6 +106,7 @@ type Stats struct {
 	Sweeps         atomic.Int64 // reaper sweeps that read the region's clock
 	OutageHolds    atomic.Int64 // outages after which expiries were held
 	DataLosses     atomic.Int64 // times the region's Redis was found to have lost its data
+	Extended       atomic.Int64 // sessions extended for clients waiting to be admitted (Extend)
 }
 
 // New returns a Store on rdb. rdb may be a *redis.Client, a

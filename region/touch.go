@@ -128,8 +128,8 @@ func (s *Store) touchCalls(sorted []presence.SessionRef, claim bool) []touchCall
 	expected := s.expectedIncs(sorted)
 	var calls []touchCall
 	for _, k := range order {
-		b := touchBatcher{s: s, index: k, chunk: s.opt.ChunkSize,
-			head: []any{ms(s.t.SessionTTL), ms(s.opt.PublishLease), s.opt.MaxOutbox, s.holder, flag, expected[k], s.readCut(), ms(s.readSlack()), len(s.opt.Prefix)}}
+		head := touchHead{ms(s.t.SessionTTL), ms(s.opt.PublishLease), s.opt.MaxOutbox, s.holder, flag, expected[k], s.readCut(), ms(s.readSlack()), len(s.opt.Prefix)}
+		b := touchBatcher{s: s, index: k, chunk: s.opt.ChunkSize, head: head[:]}
 		b.reset()
 		for _, rb := range byIndex[k] {
 			b.add(rb)
@@ -139,6 +139,9 @@ func (s *Store) touchCalls(sorted []presence.SessionRef, claim bool) []touchCall
 	}
 	return calls
 }
+
+// touchHead is touch.lua's arguments before the rooms (ARGV[1..9]).
+type touchHead [9]any
 
 // touchBatcher fills the touch calls of one reap index (see touch.lua for
 // the argument layout).

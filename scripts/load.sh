@@ -25,6 +25,17 @@
 #                                15,000 under the same churn
 #   scripts/load.sh bigroom-watch  15,000 watchers of 50 users each of a
 #                                room of 15,000 under the same churn
+#   scripts/load.sh reconnect-storm  issue 12's storm: 200,000 sessions held
+#                                by nodes that die, back within 60 s on this
+#                                one Redis, through stand-ins for 14 nodes
+#                                that use the node's join limiter and
+#                                extender on the store (presence-load
+#                                reconnect; no presenced is started):
+#                                convergence, transitions on NATS, refusals,
+#                                retry hints, Redis CPU. STORM_FLAGS or
+#                                further arguments go to presence-load, e.g.
+#                                --join-rate -1 --extend=false for the code
+#                                before the limiter and the extender.
 #   scripts/load.sh centrifugo   issue 11's side by side, in one run: Centrifugo
 #                                v6.9.1 (built from the Go module proxy into
 #                                the run's temp dir; CENTRIFUGO_BIN skips the
@@ -75,9 +86,9 @@ cd "$(dirname "$0")/.."
 mode=${1:-idle}
 shift || true
 case $mode in
-idle | latency | latency-hog | sweep | storm | bigroom | bigroom-count | bigroom-watch | centrifugo | cluster) ;;
+idle | latency | latency-hog | sweep | storm | bigroom | bigroom-count | bigroom-watch | centrifugo | cluster | reconnect-storm) ;;
 *)
-	echo "usage: $0 idle|latency|latency-hog|sweep|storm|bigroom|bigroom-count|bigroom-watch|centrifugo|cluster [presence-load flags]" >&2
+	echo "usage: $0 idle|latency|latency-hog|sweep|storm|bigroom|bigroom-count|bigroom-watch|centrifugo|cluster|reconnect-storm [presence-load flags]" >&2
 	exit 2
 	;;
 esac
@@ -206,6 +217,17 @@ mport=$(free_port 8231)
 nats_pid=$!
 pids+=("$nats_pid")
 wait_for nats "$nats_pid" curl -sf "http://127.0.0.1:$mport/healthz"
+
+if [[ $mode == reconnect-storm ]]; then
+	echo "tree: $(git rev-parse --short HEAD 2>/dev/null || echo '?') with $(git status --porcelain 2>/dev/null | wc -l) changed paths; $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "redis pid $redis_pid on :$rport; nats-server pid $nats_pid on :$nport"
+	rc=0
+	"$bin/presence-load" reconnect --redis "127.0.0.1:$rport" --nats "nats://127.0.0.1:$nport" ${STORM_FLAGS:-} "$@" || rc=$?
+	echo "redis: $(redis-cli -p "$rport" info memory | grep -E '^used_memory_human' | tr -d '\r')"
+	[[ $rc == 0 ]] || { echo "load.sh: $mode FAILED (exit $rc)" >&2; exit "$rc"; }
+	ok=1
+	exit 0
+fi
 
 # Clients authenticate with HS256 tokens, as in production (each open
 # connection then holds its token's expiry timer).

@@ -1245,7 +1245,7 @@ func stormJoin(c *websocket.Conn, join []byte, i int, retried *atomic.Int64) (ti
 		}
 		if k == "error" && p.Code == "unavailable" && p.Retry > 0 && time.Since(t0) < 30*time.Second {
 			retried.Add(1)
-			time.Sleep(time.Duration(p.Retry) * time.Millisecond)
+			time.Sleep(jitter(time.Duration(p.Retry) * time.Millisecond))
 			if c.WriteMessage(websocket.TextMessage, join) != nil {
 				return 0, "lost"
 			}

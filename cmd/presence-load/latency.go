@@ -437,7 +437,7 @@ func (j *joinRetries) schedule(c *client, d time.Duration) {
 		return
 	}
 	var t *time.Timer
-	t = time.AfterFunc(d, func() {
+	t = time.AfterFunc(jitter(d), func() { // the client's own jitter, as the JS client's
 		j.mu.Lock()
 		_, ok := j.timers[t]
 		delete(j.timers, t)

@@ -30,6 +30,9 @@
 //     channel of 15,000 subscribers with join_leave, filled, then churned
 //     at increasing rates until Centrifugo breaks (centrifugo.go). Its
 //     connections live in centrifugo-worker child processes.
+//   - reconnect: issue 12's reconnect storm, 200,000 sessions back within
+//     a minute on one Redis, driven on the store by stand-ins for nodes
+//     that use the node's own join limiter and extender (reconnect.go).
 //   - hog: busy-loops goroutines (a CPU tenant beside the node; latency
 //     --hog N starts one as a child process).
 //
@@ -41,6 +44,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -94,7 +98,7 @@ type options struct {
 	natsMonitor    string
 }
 
-const usage = "usage: presence-load idle|latency|sweep|storm|bigroom|centrifugo|hog|region [flags] (-h for the flags of a mode)"
+const usage = "usage: presence-load idle|latency|sweep|storm|bigroom|centrifugo|reconnect|hog|region [flags] (-h for the flags of a mode)"
 
 // runRegion runs the region mode, which has its own flags, or its child
 // (region-driver: a node's sessions on the store).
@@ -116,6 +120,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if len(args) > 0 && strings.HasPrefix(args[0], "region") {
 		return runRegion(ctx, args, out)
+	}
+	if len(args) > 0 && args[0] == "reconnect" {
+		raiseFileLimit()
+		return reconnect(ctx, args[1:], out)
 	}
 	if len(args) > 0 && args[0] == "centrifugo-worker" {
 		raiseFileLimit()
@@ -292,7 +300,8 @@ func signToken(secret, user string, observe bool) (string, error) {
 
 // joinRoom sends a join and reads until its snapshot (or an error) comes.
 func joinRoom(ws *websocket.Conn, room string) error {
-	if err := ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"join","ref":"j","room":"`+room+`"}`)); err != nil {
+	join := []byte(`{"type":"join","ref":"j","room":"` + room + `"}`)
+	if err := ws.WriteMessage(websocket.TextMessage, join); err != nil {
 		return err
 	}
 	_ = ws.SetReadDeadline(time.Now().Add(30 * time.Second))
@@ -306,8 +315,18 @@ func joinRoom(ws *websocket.Conn, room string) error {
 		if strings.HasPrefix(s, `{"type":"snapshot"`) && strings.Contains(s, `"ref":"j"`) {
 			return nil
 		}
-		if strings.HasPrefix(s, `{"type":"error"`) {
+		if !strings.HasPrefix(s, `{"type":"error"`) {
+			continue
+		}
+		// unavailable: sent again after retry_after_ms with the client's
+		// own jitter, as the JS client does, within the read deadline.
+		var p pframe
+		if json.Unmarshal(data, &p) != nil || p.Code != "unavailable" || p.Retry <= 0 {
 			return errors.New(s)
+		}
+		time.Sleep(jitter(time.Duration(p.Retry) * time.Millisecond))
+		if err := ws.WriteMessage(websocket.TextMessage, join); err != nil {
+			return err
 		}
 	}
 }

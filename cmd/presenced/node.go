@@ -23,6 +23,8 @@ type commonFlags struct {
 	maxConns, maxRooms                        int
 	maxWatchUsers, batchFrom, fanoutBudget    int
 	maxInflight                               int
+	joinRate, joinRateMin                     float64
+	joinLatency, maxRetryAfter                time.Duration
 	fanoutTick                                time.Duration
 	streamMaxAge, drainTimeout                time.Duration
 	logLevel, logFormat                       string
@@ -67,6 +69,10 @@ func (c *commonFlags) register(fs *flag.FlagSet, listen string) {
 	fs.IntVar(&c.maxWatchUsers, "max-watch-users", node.DefaultMaxWatchUsers, "users of one watch list")
 	fs.DurationVar(&c.fanoutTick, "fanout-tick", node.DefaultFanoutTick, "how often batched events and counts go out")
 	fs.IntVar(&c.maxInflight, "max-inflight", node.DefaultMaxInflight, "client requests waiting on the store at once; past it a node answers unavailable with a retry hint")
+	fs.Float64Var(&c.joinRate, "join-rate", node.DefaultJoinRate, "joins/s that claim a session, at most, on this node (a reconnect storm): past it a join is refused with unavailable and a retry hint spread over the backlog, and the client's session is kept while it retries (negative: no bound)")
+	fs.Float64Var(&c.joinRateMin, "join-rate-min", 0, "the least the join rate is cut to when the store slows down (0: min(100, --join-rate))")
+	fs.DurationVar(&c.joinLatency, "join-latency", node.DefaultJoinLatency, "an admitted join whose claim and snapshot read take longer than this cuts the join rate by 30 %")
+	fs.DurationVar(&c.maxRetryAfter, "max-retry-after", 0, "the longest retry hint sent (0: min(20s, (session TTL - heartbeat)/2))")
 	fs.IntVar(&c.fanoutBudget, "fanout-budget", node.DefaultFanoutBudget, "most frames per second the tick sends over all rooms: busy big rooms go out less often, each frame carrying more (negative: no bound)")
 	fs.BoolVar(&c.compression, "compression", true, "permessage-deflate for clients that offer it: a big room's shared events frames go out compressed, once for every member")
 	fs.IntVar(&c.batchFrom, "batch-from", node.DefaultBatchFrom, "local members from which a room's events go out batched, once per tick, to clients that take them (negative: never)")
@@ -143,8 +149,9 @@ func (c *commonFlags) config(stderr io.Writer) (serverConfig, error) {
 		NATSHost: c.natsHost, NATSServerName: c.natsServerName, NATSCluster: cluster,
 		Region: c.region, Redis: c.redis, RedisCluster: c.redisCluster,
 		NATS: c.nats, NATSPort: c.natsPort, NATSStoreDir: c.natsStoreDir, Listen: c.listen,
-		Timing:     c.timing,
-		Limits:     node.Limits{MaxConnections: c.maxConns, MaxRooms: c.maxRooms, MaxWatches: c.maxRooms, MaxWatchUsers: c.maxWatchUsers, MaxInflight: c.maxInflight},
+		Timing: c.timing,
+		Limits: node.Limits{MaxConnections: c.maxConns, MaxRooms: c.maxRooms, MaxWatches: c.maxRooms, MaxWatchUsers: c.maxWatchUsers, MaxInflight: c.maxInflight,
+			JoinRate: c.joinRate, JoinRateMin: c.joinRateMin, JoinLatency: c.joinLatency, MaxRetryAfter: c.maxRetryAfter},
 		FanoutTick: c.fanoutTick, BatchFrom: c.batchFrom, FanoutBudget: c.fanoutBudget, NoCompression: !c.compression,
 		Auth:         node.AuthConfig{InsecureDev: c.insecureDev},
 		StreamMaxAge: c.streamMaxAge, DrainTimeout: c.drainTimeout, Log: lg,

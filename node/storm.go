@@ -1,0 +1,118 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/presence-dev/presence/presence"
+)
+
+// joinGate is a node's part in a reconnect storm: the join limiter that
+// admits claims at the store's pace (nil with Limits.JoinRate < 0), and
+// the extender that keeps the sessions of the clients it refused.
+type joinGate struct {
+	limiter  *JoinLimiter
+	extender *Extender
+	wait     func() time.Duration // the hint without a limiter
+}
+
+func newJoinGate(cfg Config) *joinGate {
+	l := cfg.Limits
+	g := &joinGate{extender: NewExtender(cfg.Store, ExtendConfig{Every: cfg.extendEvery(), Again: cfg.heartbeat,
+		Batch: l.TouchBatch, Max: maxWaiting, Timeout: cfg.StoreTimeout}, cfg.Logger)}
+	if l.JoinRate > 0 {
+		g.limiter = NewJoinLimiter(JoinLimit{Rate: l.JoinRate, MinRate: l.JoinRateMin, Latency: l.JoinLatency,
+			MinRetry: minRetryAfter, MaxRetry: l.MaxRetryAfter})
+	}
+	return g
+}
+
+// wireStorm hands the join gate its metrics and the claims' latencies.
+func (n *Node) wireStorm() {
+	g := n.joins
+	g.extender.Metrics = &n.metrics.extend
+	g.wait = func() time.Duration {
+		n.metrics.join.Refused.Inc()
+		d := n.admission.retryAfter()
+		n.metrics.join.RetryHint.Observe(d.Seconds())
+		return d
+	}
+	if g.limiter == nil {
+		return
+	}
+	g.limiter.Metrics = &n.metrics.join
+}
+
+// observe tells the limiter how long an admitted join waited on the
+// store, its claim and its snapshot, and whether it failed; a join its
+// client left is no sign of the store's.
+func (g *joinGate) observe(d time.Duration, err error) {
+	if g.limiter != nil && !isCanceled(err) {
+		g.limiter.Observe(time.Now(), d, err)
+	}
+}
+
+// isCanceled reports a call ended by its callers leaving, not by the
+// store.
+func isCanceled(err error) bool { return errors.Is(err, context.Canceled) }
+
+func (g *joinGate) rate() float64 {
+	if g.limiter == nil {
+		return 0
+	}
+	return g.limiter.Rate()
+}
+
+// admit takes the limiter's token for a join that claims a session; on
+// false, the hint to send.
+func (g *joinGate) admit() (bool, time.Duration) {
+	if g.limiter == nil {
+		return true, 0
+	}
+	return g.limiter.Admit(time.Now())
+}
+
+// refused returns the retry hint for a join refused otherwise (the node
+// at capacity, the store failing), counted as a refusal.
+func (g *joinGate) refused() time.Duration {
+	if g.limiter == nil {
+		return g.wait()
+	}
+	return g.limiter.Defer(time.Now())
+}
+
+// waiting queues the session a refused join asked for, to be kept while
+// its client retries: only a valid room the token grants, joined with
+// presence.
+func (c *conn) waiting(req request) {
+	if req.Present != nil && !*req.Present || presence.ValidateRoom(req.Room) != nil || !c.grant.allowed(req.Room) ||
+		slices.Contains(c.rooms, req.Room) {
+		return
+	}
+	c.d.joins.extender.Add(time.Now(), c.ref(req.Room))
+}
+
+// refuseJoin answers a join the node cannot take now: unavailable with a
+// retry hint spread over the node's backlog; its session is kept while
+// the client retries.
+func (c *conn) refuseJoin(req request, wait time.Duration, msg string) {
+	c.waiting(req)
+	c.d.metrics.rejectedFrames.WithLabelValues(string(CodeUnavailable)).Inc()
+	c.send(mustJSON(errorFrame{Type: typeError, Code: CodeUnavailable, Ref: req.Ref,
+		Message: msg + "; nothing changed, retry after retry_after_ms", RetryAfterMS: max(1, wait.Milliseconds())}))
+}
+
+// admitJoin admits a join that claims a session at the store's pace (a
+// storm), or refuses it; done tells the limiter the join's time on the
+// store and its outcome.
+func (c *conn) admitJoin(req request) (done func(error), ok bool) {
+	ok, wait := c.d.joins.admit()
+	if !ok {
+		c.refuseJoin(req, wait, "joins are admitted at the store's pace")
+		return nil, false
+	}
+	start := time.Now()
+	return func(err error) { c.d.joins.observe(time.Since(start), err) }, true
+}
