@@ -58,11 +58,13 @@ func (a *admission) retryAfter() time.Duration {
 // drains at the store's pace instead of melting it.
 //
 // The rate is a token bucket whose rate adapts (AIMD) to how long the
-// admitted joins wait on the store (their claim and their snapshot read):
+// admitted joins wait on their claim, the store's write (not on the
+// snapshot read, which in a big room waits on the node's fan-out too):
 // a join slower than Latency, or failing, cuts
 // the rate by 30 % (once per Latency); each call in time raises it back
-// towards Rate, from MinRate to Rate in about 10 s. The burst is a fifth
-// of a second of the rate.
+// towards Rate, from MinRate to Rate in about 10 s. The burst is a second
+// of the rate: a storm of joins into one big room, all at once, is a few
+// shared claims and snapshot reads, not a burst of store calls.
 //
 // Refused clients are queued in time, not in memory: the k-th client
 // refused while k are owed a return is told to come back in about k/rate
@@ -101,7 +103,7 @@ type JoinMetrics struct {
 
 // NewJoinLimiter returns a limiter at its full rate with a full bucket.
 func NewJoinLimiter(cfg JoinLimit) *JoinLimiter {
-	return &JoinLimiter{cfg: cfg, rate: cfg.Rate, tokens: max(1, cfg.Rate/5), rnd: rand.Float64}
+	return &JoinLimiter{cfg: cfg, rate: cfg.Rate, tokens: max(1, cfg.Rate), rnd: rand.Float64}
 }
 
 // Admit takes a token for one join at now; when there is none it returns
@@ -160,10 +162,10 @@ func (l *JoinLimiter) deferLocked() time.Duration {
 	return d
 }
 
-func (l *JoinLimiter) burst() float64 { return max(1, l.rate/5) }
+func (l *JoinLimiter) burst() float64 { return max(1, l.rate) }
 
 // Observe adapts the rate to one admitted join that waited d on the store
-// (its claim and snapshot) and ended with err.
+// (its claim) and ended with err.
 func (l *JoinLimiter) Observe(now time.Time, d time.Duration, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -169,7 +169,7 @@ type Limits struct {
 	// over the time the node needs to admit them all, and the sessions of
 	// refused clients are kept as they were while they retry (see
 	// docs/PROTOCOL.md, "Reconnect storms"). The rate follows the store:
-	// an admitted join whose claim and snapshot read take longer than
+	// an admitted join whose claim takes longer than
 	// JoinLatency cuts it by 30 %, down to
 	// JoinRateMin; calls in time raise it back. Defaults 2000/s, 100/s and
 	// 250ms; a negative JoinRate: no bound.

@@ -168,13 +168,13 @@ func (c *conn) join(ctx context.Context, req request) {
 		c.reject(CodeTooManyRooms, fmt.Sprintf("at most %d rooms per connection", c.d.lim.MaxRooms), req.Ref)
 		return
 	}
-	var joinErr error // the store's answer to an admitted join
+	observed := func(error) {}
 	if present {
 		done, ok := c.admitJoin(req)
 		if !ok {
 			return
 		}
-		defer func() { done(joinErr) }()
+		observed = done
 	}
 	if err := c.d.rooms.add(ctx, room, c, in); err != nil {
 		c.unavailable("subscribe", err, req.Ref)
@@ -192,8 +192,9 @@ func (c *conn) join(ctx context.Context, req request) {
 		return
 	}
 	ref := c.ref(room)
-	if err := c.d.sessions.hold(ctx, ref, c); err != nil {
-		joinErr = err
+	err := c.d.sessions.hold(ctx, ref, c)
+	observed(err) // the claim's time: the store's pace
+	if err != nil {
 		c.d.rooms.remove(room, c)
 		c.d.log.Warn("node: join failed", "user", c.user, "session", c.session, "err", err)
 		c.refuseJoin(req, c.d.joins.refused(), "join failed")
@@ -201,7 +202,6 @@ func (c *conn) join(ctx context.Context, req request) {
 	}
 	c.rooms = append(c.rooms, room)
 	if err := c.d.rooms.snapshot(ctx, room, c, req.Ref, in); err != nil {
-		joinErr = err
 		// Undo the join, so that the error means what it says. The grace
 		// makes a retry inside it silent.
 		c.rooms = c.rooms[:len(c.rooms)-1]

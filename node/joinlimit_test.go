@@ -32,12 +32,12 @@ func TestJoinLimiterSpreadsRefusedClients(t *testing.T) {
 			hints = append(hints, d)
 		}
 	}
-	if admitted != 20 { // the burst: a fifth of a second
-		t.Fatalf("admitted %d at once, want the burst of 20", admitted)
+	if admitted != 100 { // the burst: a second's worth
+		t.Fatalf("admitted %d at once, want the burst of 100", admitted)
 	}
 	// The k-th refused returns after k/rate, at least MinRetry.
-	if hints[0] != 250*time.Millisecond || hints[99] != time.Second || hints[979] != 9800*time.Millisecond {
-		t.Fatalf("hints %v, %v, %v: want 250ms (the floor), 1s and 9.8s", hints[0], hints[99], hints[979])
+	if hints[0] != 250*time.Millisecond || hints[99] != time.Second || hints[899] != 9*time.Second {
+		t.Fatalf("hints %v, %v, %v: want 250ms (the floor), 1s and 9s", hints[0], hints[99], hints[899])
 	}
 	if !slices.IsSorted(hints) {
 		t.Fatal("hints are not in the order of refusal")
@@ -51,18 +51,18 @@ func TestJoinLimiterSpreadsRefusedClients(t *testing.T) {
 			admitted++
 		}
 	}
-	if admitted != 20 { // the bucket holds a burst, not a second's worth
-		t.Fatalf("admitted %d a second later, want 20", admitted)
+	if admitted != 100 { // the bucket refilled, and holds no more than a burst
+		t.Fatalf("admitted %d a second later, want 100", admitted)
 	}
 	l2 := testLimiter(100)
 	for range 1000 {
 		l2.Admit(t0)
 	}
-	for range 20 { // the refilled burst
+	for range 100 { // the refilled burst
 		l2.Admit(t0.Add(time.Second))
 	}
-	if _, d := l2.Admit(t0.Add(time.Second)); d < 8700*time.Millisecond || d > 8900*time.Millisecond {
-		t.Fatalf("hint a second later %v, want about 8.8s (981 owed less 100 drained)", d)
+	if _, d := l2.Admit(t0.Add(time.Second)); d < 7900*time.Millisecond || d > 8100*time.Millisecond {
+		t.Fatalf("hint a second later %v, want about 8s (900 owed less 100 drained)", d)
 	}
 	// Jitter stays within ±20 %, and the hint within MaxRetry.
 	l3 := testLimiter(10)

@@ -46,7 +46,7 @@ func (n *Node) wireStorm() {
 }
 
 // observe tells the limiter how long an admitted join waited on the
-// store, its claim and its snapshot, and whether it failed; a join its
+// store, its claim, and whether it failed; a join its
 // client left is no sign of the store's.
 func (g *joinGate) observe(d time.Duration, err error) {
 	if g.limiter != nil && !isCanceled(err) {

@@ -94,6 +94,7 @@ func startRedis(ctx context.Context) (url string, stop func(), err error) {
 	}
 	sock := filepath.Join(dir, "redis.sock")
 	cmd := exec.Command(bin, "--port", "0", "--unixsocket", sock, "--unixsocketperm", "700", "--dir", dir, "--save", "", "--appendonly", "no", "--loglevel", "warning")
+	dieWithUs(cmd)
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
 		return "", nil, fmt.Errorf("start redis-server: %w", err)

@@ -53,3 +53,31 @@ func TestE2EDevQuickStart(t *testing.T) {
 		t.Fatalf("redis socket %s left behind: %v", sock, err)
 	}
 }
+
+// SIGKILLed, presenced dev runs no cleanup: its redis-server must still
+// go with it, not live on as an orphan.
+func TestDevRedisDiesWithAKilledNode(t *testing.T) {
+	t.Setenv("REDIS_URL", "")
+	e := &env{t: t}
+	p := e.start([]string{"dev", "--listen", "127.0.0.1:0", "--nats-port", "-1"}, true)
+	m := regexp.MustCompile(`url=unix://(\S+)`).FindStringSubmatch(p.out.String())
+	if m == nil {
+		t.Fatalf("no redis-server of its own:\n%s", p.out.String())
+	}
+	alive := func() bool { // a redis-server whose command line names the socket
+		procs, _ := os.ReadDir("/proc")
+		for _, d := range procs {
+			cmdline, err := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+			if err == nil && strings.Contains(string(cmdline), m[1]) {
+				return true
+			}
+		}
+		return false
+	}
+	if !alive() {
+		t.Fatal("the dev redis-server is not found by its socket")
+	}
+	p.signal(syscall.SIGKILL)
+	p.exit(t, 15*time.Second)
+	waitFor(t, 10*time.Second, "the dev redis-server gone", func() bool { return !alive() })
+}

@@ -71,7 +71,7 @@ func (c *commonFlags) register(fs *flag.FlagSet, listen string) {
 	fs.IntVar(&c.maxInflight, "max-inflight", node.DefaultMaxInflight, "client requests waiting on the store at once; past it a node answers unavailable with a retry hint")
 	fs.Float64Var(&c.joinRate, "join-rate", node.DefaultJoinRate, "joins/s that claim a session, at most, on this node (a reconnect storm): past it a join is refused with unavailable and a retry hint spread over the backlog, and the client's session is kept while it retries (negative: no bound)")
 	fs.Float64Var(&c.joinRateMin, "join-rate-min", 0, "the least the join rate is cut to when the store slows down (0: min(100, --join-rate))")
-	fs.DurationVar(&c.joinLatency, "join-latency", node.DefaultJoinLatency, "an admitted join whose claim and snapshot read take longer than this cuts the join rate by 30 %")
+	fs.DurationVar(&c.joinLatency, "join-latency", node.DefaultJoinLatency, "an admitted join whose claim takes longer than this cuts the join rate by 30 %")
 	fs.DurationVar(&c.maxRetryAfter, "max-retry-after", 0, "the longest retry hint sent (0: min(20s, (session TTL - heartbeat)/2))")
 	fs.IntVar(&c.fanoutBudget, "fanout-budget", node.DefaultFanoutBudget, "most frames per second the tick sends over all rooms: busy big rooms go out less often, each frame carrying more (negative: no bound)")
 	fs.BoolVar(&c.compression, "compression", true, "permessage-deflate for clients that offer it: a big room's shared events frames go out compressed, once for every member")
