@@ -18,6 +18,9 @@ type claimBatcher struct {
 	store   Store
 	timeout time.Duration // bounds one store call, whoever waits on it
 	max     int           // the store's batch size
+	// observe, if set, learns each store call's time and error: the
+	// store's pace, which the join limiter follows.
+	observe func(time.Duration, error)
 
 	mu      sync.Mutex
 	queue   []*claimReq
@@ -89,7 +92,11 @@ func (b *claimBatcher) run(base context.Context) {
 			continue
 		}
 		ctx, cancel := context.WithDeadline(base, deadline)
+		began := time.Now()
 		res, err := b.store.Claim(ctx, refs)
+		if b.observe != nil {
+			b.observe(time.Since(began), err)
+		}
 		cancel()
 		taken := make(map[presence.SessionRef]bool, len(res.Taken))
 		for _, t := range res.Taken {

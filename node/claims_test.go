@@ -67,3 +67,31 @@ func TestConcurrentClaimsShareAStoreCall(t *testing.T) {
 		}
 	}
 }
+
+// slowClaimStore answers every claim late, as a Redis past its capacity.
+type slowClaimStore struct {
+	Store
+	delay time.Duration
+}
+
+func (s slowClaimStore) Claim(ctx context.Context, refs []presence.SessionRef) (presence.TouchResult, error) {
+	time.Sleep(s.delay)
+	return s.Store.Claim(ctx, refs)
+}
+
+// The node's join limiter follows the claims' store calls: joins into a
+// store that answers claims late cut its rate.
+func TestSlowClaimsCutTheJoinRate(t *testing.T) {
+	e := newEnv(t)
+	n := e.newNode(func(c *Config) {
+		c.Store = slowClaimStore{Store: c.Store, delay: 150 * time.Millisecond}
+		c.Limits.JoinRate, c.Limits.JoinRateMin, c.Limits.JoinLatency = 1000, 10, 100*time.Millisecond
+	})
+	before := n.joins.rate()
+	c := n.dial(t, token(t, "amy", []string{"*"}, time.Hour), "s")
+	c.send(map[string]any{"type": "join", "room": "slow", "ref": "j"})
+	c.expect("snapshot")
+	if after := n.joins.rate(); after >= before {
+		t.Fatalf("join rate %v after a claim of 150ms (limit 100ms), want below %v", after, before)
+	}
+}

@@ -168,13 +168,8 @@ func (c *conn) join(ctx context.Context, req request) {
 		c.reject(CodeTooManyRooms, fmt.Sprintf("at most %d rooms per connection", c.d.lim.MaxRooms), req.Ref)
 		return
 	}
-	observed := func(error) {}
-	if present {
-		done, ok := c.admitJoin(req)
-		if !ok {
-			return
-		}
-		observed = done
+	if present && !c.admitJoin(req) {
+		return
 	}
 	if err := c.d.rooms.add(ctx, room, c, in); err != nil {
 		c.unavailable("subscribe", err, req.Ref)
@@ -192,9 +187,7 @@ func (c *conn) join(ctx context.Context, req request) {
 		return
 	}
 	ref := c.ref(room)
-	err := c.d.sessions.hold(ctx, ref, c)
-	observed(err) // the claim's time: the store's pace
-	if err != nil {
+	if err := c.d.sessions.hold(ctx, ref, c); err != nil {
 		c.d.rooms.remove(room, c)
 		c.d.log.Warn("node: join failed", "user", c.user, "session", c.session, "err", err)
 		c.refuseJoin(req, c.d.joins.refused(), "join failed")

@@ -159,6 +159,7 @@ func (n *Node) wire() error {
 	}
 	n.admission.overloaded = n.metrics.overloaded
 	n.wireStorm()
+	n.keeper.batcher.observe = n.joins.observe
 	n.keeper.moved = func(owners []owner) {
 		for _, o := range owners {
 			o.sessionMoved()

@@ -45,9 +45,8 @@ func (n *Node) wireStorm() {
 	g.limiter.Metrics = &n.metrics.join
 }
 
-// observe tells the limiter how long an admitted join waited on the
-// store, its claim, and whether it failed; a join its
-// client left is no sign of the store's.
+// observe tells the limiter how long a claim call took the store, and
+// whether it failed; a call its callers left is no sign of the store's.
 func (g *joinGate) observe(d time.Duration, err error) {
 	if g.limiter != nil && !isCanceled(err) {
 		g.limiter.Observe(time.Now(), d, err)
@@ -105,14 +104,14 @@ func (c *conn) refuseJoin(req request, wait time.Duration, msg string) {
 }
 
 // admitJoin admits a join that claims a session at the store's pace (a
-// storm), or refuses it; done tells the limiter the join's time on the
-// store and its outcome.
-func (c *conn) admitJoin(req request) (done func(error), ok bool) {
+// storm), or refuses it. The limiter learns that pace from the claims'
+// store calls (claimBatcher.observe), not from the joins: a join's time
+// also holds its wait for a shared call and, in a big room, for the
+// node's fan-out.
+func (c *conn) admitJoin(req request) bool {
 	ok, wait := c.d.joins.admit()
 	if !ok {
 		c.refuseJoin(req, wait, "joins are admitted at the store's pace")
-		return nil, false
 	}
-	start := time.Now()
-	return func(err error) { c.d.joins.observe(time.Since(start), err) }, true
+	return ok
 }
