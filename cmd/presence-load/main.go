@@ -112,22 +112,31 @@ func runRegion(ctx context.Context, args []string, out io.Writer) error {
 	return errors.New(usage)
 }
 
-func run(ctx context.Context, args []string, out io.Writer) error {
-	if len(args) > 0 && args[0] == "bigroom-worker" {
+// runOwn runs the modes that parse their own flags, and the child
+// processes of the others; ok false for the rest.
+func runOwn(ctx context.Context, args []string, out io.Writer) (ok bool, err error) {
+	switch {
+	case len(args) == 0:
+		return false, nil
+	case args[0] == "bigroom-worker":
 		// A child of the bigroom mode: requests on stdin, replies on stdout.
 		raiseFileLimit()
-		return bigWorkerMain(ctx, os.Stdin, out)
-	}
-	if len(args) > 0 && strings.HasPrefix(args[0], "region") {
-		return runRegion(ctx, args, out)
-	}
-	if len(args) > 0 && args[0] == "reconnect" {
+		return true, bigWorkerMain(ctx, os.Stdin, out)
+	case strings.HasPrefix(args[0], "region"):
+		return true, runRegion(ctx, args, out)
+	case args[0] == "reconnect":
 		raiseFileLimit()
-		return reconnect(ctx, args[1:], out)
-	}
-	if len(args) > 0 && args[0] == "centrifugo-worker" {
+		return true, reconnect(ctx, args[1:], out)
+	case args[0] == "centrifugo-worker":
 		raiseFileLimit()
-		return cfWorkerMain(ctx, os.Stdin, out)
+		return true, cfWorkerMain(ctx, os.Stdin, out)
+	}
+	return false, nil
+}
+
+func run(ctx context.Context, args []string, out io.Writer) error {
+	if ok, err := runOwn(ctx, args, out); ok {
+		return err
 	}
 	modes := []string{"idle", "latency", "sweep", "storm", "bigroom", "centrifugo", "hog"}
 	if len(args) == 0 || !slices.Contains(modes, args[0]) {
