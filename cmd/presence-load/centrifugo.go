@@ -547,17 +547,8 @@ func startChild(mode string) (*workerProc, error) {
 		return nil, err
 	}
 	cmd := exec.Command(exe, mode)
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdin, err := cmd.StdinPipe()
+	stdin, stdout, err := startPiped(cmd)
 	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	return &workerProc{cmd: cmd, enc: json.NewEncoder(stdin), dec: json.NewDecoder(bufio.NewReaderSize(stdout, 1<<20))}, nil

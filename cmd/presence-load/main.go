@@ -53,6 +53,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"os/signal"
 	"slices"
 	"strconv"
@@ -588,4 +589,21 @@ func closeAll(conns []*websocket.Conn) {
 			c.Close()
 		}
 	}
+}
+
+// startPiped starts cmd, one of this tool's child processes, with pipes to
+// its stdin and stdout and its stderr on ours. The kernel kills it when
+// this process dies, however it dies.
+func startPiped(cmd *exec.Cmd) (io.WriteCloser, io.ReadCloser, error) {
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	return in, out, cmd.Start()
 }

@@ -86,16 +86,8 @@ func startDriver(o regionOpts, i int) (*driverProc, error) {
 	}
 	cmd := exec.Command(exe, "region-driver", "--cluster", o.cluster, "--index", strconv.Itoa(i), "--drivers", strconv.Itoa(o.drivers),
 		"--sessions", strconv.Itoa(o.sessions), "--per-room", strconv.Itoa(o.room), "--churn", fmt.Sprint(o.churn), "--inflight", strconv.Itoa(o.inflight))
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
+	in, out, err := startPiped(cmd)
 	if err != nil {
-		return nil, err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	p := &driverProc{cmd: cmd, in: in, lines: make(chan driverReport, 64), stats: make(chan driverReport, 1024)}
