@@ -105,6 +105,7 @@ func (h *hub) flushLocked(r *room) {
 		}
 		d := m.in.detail
 		var f []byte
+		var pm *websocket.PreparedMessage
 		if m.after < first {
 			if !done[d] {
 				whole[d], done[d] = encodeEvents(r.view, r.name, r.pending, 0, d), true
@@ -116,16 +117,18 @@ func (h *hub) flushLocked(r *room) {
 				if prep[d] == nil {
 					prep[d] = mustPrepare(f)
 				}
-				c.sendPrepared(f, prep[d])
-				h.metrics.batches.Inc()
-				m.after = last
-				continue
+				pm = prep[d]
 			}
 		} else {
 			f = encodeEvents(r.view, r.name, r.pending, m.after, d)
 		}
-		if f != nil {
+		switch {
+		case pm != nil:
+			c.sendPrepared(f, pm)
+		case f != nil:
 			c.send(f)
+		}
+		if f != nil {
 			h.metrics.batches.Inc()
 		}
 		m.after = last
