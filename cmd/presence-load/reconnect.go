@@ -86,7 +86,6 @@ type rclient struct {
 	expires  time.Time // when its session expires unless claimed or extended
 	held     atomic.Int64
 	attempts atomic.Int32
-	admitted time.Time // its last admission
 }
 
 // rstats are the run's counts, shared by the stand-ins.

@@ -109,7 +109,6 @@ func (n *standIn) arrive(c *rclient, now time.Time) {
 	}
 	n.inflight.Add(1)
 	st.admitted.Add(1)
-	c.admitted = now
 	n.queue <- c
 }
 
@@ -166,11 +165,13 @@ func (n *standIn) claimer(ctx context.Context) {
 		now := time.Now()
 		st.claimCalls.Add(1)
 		st.claimNanos.Add(int64(now.Sub(start)))
+		if n.lim != nil { // the store's pace, as the node's claim batcher tells it
+			n.lim.Observe(now, now.Sub(start), err)
+		}
 		if err != nil {
 			st.claimErrs.Add(1)
 			n.inflight.Add(-int64(len(batch)))
 			for _, c := range batch {
-				n.observe(now, c, err)
 				n.refuse(c, now, n.capacityHint(now))
 			}
 			continue
@@ -211,9 +212,7 @@ func (n *standIn) held(batch []*rclient, now time.Time) {
 }
 
 // reader reads the joiners' snapshots; a join is served, and leaves the
-// node's inflight, with its snapshot. The limiter is told each join's
-// time on the store, from its admission to its snapshot, as the node
-// tells it.
+// node's inflight, with its snapshot.
 func (n *standIn) reader(ctx context.Context) {
 	st := &n.r.stats
 	for {
@@ -222,23 +221,13 @@ func (n *standIn) reader(ctx context.Context) {
 			return
 		case j := <-n.rooms:
 			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_, err := n.store.Snapshot(rctx, j.room, 0, node.DefaultSnapshotMembers)
+			_, _ = n.store.Snapshot(rctx, j.room, 0, node.DefaultSnapshotMembers)
 			cancel()
 			now := time.Now()
-			for _, c := range j.clients {
-				n.observe(now, c, err)
-			}
 			n.inflight.Add(-int64(len(j.clients)))
 			st.served.Add(int64(len(j.clients)))
 			st.lastServed.Store(now.UnixNano())
 		}
-	}
-}
-
-// observe tells the limiter how long c's join waited on the store.
-func (n *standIn) observe(now time.Time, c *rclient, err error) {
-	if n.lim != nil {
-		n.lim.Observe(now, now.Sub(c.admitted), err)
 	}
 }
 
