@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"testing"
+	"time"
 )
 
 // writeCounter is a net.Conn that records each write call.
@@ -88,5 +89,67 @@ func TestBatchConnCloseSendsWhatIsHeld(t *testing.T) {
 	}
 	if err := bc.flush(); err != nil {
 		t.Fatalf("flush after close: %v", err)
+	}
+}
+
+// deadlineRecorder is a net.Conn that records each write deadline set.
+type deadlineRecorder struct {
+	net.Conn
+	set []time.Time
+}
+
+func (d *deadlineRecorder) SetWriteDeadline(t time.Time) error {
+	d.set = append(d.set, t)
+	return nil
+}
+
+func (d *deadlineRecorder) Write(p []byte) (int, error) { return len(p), nil }
+
+// TestWriteDeadlinesMoveOncePerSlack: the deadline in force is never
+// before the one asked for and at most deadlineSlack after it, and it is
+// moved only when a frame's deadline passes it; none (zero) is passed on
+// at once.
+func TestWriteDeadlinesMoveOncePerSlack(t *testing.T) {
+	d := &deadlineRecorder{}
+	b := &batchConn{Conn: d}
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	asked := []time.Time{}
+	for i := range 40 { // a frame every 100 ms, each asking for +10 s
+		at := base.Add(time.Duration(i)*100*time.Millisecond + 10*time.Second)
+		asked = append(asked, at)
+		if err := b.SetWriteDeadline(at); err != nil {
+			t.Fatal(err)
+		}
+		if in := d.set[len(d.set)-1]; in.Before(at) || in.Sub(at) > deadlineSlack {
+			t.Fatalf("frame %d asked for %v, the deadline in force is %v", i, at, in)
+		}
+	}
+	if n := len(d.set); n > 5 {
+		t.Errorf("the deadline moved %d times over 4 s of frames, want at most 5 (once per %v)", n, deadlineSlack)
+	}
+	// An earlier deadline than the one in force is passed on exactly.
+	early := asked[0]
+	if err := b.SetWriteDeadline(early); err != nil {
+		t.Fatal(err)
+	}
+	if in := d.set[len(d.set)-1]; in.Before(early) || in.Sub(early) > deadlineSlack {
+		t.Fatalf("an earlier deadline %v left %v in force", early, in)
+	}
+	if err := b.SetWriteDeadline(time.Time{}); err != nil || !d.set[len(d.set)-1].IsZero() {
+		t.Fatalf("clearing the deadline: %v, in force %v", err, d.set[len(d.set)-1])
+	}
+	// A batch sets its last frame's deadline once, at the flush, by the
+	// same rule.
+	b.begin()
+	for _, at := range asked[:3] {
+		_ = b.SetWriteDeadline(at)
+	}
+	_, _ = b.Write([]byte("x"))
+	n := len(d.set)
+	if err := b.flush(); err != nil {
+		t.Fatal(err)
+	}
+	if len(d.set) != n+1 || d.set[n].Before(asked[2]) || d.set[n].Sub(asked[2]) > deadlineSlack {
+		t.Fatalf("the flush set %v, want one deadline from %v", d.set[n:], asked[2])
 	}
 }
