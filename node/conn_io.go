@@ -37,6 +37,7 @@ func (c *conn) signal() {
 type outFrame struct {
 	b  []byte
 	pm *websocket.PreparedMessage
+	at time.Time // queued, for a shared frame (frame_write_seconds)
 }
 
 // send queues a frame. It never blocks: a client that lets SendQueue
@@ -45,8 +46,8 @@ func (c *conn) send(b []byte) { c.enqueue(outFrame{b: b}) }
 
 // sendPrepared queues a shared frame b prepared as pm; only a deflate
 // connection is given one (see flushLocked).
-func (c *conn) sendPrepared(b []byte, pm *websocket.PreparedMessage) {
-	c.enqueue(outFrame{b: b, pm: pm})
+func (c *conn) sendPrepared(b []byte, pm *websocket.PreparedMessage, at time.Time) {
+	c.enqueue(outFrame{b: b, pm: pm, at: at})
 }
 
 func (c *conn) enqueue(f outFrame) {
@@ -169,6 +170,11 @@ func (c *conn) write() {
 		if bc != nil && bc.flush() != nil {
 			c.kill()
 			return
+		}
+		for _, f := range q {
+			if !f.at.IsZero() {
+				c.d.metrics.frameWrite.Observe(time.Since(f.at).Seconds())
+			}
 		}
 	}
 }

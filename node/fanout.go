@@ -89,6 +89,10 @@ func (h *hub) flushLocked(r *room) {
 		return
 	}
 	first, last := r.pending[0].seq, r.pending[len(r.pending)-1].seq
+	if at := r.pending[0].at; !at.IsZero() {
+		h.metrics.fanWait.Observe(time.Since(at).Seconds())
+	}
+	queued := time.Now()
 	var whole [detailSessions + 1][]byte
 	var done [detailSessions + 1]bool
 	var prep [detailSessions + 1]*websocket.PreparedMessage
@@ -124,9 +128,9 @@ func (h *hub) flushLocked(r *room) {
 		}
 		switch {
 		case pm != nil:
-			c.sendPrepared(f, pm)
+			c.sendPrepared(f, pm, queued)
 		case f != nil:
-			c.send(f)
+			c.enqueue(outFrame{b: f, at: queued})
 		}
 		if f != nil {
 			h.metrics.batches.Inc()

@@ -172,6 +172,7 @@ type event struct {
 	// sessionsOnly: a new session of a member (update, joined), sent only
 	// to members kept at detailSessions.
 	sessionsOnly bool
+	at           time.Time // off NATS
 }
 
 // newHub makes the hub of a node configured by cfg. ctx bounds its store
@@ -750,6 +751,11 @@ func (h *hub) eventLocked(r *room, e event) {
 // has begun, live members taking events frames get the event at the next
 // tick (flushLocked) instead, with the rest of the tick's events.
 func (h *hub) deliverLocked(r *room, e event) {
+	if !e.at.IsZero() {
+		now := time.Now()
+		h.metrics.reorder.Observe(now.Sub(e.at).Seconds())
+		e.at = now // in order: from now on its wait is the tick's
+	}
 	r.bufferLocked(e)
 	batching := len(r.pending) > 0 || h.batchFrom > 0 && len(r.members) >= h.batchFrom
 	visit := r.members
@@ -820,7 +826,7 @@ func (h *hub) onMsg(msg *nats.Msg) {
 		h.log.Debug("node: ignoring a malformed event", "subject", msg.Subject, "err", err)
 		return
 	}
-	e := event{epoch: t.Epoch, seq: t.Seq, frame: frame, entry: encodeEntry(t), delta: delta, user: t.User, sessionsOnly: sessionsOnly(t)}
+	e := event{epoch: t.Epoch, seq: t.Seq, frame: frame, entry: encodeEntry(t), delta: delta, user: t.User, sessionsOnly: sessionsOnly(t), at: time.Now()}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if w := h.watched[t.Room]; w != nil && w.subs[msg.Sub] {

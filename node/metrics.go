@@ -21,8 +21,12 @@ type metrics struct {
 	watchSubs      prometheus.Counter
 	badEvents      prometheus.Counter
 	overloaded     prometheus.Counter
-	join           JoinMetrics
-	extend         ExtendMetrics
+	// Where an event's time goes inside the node, for events frames:
+	// off NATS until in room order (a gap holds it), then until its
+	// room's tick sends it, then from queued until written to a member.
+	reorder, fanWait, frameWrite prometheus.Histogram
+	join                         JoinMetrics
+	extend                       ExtendMetrics
 }
 
 // gauges are the readings behind the node's gauges, each from the part
@@ -89,7 +93,15 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 		overloaded: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "overloaded_requests_total",
 			Help: "Client requests refused (unavailable, with retry advice) because MaxInflight requests already waited on the store."}),
 	}
+	latency := func(name, help string) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: name, Help: help,
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}})
+	}
+	m.reorder = latency("event_reorder_seconds", "From an event's arrival off NATS until it is in its room's order (a gap before it holds it).")
+	m.fanWait = latency("fanout_wait_seconds", "Per room and tick that sends an events frame: how long its oldest event waited in order for the tick.")
+	m.frameWrite = latency("frame_write_seconds", "Shared events frames: from queued at the tick until written to the member's socket.")
 	cs := []prometheus.Collector{
+		m.reorder, m.fanWait, m.frameWrite,
 		m.joins, m.leaves, m.touchSeconds, m.touchErrors, m.rejectedFrames, m.rejectedConns, m.closes,
 		m.resyncs, m.snapshotReads, m.forwarded, m.batches, m.behind, m.watchSubs, m.badEvents, m.overloaded,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "pending_releases",
