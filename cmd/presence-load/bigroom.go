@@ -1235,8 +1235,17 @@ func stormJoin(c *websocket.Conn, join []byte, i int, retried *atomic.Int64) (ti
 		if err != nil {
 			return 0, "lost"
 		}
+		at := time.Now() // its arrival: decoding it is the client's time
 		k := frameKind(data)
-		if k != "snapshot" && k != "error" {
+		if k == "snapshot" {
+			if headField(data, "ref") != "j" {
+				continue
+			}
+			_ = c.SetReadDeadline(time.Time{})
+			drain(i, c)
+			return at.Sub(t0), ""
+		}
+		if k != "error" {
 			continue
 		}
 		var p pframe
@@ -1251,13 +1260,7 @@ func stormJoin(c *websocket.Conn, join []byte, i int, retried *atomic.Int64) (ti
 			}
 			continue
 		}
-		if k == "error" {
-			return 0, p.Code
-		}
-		d := time.Since(t0)
-		_ = c.SetReadDeadline(time.Time{})
-		drain(i, c)
-		return d, ""
+		return 0, p.Code
 	}
 }
 

@@ -527,21 +527,27 @@ func (c *bconn) readLoop() {
 	}
 }
 
-// snapshotReason is the reason in a snapshot frame's head, where the node
-// writes it (ahead of the members); "" if the head does not hold it.
-func snapshotReason(head []byte) string {
-	const key = `"reason":"`
-	i := bytes.Index(head, []byte(key))
+// headField is a string field of a frame's head (its first 256 bytes),
+// where the node writes a snapshot's ref and reason before its members:
+// read without decoding 100 KB of them.
+func headField(frame []byte, name string) string {
+	head := string(frame[:min(len(frame), 256)])
+	key := `"` + name + `":"`
+	i := strings.Index(head, key)
 	if i < 0 {
 		return ""
 	}
-	rest := head[i+len(key):]
-	j := bytes.IndexByte(rest, '"')
+	v := head[i+len(key):]
+	j := strings.IndexByte(v, '"')
 	if j < 0 {
 		return ""
 	}
-	return string(rest[:j])
+	return v[:j]
 }
+
+// snapshotReason is the reason in a snapshot frame's head, where the node
+// writes it (ahead of the members); "" if the head does not hold it.
+func snapshotReason(head []byte) string { return headField(head, "reason") }
 
 // snapshotSeen counts a snapshot a non-parsing connection got.
 func (c *bconn) snapshotSeen(reason string) {
