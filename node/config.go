@@ -148,7 +148,9 @@ type Limits struct {
 	// are read between frames) is dropped and released. Defaults 25s, 10s.
 	PingInterval time.Duration
 	PongTimeout  time.Duration
-	// WriteTimeout bounds one write to a client. Default 10s.
+	// WriteTimeout bounds one write to a client (on a WrapListener
+	// connection up to a second more: its deadline moves once a second,
+	// not per frame). Default 10s.
 	WriteTimeout time.Duration
 	// CloseTimeout bounds the wait for a client's answer to a close frame.
 	// Default 2s.
