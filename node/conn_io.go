@@ -35,38 +35,71 @@ func (c *conn) signal() {
 // members that negotiated permessage-deflate, the frame prepared (and
 // compressed) once for all of them.
 type outFrame struct {
-	b  []byte
-	pm *websocket.PreparedMessage
-	at time.Time // queued, for a shared frame (frame_write_seconds)
+	b    []byte
+	pm   *websocket.PreparedMessage
+	at   time.Time // queued, for a shared frame (frame_write_seconds)
+	wave *wave     // the tick's wave that wakes the writer for it, if any
 }
 
 // send queues a frame. It never blocks: a client that lets SendQueue
 // frames pile up is closed as a slow consumer.
 func (c *conn) send(b []byte) { c.enqueue(outFrame{b: b}) }
 
-// sendPrepared queues a shared frame b prepared as pm; only a deflate
-// connection is given one (see flushLocked).
-func (c *conn) sendPrepared(b []byte, pm *websocket.PreparedMessage, at time.Time) {
-	c.enqueue(outFrame{b: b, pm: pm, at: at})
+func (c *conn) enqueue(f outFrame) {
+	if c.queueFrame(f, nil) {
+		c.signal()
+	}
 }
 
-func (c *conn) enqueue(f outFrame) {
+// hold queues a frame of a tick's wave w (wave.go) and reports whether
+// the caller is to wake the writer: it is not running. A frame a running
+// writer will take is not counted in w.
+func (c *conn) hold(f outFrame, w *wave) bool {
+	return c.queueFrame(f, w)
+}
+
+// queueFrame queues f, counted in w if the writer is to be woken with it
+// (w nil: the frame wakes it at once), and reports whether the writer is
+// to be woken. A slow consumer's close wakes it at once.
+func (c *conn) queueFrame(f outFrame, w *wave) bool {
 	c.mu.Lock()
 	if c.closeCode != 0 || c.done {
 		c.mu.Unlock()
-		return
+		return false
 	}
 	if len(c.queue) >= c.d.lim.SendQueue {
-		c.queue = nil
+		c.dropQueueLocked()
 		c.closeCode, c.closeText = CloseSlowConsumer, "slow consumer"
 		c.mu.Unlock()
 		c.d.log.Warn("node: closing a slow consumer", "user", c.user, "session", c.session)
 		c.signal()
-		return
+		return false
+	}
+	wake := !c.writing
+	if wake && w != nil {
+		w.left.Add(1)
+		f.wave = w
 	}
 	c.queue = append(c.queue, f)
 	c.mu.Unlock()
-	c.signal()
+	return wake
+}
+
+// takeWaves tells the waves of q's frames that their writer took them
+// (written or dropped): wave.go.
+func takeWaves(q []outFrame) {
+	for i := range q {
+		if q[i].wave != nil {
+			q[i].wave.taken()
+			q[i].wave = nil
+		}
+	}
+}
+
+// dropQueueLocked drops the queued frames.
+func (c *conn) dropQueueLocked() {
+	takeWaves(c.queue)
+	c.queue = nil
 }
 
 // queued is how many frames wait for the writer: a member taking events
@@ -95,7 +128,7 @@ func (c *conn) shutdown(code int, text string, keep bool) {
 	c.mu.Lock()
 	if c.closeCode == 0 {
 		c.closeCode, c.closeText = code, text
-		c.queue = nil
+		c.dropQueueLocked()
 	}
 	c.mu.Unlock()
 	c.signal()
@@ -113,6 +146,7 @@ func (c *conn) write() {
 		c.mu.Lock()
 		q, ping, code, text, done := c.queue, c.ping, c.closeCode, c.closeText, c.done
 		c.queue, c.ping = nil, false
+		takeWaves(q)
 		if done || (len(q) == 0 && !ping && code == 0) {
 			c.writing = false
 			c.mu.Unlock()

@@ -50,6 +50,7 @@ func (h *hub) fanOut() {
 			delete(h.dirty, r)
 		}
 	}
+	h.wakeLocked()
 	h.checkBehindLocked()
 	h.releaseWatchEventsLocked(time.Now())
 	if len(reads) > 0 {
@@ -126,11 +127,8 @@ func (h *hub) flushLocked(r *room) {
 		} else {
 			f = encodeEvents(r.view, r.name, r.pending, m.after, d)
 		}
-		switch {
-		case pm != nil:
-			c.sendPrepared(f, pm, queued)
-		case f != nil:
-			c.enqueue(outFrame{b: f, at: queued})
+		if f != nil {
+			h.holdSharedLocked(c, outFrame{b: f, pm: pm, at: queued})
 		}
 		if f != nil {
 			h.metrics.batches.Inc()

@@ -83,6 +83,10 @@ type hub struct {
 	// member is never sent a count read before the one it has.
 	counting bool
 	gen      uint64
+	// The tick's writers to start, in waves (wave.go): waking[i] is in
+	// waves[i/wakeChunk].
+	waking []*conn
+	waves  []*wave
 
 	watched map[string]*wroom // watch.go
 	// reorder holds the watched users with events waiting for their
