@@ -84,6 +84,12 @@ func (h *hub) wake(conns []*conn, waves []*wave) {
 		select {
 		case <-w.done:
 		case <-t.C:
+		case <-h.ctx.Done():
+			// The node is closing: the rest at once, unpaced.
+			for _, c := range conns[min((i+1)*wakeChunk, len(conns)):] {
+				c.signal()
+			}
+			return
 		}
 	}
 }
