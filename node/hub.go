@@ -124,6 +124,7 @@ type room struct {
 	readGen    uint64
 	pending    []event // the tick's events for members taking events frames
 	bodies     snapBodies
+	joinFrames joinFrames
 
 	seq       *bus.Sequencer[event] // (epoch, base): every Seq <= base is passed on or in a snapshot
 	start     uint64                // the RoomSeq the room's position started from (the last Reset)
@@ -523,18 +524,14 @@ func (h *hub) readyLocked(r *room, snap presence.Snapshot, ref, reason string, m
 		// them.
 		return false
 	}
-	var frames [detailSessions + 1][]byte // encoded once per detail
 	for c, m := range ms {
 		d := m.in.detail
-		if frames[d] == nil {
-			frames[d] = encodeSnapshotBody(ref, reason, snap.Room, snap.Total > len(snap.Members), r.bodies.get(snap, d))
-		}
-		c.send(frames[d])
+		c.send(r.joinFrames.snapshot(ref, reason, snap, d, r.bodies.get(snap, d)))
 		m.after, m.live, m.resync = snap.RoomSeq, true, false
 		if m.in.batch {
 			// What arrived during the read, as one frame: a storm's
 			// joiner would otherwise get an event frame per joiner.
-			if f := encodeEvents(r.view, r.name, r.buffered, m.after, d); f != nil {
+			if f := r.joinFrames.events(r, m.after, d); f != nil {
 				c.send(f)
 				h.metrics.batches.Inc()
 			}
@@ -563,6 +560,58 @@ func (h *hub) readyLocked(r *room, snap presence.Snapshot, ref, reason string, m
 		}
 	}
 	return true
+}
+
+// joinFrames keeps the last snapshot frame and the last frame of events
+// after a snapshot that joiners were sent: the joiners served by one read
+// (a fill, a storm) mostly get the same bytes, a snapshot frame of up to
+// SnapshotMembers members differing only by its ref, which clients
+// mostly number alike. Frames are never changed once sent, so they are
+// shared.
+type joinFrames struct {
+	snapKey  joinSnapKey
+	snap     []byte
+	evKey    joinEventsKey
+	evFrame  []byte
+	evEncode bool
+}
+
+type joinSnapKey struct {
+	ref, reason, room string
+	truncated         bool
+	body              *byte // the body's array: one per read and detail
+	n                 int
+}
+
+type joinEventsKey struct {
+	view               string
+	after, first, last uint64
+	n                  int
+	d                  detail
+}
+
+func (j *joinFrames) snapshot(ref, reason string, snap presence.Snapshot, d detail, body []byte) []byte {
+	k := joinSnapKey{ref, reason, snap.Room, snap.Total > len(snap.Members), nil, len(body)}
+	if len(body) > 0 {
+		k.body = &body[0]
+	}
+	if j.snap == nil || k != j.snapKey {
+		j.snapKey, j.snap = k, encodeSnapshotBody(ref, reason, snap.Room, k.truncated, body)
+	}
+	return j.snap
+}
+
+// events is the events frame of r.buffered above after (nil: none).
+func (j *joinFrames) events(r *room, after uint64, d detail) []byte {
+	n := len(r.buffered)
+	if n == 0 {
+		return nil
+	}
+	k := joinEventsKey{r.view, after, r.buffered[0].seq, r.buffered[n-1].seq, n, d}
+	if !j.evEncode || k != j.evKey {
+		j.evKey, j.evFrame, j.evEncode = k, encodeEvents(r.view, r.name, r.buffered, after, d), true
+	}
+	return j.evFrame
 }
 
 // snapBodies keeps the encoded body of a room's latest snapshot per
