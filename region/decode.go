@@ -102,8 +102,7 @@ func decodeRoster(region, room string, res []any, names bool) (presence.Snapshot
 	var live []string
 	for i := 0; i < len(ss); i += 2 {
 		e := str(ss[i])
-		u, rest, ok := strings.Cut(e, ":")
-		sid, _, _ := strings.Cut(rest, ":") // then the holder
+		u, sid, _, ok := splitEntry(e)
 		j, member := index[u]
 		if !ok || !member {
 			continue // a live session of a user whose until passed: not a member

@@ -4,7 +4,7 @@
 -- of one slot go in one call; each room is read atomically all the same.
 -- KEYS: four per room: z, s, st, u; ARGV[1] cut, ARGV[2] slack (see
 -- read_cut), then per room in KEYS order: k, then k names. A name is an
--- entry of s ("user:session:holder"): one the caller knows or the log
+-- entry of s ("user:session" then a holder code): one the caller knows or the log
 -- named, to look up; or a user alone: their entries are found by a scan
 -- of the room (or its index), for a member the caller knows no entry of.
 -- Returns one reply per room: {now, user, until ('' when not a member), n,

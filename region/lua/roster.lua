@@ -6,7 +6,8 @@
 -- KEYS: four per room: z, s, m, st; ARGV[1] cut, ARGV[2] slack (see
 -- read_cut)
 -- Returns one reply per room, in KEYS order: {{now, room seq, stream seq,
--- epoch}, {user, until, ...}, {"user:session:holder", expiry seconds, ...},
+-- epoch}, {user, until, ...}, {entry ("user:session" then a holder code),
+-- expiry seconds, ...},
 -- {"user:session", state, ...}}.
 local now = now_ms()
 local at = read_cut(now, ARGV[1], ARGV[2])

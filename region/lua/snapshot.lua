@@ -23,7 +23,7 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
       for tok in string.gmatch(string.sub(member, #u + 2), '%S+') do
         local sc = redis.call('ZSCORE', KEYS[2], u .. ':' .. tok)
         if sc and tonumber(sc) >= live_s(at) then
-          local sid = string.match(tok, '^([^:]*)')
+          local sid = tok_sid(tok)
           l[#l + 1] = sid
           l[#l + 1] = sc
           l[#l + 1] = redis.call('HGET', KEYS[4], u .. ':' .. sid) or ''
