@@ -246,7 +246,7 @@ func decodeMembers(region, room string, res []any) (presence.Snapshot, []string)
 		if until == "" {
 			continue
 		}
-		m.Until = time.UnixMilli(num(until))
+		m.Until = time.Unix(num(until), 0)
 		sort.Slice(m.Sessions, func(a, b int) bool { return m.Sessions[a].ID < m.Sessions[b].ID })
 		snap.Members = append(snap.Members, m)
 	}

@@ -16,8 +16,8 @@
 -- claim of the session takes that entry over silently. No node refreshes
 -- it, and it never counts as a fresh session of its user.
 --
--- Invariants: until >= every expiry of the user's sessions (both whole
--- seconds while a session lives) unless the grace runs (g), so a settle
+-- Invariants: until >= every expiry of the user's sessions (both in whole
+-- seconds) unless the grace runs (g), so a settle
 -- that announces an expiry also drops all of that user's entries; a settle
 -- that announces a departure after the grace drops the user's entries
 -- left (sessions whose holder stopped refreshing them). A member with no
@@ -43,7 +43,9 @@ local function read_cut(now, cut, slack)
   return c
 end
 
--- live_s: session entries scored below it are dead.
+-- live_s: entries of s and members of z scored below it are dead. Both
+-- are scored in whole seconds (an expiry, an until) rounded up: a score
+-- is live while score * 1000 >= now (ms).
 local function live_s(now)
   return now / 1000
 end
@@ -354,11 +356,32 @@ local function moved(r, u, sid, m)
   return #session_entries(r, u, sid, m) > 0
 end
 
+-- graces_over returns the users of r whose grace ended before now (ms).
+local function graces_over(r, now)
+  local out = {}
+  local g = redis.call('HGETALL', r.g)
+  for i = 1, #g, 2 do
+    if tonumber(g[i + 1]) < now then out[#out + 1] = g[i] end
+  end
+  return out
+end
+
+-- grace_due is the first ms at which a grace of r has ended, or nil.
+local function grace_due(r)
+  local due = nil
+  local g = redis.call('HGETALL', r.g)
+  for i = 2, #g, 2 do
+    local d = tonumber(g[i]) + 1
+    if not due or d < due then due = d end
+  end
+  return due
+end
+
 -- settle announces the departures that are due and drops dead session
 -- entries, at most limit of each. It returns true when work is left over.
 --
--- A user in g leaves (reason left) once their until has passed: the grace
--- ended. Any other user expires once their until is before cut, and an
+-- A user in g leaves (reason left) once the grace has ended: at the ms g
+-- holds (their until in z is that rounded up to a second). Any other user expires once their until is before cut, and an
 -- entry is dead once its expiry is before cut. cut is now, except while
 -- the region holds expiries after an outage (clock.lua): then it is when
 -- the outage began, so nothing that lived then is judged until every node
@@ -371,7 +394,14 @@ end
 local function settle(r, now, cut, maxo, limit)
   local lim = limit
   if cut < now then lim = -1 end
-  local over = redis.call('ZRANGEBYSCORE', r.z, '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, lim)
+  local over = redis.call('ZRANGEBYSCORE', r.z, '-inf', '(' .. live_s(now), 'WITHSCORES', 'LIMIT', 0, lim)
+  for _, u in ipairs(graces_over(r, now)) do
+    local sc = redis.call('ZSCORE', r.z, u)
+    if sc and tonumber(sc) >= live_s(now) then -- not in over yet
+      over[#over + 1] = u
+      over[#over + 1] = sc
+    end
+  end
   local n = 0
   for i = 1, #over, 2 do
     if n >= limit then
@@ -380,7 +410,7 @@ local function settle(r, now, cut, maxo, limit)
     end
     local u = over[i]
     local left = redis.call('HDEL', r.g, u) == 1
-    if left or tonumber(over[i + 1]) < cut then
+    if left or tonumber(over[i + 1]) < live_s(cut) then
       redis.call('ZREM', r.z, u)
       if left then
         for m in pairs(user_entries(r, u)) do
@@ -436,8 +466,10 @@ end
 local function due_ms(r)
   local due = nil
   local a, b = first_score(r.z), first_score(r.s)
-  if a then due = a + 1 end
+  if a then due = a * 1000 + 1 end
   if b and (not due or b * 1000 + 1 < due) then due = b * 1000 + 1 end
+  local g = grace_due(r)
+  if g and (not due or g < due) then due = g end
   return due
 end
 
@@ -462,11 +494,7 @@ local KEEP_MS = 600000
 local function reindex(idx, r, room, now, lease, hold)
   local due = due_ms(r)
   if due and hold and hold > now and due < hold then
-    local g = nil
-    for _, u in ipairs(redis.call('HKEYS', r.g)) do
-      local sc = tonumber(redis.call('ZSCORE', r.z, u) or '0')
-      if sc > 0 and (not g or sc + 1 < g) then g = sc + 1 end
-    end
+    local g = grace_due(r)
     due = hold
     if g and g < due then due = g end
   end

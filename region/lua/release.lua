@@ -61,10 +61,12 @@ if found == 1 or lost then
   end
   if fresh == 0 then
     -- Last session: hold the membership for the grace and remember why.
+    -- g holds when the grace ends (ms), which the departure keeps to;
+    -- until in z is that rounded up to a second, as the entry's expiry.
     local g = now + grace
-    redis.call('HSET', r.g, u, 1)
+    redis.call('HSET', r.g, u, g)
     redis.call('SADD', KEYS[11], r.z) -- a grace runs here (see touch.lua)
-    redis.call('ZADD', r.z, g, u)
+    redis.call('ZADD', r.z, gexp, u)
     redis.call('ZADD', idx, 'LT', g + 1, room)
   end
 end

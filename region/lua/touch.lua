@@ -72,7 +72,7 @@ while a <= #ARGV do
     -- follow the departures readers already see (a return after a grace
     -- that ended is offline then online, as a fresh snapshot shows it).
     local z1, s1 = first_score(z), first_score(s)
-    if z1 and z1 < rc or s1 and s1 < live_s(rc) then
+    if z1 and z1 < live_s(rc) or s1 and s1 < live_s(rc) then
       r = room_of(z, s, KEYS[2], plen)
       settle(r, now, scut, maxo, SETTLE_LIMIT)
     end
@@ -139,7 +139,7 @@ while a <= #ARGV do
             emit(r, now, 'update', 'joined', u, listed(r, u, now), sid, nil, maxo)
           end
         end
-        redis.call('ZADD', r.z, 'GT', exp, u)
+        redis.call('ZADD', r.z, 'GT', exps, u)
         -- A new entry, listed silently or not (a return, a restore after
         -- Redis lost its data): the publisher learns it from the log.
         mark(r, m)
@@ -149,7 +149,7 @@ while a <= #ARGV do
       end
     elseif u ~= prev then
       prev = u
-      if redis.call('ZADD', z, 'GT', exp, u) == 1 then
+      if redis.call('ZADD', z, 'GT', exps, u) == 1 then
         -- Not a member, yet the entry was there: a dead entry of a user
         -- already announced gone, left by a settle cut short at its limit,
         -- has come back. That is a join.
