@@ -30,6 +30,10 @@ import (
 //     registry) keeps its code if the registry still names it or no one,
 //     else it takes another: its sessions under the old one are long
 //     expired, and its refreshes report them lost.
+//   - An entry that does outlive the quarantine (Extend keeps a waiting
+//     client's entry, whoever holds it) is one its old holder can no
+//     longer write: the new holder of the code only ever acts on it for
+//     the same session, as its own, which it then is.
 //
 // Residual risk: on a cluster, if the registry's master alone loses its
 // data while its holders' entries live on in other slots, a store that
