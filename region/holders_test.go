@@ -43,6 +43,16 @@ func TestEntryParsing(t *testing.T) {
 	if len(codeBytes) != 144 || strings.ContainsAny(codeBytes[:16], ":|{} *?[]\\^") {
 		t.Fatalf("code bytes %q", codeBytes)
 	}
+	// No code byte splits a member of the index u: tokens are split at
+	// whitespace, as Redis's Lua sees it.
+	split := redis.NewScript(string(lib) + "\nreturn index_sids('u', ARGV[1])")
+	for i := 0; i < len(codeBytes); i++ {
+		c := codeBytes[i : i+1]
+		got, err := split.Run(context.Background(), rdb, nil, "u a"+c+" b"+c+c).StringSlice()
+		if err != nil || len(got) != 2 || got[0] != "a"+c || got[1] != "b"+c+c {
+			t.Fatalf("code %q: index tokens %q %v", c, got, err)
+		}
+	}
 }
 
 // A session whose id starts with another's is a session of its own: a
