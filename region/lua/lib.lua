@@ -381,7 +381,8 @@ end
 -- entries, at most limit of each. It returns true when work is left over.
 --
 -- A user in g leaves (reason left) once the grace has ended: at the ms g
--- holds (their until in z is that rounded up to a second). Any other user expires once their until is before cut, and an
+-- holds (their until in z is that rounded up to a second). Any other user
+-- expires once their until is before cut, and an
 -- entry is dead once its expiry is before cut. cut is now, except while
 -- the region holds expiries after an outage (clock.lua): then it is when
 -- the outage began, so nothing that lived then is judged until every node
@@ -397,7 +398,9 @@ local function settle(r, now, cut, maxo, limit)
   local over = redis.call('ZRANGEBYSCORE', r.z, '-inf', '(' .. live_s(now), 'WITHSCORES', 'LIMIT', 0, lim)
   for _, u in ipairs(graces_over(r, now)) do
     local sc = redis.call('ZSCORE', r.z, u)
-    if sc and tonumber(sc) >= live_s(now) then -- not in over yet
+    if not sc then
+      redis.call('HDEL', r.g, u) -- no member: nothing to announce, and the room is not due for it
+    elseif tonumber(sc) >= live_s(now) then -- not in over yet
       over[#over + 1] = u
       over[#over + 1] = sc
     end
