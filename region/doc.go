@@ -81,11 +81,23 @@
 //	                          cluster, in whichever slot it hashes to.
 //	presence:seen:{N}     HASH  user -> last seen, unix seconds (N = crc32(user)
 //	                          mod buckets).
+//	presence:schema       STRING the format of the region's data, "2" (schema.go).
 //
 // "presence" is Options.Prefix. Room, user and session ids cannot contain
-// ':' or '|'. Data written before holder codes and until in seconds (the
-// entries "user:session:holder", until in ms) is not read right by this
-// schema: a region moves to it on an empty Redis.
+// ':' or '|'.
+//
+// # Upgrading
+//
+// Format 2 (holder codes, until in seconds) cannot read the data of the
+// releases before it (entries "user:session:holder", until in ms): a
+// member's until in ms would read as seconds far ahead, a ghost. Preload
+// (which presenced runs at start) therefore writes presence:schema on a
+// region with no data, accepts its own format, and refuses with a
+// SchemaError a region with data and no version key, or another version;
+// presenced then exits instead of writing. A region moves to format 2 on
+// an empty keyspace: start the new release with another prefix
+// (presenced --redis-prefix), or empty Redis once every node of the old
+// release has stopped. Nodes of two formats must never share a region.
 //
 // Reading it with redis-cli (quote the braces for the shell):
 //

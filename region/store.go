@@ -2,6 +2,7 @@ package region
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -173,6 +174,13 @@ func (s *Store) Preload(ctx context.Context) error {
 				break
 			}
 		}
+	}
+	if err == nil {
+		err = s.checkSchema(ctx)
+	}
+	var se *SchemaError
+	if errors.As(err, &se) {
+		return se
 	}
 	if err != nil {
 		return &OpError{"preload", err}
