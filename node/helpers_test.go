@@ -428,15 +428,17 @@ func (e *env) live(room, user string) []string {
 		return nil
 	}
 	// A released session stays listed through its grace; a held one has
-	// an entry naming its holder (region/doc.go).
+	// an entry ending with its holder's code, bytes that no id holds
+	// (region/doc.go).
 	held, err := e.rdb.ZRange(context.Background(), "presence:{"+room+"}:s", 0, -1).Result()
 	if err != nil {
 		e.t.Fatalf("session entries: %v", err)
 	}
 	var ids []string
 	for _, s := range m.Sessions {
+		p := user + ":" + s.ID
 		if slices.ContainsFunc(held, func(m string) bool {
-			return strings.HasPrefix(m, user+":"+s.ID+":") && len(m) > len(user+":"+s.ID+":")
+			return strings.HasPrefix(m, p) && len(m) > len(p) && presence.ValidateSession(m[len(p):len(p)+1]) != nil
 		}) {
 			ids = append(ids, s.ID)
 		}

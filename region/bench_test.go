@@ -333,7 +333,7 @@ func BenchmarkRefresh(b *testing.B) {
 // expiry given by the caller. It checks nothing: no holder, no lost or
 // taken session, no grace, no incarnation, no reap index.
 // KEYS: z, s per room; ARGV[1] expiry seconds, ARGV[2] until ms,
-// ARGV[3] holder, then per room: k, then k pairs (user, session).
+// ARGV[3] holder code, then per room: k, then k pairs (user, session).
 var scriptCeiling = redis.NewScript(`
 local exps, exp, holder = ARGV[1], ARGV[2], ARGV[3]
 local a = 4
@@ -342,7 +342,7 @@ for b = 1, #KEYS, 2 do
   local prev
   for _ = 1, tonumber(ARGV[a]) do
     local u = ARGV[a + 1]
-    redis.call('ZADD', s, 'XX', exps, u .. ':' .. ARGV[a + 2] .. ':' .. holder)
+    redis.call('ZADD', s, 'XX', exps, u .. ':' .. ARGV[a + 2] .. holder)
     if u ~= prev then
       redis.call('ZADD', z, 'GT', exp, u)
       prev = u
@@ -359,7 +359,7 @@ return 0
 // trip.
 func ceilingRefresh(ctx context.Context, s *Store, rdb *redis.Client, refs []presence.SessionRef) error {
 	now := time.Now().Add(s.t.SessionTTL)
-	head := []any{now.Unix() + 1, now.UnixMilli(), s.holder}
+	head := []any{now.Unix() + 1, now.UnixMilli(), s.code()}
 	var calls []call
 	cur := call{script: scriptCeiling, args: slices.Clone(head)}
 	n := 0

@@ -35,7 +35,7 @@ const ChangesKeep = 5 * time.Minute
 
 // Changes returns the names marked changed since cursor, by room, and
 // the cursor to pass next: a user whose listing changed, or an entry
-// added to the room ("user:session:holder"; see MembersOf). complete is false when the log cannot say
+// added to the room (an entry: "user:session" then a holder code; see MembersOf). complete is false when the log cannot say
 // (cursor is "", too old, a log was not kept, Redis lost it, the cluster's
 // masters changed, or more than most changed): then changed is nil and the
 // caller reads everything, after this call, so what it reads is at least
@@ -231,8 +231,7 @@ func decodeMembers(region, room string, res []any) (presence.Snapshot, []string)
 		seen := map[string]bool{}
 		for j := 0; j < k && i+1 < len(res); j++ {
 			e := str(res[i])
-			_, rest, _ := strings.Cut(e, ":")
-			sid, _, _ := strings.Cut(rest, ":")
+			_, sid, _, _ := splitEntry(e)
 			si := presence.SessionInfo{ID: sid} // expiry is not read
 			if st := str(res[i+1]); st != "" {
 				si.State = json.RawMessage(st)
@@ -247,7 +246,7 @@ func decodeMembers(region, room string, res []any) (presence.Snapshot, []string)
 		if until == "" {
 			continue
 		}
-		m.Until = time.UnixMilli(num(until))
+		m.Until = time.Unix(num(until), 0)
 		sort.Slice(m.Sessions, func(a, b int) bool { return m.Sessions[a].ID < m.Sessions[b].ID })
 		snap.Members = append(snap.Members, m)
 	}

@@ -15,7 +15,7 @@ import (
 
 // changes reads the change log from cursor and fails the test unless it
 // is complete; it returns the members marked as sorted "room/user" (a
-// mark names a user, or an entry added, "user:session:holder"), every
+// mark names a user, or an entry added, "user:session" then a code), every
 // mark as sorted "room/name", and the next cursor.
 func changes(tb testing.TB, s *Store, cursor string) ([]string, []string, string) {
 	tb.Helper()
@@ -69,7 +69,7 @@ func TestChangeLogNamesWhatChanged(t *testing.T) {
 		t.Fatalf("after joins: %v", got)
 	}
 	// The entries added are named too: a reader looks them up.
-	if !slices.Contains(names, "r1/bob:b:"+s.holder) || !slices.Contains(names, "r2/cat:c:"+s.holder) {
+	if !slices.Contains(names, "r1/bob:b"+s.code()) || !slices.Contains(names, "r2/cat:c"+s.code()) {
 		t.Fatalf("after joins, marks %v lack the entries added", names)
 	}
 	// A reader that lost its lease without knowing (or a second
@@ -91,7 +91,7 @@ func TestChangeLogNamesWhatChanged(t *testing.T) {
 	got, names, cur4 := changes(t, s, cur3)
 	// A clean close lists the session through the grace, under a
 	// released entry, which is named.
-	if !slices.Equal(got, []string{"r1/ann", "r2/cat"}) || !slices.Contains(names, "r2/cat:c:") {
+	if !slices.Equal(got, []string{"r1/ann", "r2/cat"}) || !slices.Contains(names, "r2/cat:c") {
 		t.Fatalf("after a state and a release: %v", names)
 	}
 	// The grace ends: the reaper's departure is a change.

@@ -59,7 +59,7 @@ func decodeSnapshot(snap *presence.Snapshot, res []any) {
 	snap.Epoch = num(res[4])
 	snap.Members = []presence.Member{}
 	for i := 5; i+2 < len(res); {
-		m := presence.Member{User: str(res[i]), Until: time.UnixMilli(num(res[i+1])), Sessions: []presence.SessionInfo{}}
+		m := presence.Member{User: str(res[i]), Until: time.Unix(num(res[i+1]), 0), Sessions: []presence.SessionInfo{}}
 		k := int(num(res[i+2]))
 		i += 3
 		for j := 0; j < k && i+2 < len(res); j++ {
@@ -97,13 +97,12 @@ func decodeRoster(region, room string, res []any, names bool) (presence.Snapshot
 	for i := 0; i < len(users); i += 2 {
 		u := str(users[i])
 		index[u] = len(snap.Members)
-		snap.Members = append(snap.Members, presence.Member{User: u, Until: time.UnixMilli(num(users[i+1])), Sessions: []presence.SessionInfo{}})
+		snap.Members = append(snap.Members, presence.Member{User: u, Until: time.Unix(num(users[i+1]), 0), Sessions: []presence.SessionInfo{}})
 	}
 	var live []string
 	for i := 0; i < len(ss); i += 2 {
 		e := str(ss[i])
-		u, rest, ok := strings.Cut(e, ":")
-		sid, _, _ := strings.Cut(rest, ":") // then the holder
+		u, sid, _, ok := splitEntry(e)
 		j, member := index[u]
 		if !ok || !member {
 			continue // a live session of a user whose until passed: not a member

@@ -11,19 +11,25 @@
 // and in the Lua scripts (room_at, lua/lib.lua); this table is the one
 // description of the schema.
 //
-//	presence:{R}      z   ZSET  user -> until, unix ms. A member while until >= now.
-//	presence:{R}:s    s   ZSET  "user:session:holder" -> expiry, unix seconds
-//	                          (listpack stores it in 5 bytes, not 9; the TTL is
-//	                          rounded up to a whole second). holder names the
-//	                          node (store) holding it; a session has one entry,
-//	                          its holder's. A released session keeps one with
-//	                          no holder, "user:session:", scored at the end of
-//	                          its grace: listed, with its state, until then.
-//	presence:{R}:g    g   HASH  user -> 1 while the user's last session closed
-//	                          cleanly and none has returned: the offline grace runs.
+//	presence:{R}      z   ZSET  user -> until, unix seconds, rounded up. A member
+//	                          while until * 1000 >= now (ms).
+//	presence:{R}:s    s   ZSET  "user:session" then a holder code -> expiry, unix
+//	                          seconds (listpack stores it in 5 bytes, not 9; the
+//	                          TTL is rounded up to a whole second). The code, 1
+//	                          to 3 bytes outside the id alphabet (so the session
+//	                          id ends where it starts, with no separator), names
+//	                          the store holding it (see presence:holders); a
+//	                          session has one entry, its holder's. A released
+//	                          session keeps one with no code, "user:session",
+//	                          scored at the end of its grace: listed, with its
+//	                          state, until then.
+//	presence:{R}:g    g   HASH  user -> when the grace ends, unix ms, while the
+//	                          user's last session closed cleanly and none has
+//	                          returned: the offline grace runs (the departure
+//	                          keeps to that ms; until in z is it rounded up).
 //	presence:{R}:st   st  HASH  "user:session" -> state JSON. It belongs to the
 //	                          session, whichever node holds it.
-//	presence:{R}:mv   mv  ZSET  "user:session:holder" -> ms: tombstones of entries
+//	presence:{R}:mv   mv  ZSET  entry of s -> ms: tombstones of entries
 //	                          taken over from, or released by, that holder, so
 //	                          its late refresh cannot bring the session back; a
 //	                          claim of the holder lifts its own. The key expires
@@ -33,7 +39,7 @@
 //	                          delivered seq and its stream sequence).
 //	presence:{R}:o    o   LIST  events not yet acknowledged by the publisher, in
 //	                          the entry format of outbox.go.
-//	presence:{R}:u    u   ZSET  score 0, "user sid1:holder1 ..." ("user" alone in
+//	presence:{R}:u    u   ZSET  score 0, "user sid1code1 ..." ("user" alone in
 //	                          the grace): the member index, only in rooms of more
 //	                          than 512 sessions, in user id order. While it exists
 //	                          it lists exactly the users of z, each with their
@@ -46,7 +52,8 @@
 //	                          writing scripts. It also holds ":inc:<ms>" at +inf,
 //	                          the incarnation of its slot's data: written when
 //	                          missing, so a new value means Redis lost the data.
-//	presence:reap:chg     ZSET  "room:user" -> ms: the change log (on a cluster, one
+//	presence:reap:chg     ZSET  "room:user" or "room:" then an entry of s added
+//	                          -> ms: the change log (on a cluster, one
 //	                          per slot: presence:reap:{tag}:chg). Every step that
 //	                          changes a member's listed sessions, their states or
 //	                          the membership marks the member, stamped never below
@@ -66,19 +73,41 @@
 //	presence:reap:{tag}:swept  STRING, cluster only: a master's sweep is
 //	                          claimed (PX 4/5 of the reap interval).
 //	presence:clock        HASH  seen, hold, from: the region's clock (clock.lua).
+//	presence:holders      HASH  holder code -> "nonce|lease end ms|free from ms|name":
+//	                          the codes' leases (hold.lua, holders.go). A code
+//	                          goes to another store only from "free from" on,
+//	                          a quarantine after its lease ended; name is the
+//	                          holder's Options.Holder, for operators. On a
+//	                          cluster, in whichever slot it hashes to.
 //	presence:seen:{N}     HASH  user -> last seen, unix seconds (N = crc32(user)
 //	                          mod buckets).
+//	presence:schema       STRING the format of the region's data, "2" (schema.go).
 //
 // "presence" is Options.Prefix. Room, user and session ids cannot contain
 // ':' or '|'.
 //
+// # Upgrading
+//
+// Format 2 (holder codes, until in seconds) cannot read the data of the
+// releases before it (entries "user:session:holder", until in ms): a
+// member's until in ms would read as seconds far ahead, a ghost. Preload
+// (which presenced runs at start) therefore writes presence:schema on a
+// region with no data, accepts its own format, and refuses with a
+// SchemaError a region with data and no version key, or another version;
+// presenced then exits instead of writing. A region moves to format 2 on
+// an empty keyspace: start the new release with another prefix
+// (presenced --redis-prefix), or empty Redis once every node of the old
+// release has stopped. Nodes of two formats must never share a region.
+//
 // Reading it with redis-cli (quote the braces for the shell):
 //
-//	# live members of room42: entries whose until is from now (ms) on
-//	redis-cli zcount 'presence:{room42}' "$(date +%s%3N)" +inf
+//	# live members of room42: entries whose until (s) is from now on
+//	redis-cli zcount 'presence:{room42}' "$(date +%s.%3N)" +inf
 //	# one user's sessions in room42 with their expiry (unix seconds)
 //	redis-cli zscan 'presence:{room42}:s' 0 match 'u_8827:*' count 100000
-//	# (members are user:session:holder)
+//	# (members are user:session then the holder code, e.g. "\xa3")
+//	# which store holds which code
+//	redis-cli hgetall presence:holders
 //
 // # Time
 //
@@ -86,13 +115,15 @@
 // node whose clock is ahead or behind still writes the same expiry, so skew
 // between nodes cannot expire a live session or keep a dead one. Within a
 // room there is one clock, the one of the Redis primary holding its slot.
-// Session expiry is rounded up to a whole second (it is stored in seconds
-// to keep listpack entries small); a session is never dropped early, and
-// at most one second late.
+// Session expiry and a member's until are rounded up to a whole second
+// (they are stored in seconds to keep listpack entries small); a session
+// or a member is never dropped early, and at most one second late.
 //
 // # Holders
 //
-// A session is held by one node at a time, named in its entry. A join
+// A session is held by one node at a time, whose holder code ends its
+// entry (holders.go: codes are leased, one byte long, and reused only a
+// quarantine after their holder's lease ended). A join
 // (Claim) takes the session over from any other holder: the client has
 // reconnected to this node. The heartbeat (Refresh) never takes a session
 // back; it reports it Lost, and the node closes its stale connection.

@@ -23,8 +23,8 @@ func (s *Store) Extend(ctx context.Context, refs []presence.SessionRef) (int, er
 		return 0, &OpError{"extend", err}
 	}
 	var calls []call
-	for _, tc := range s.touchCalls(sortRefs(refs), false) {
-		// The touch layout after its three slot keys and nine head
+	for _, tc := range s.touchCalls(sortRefs(refs), false, "", 0) {
+		// The touch layout after its three slot keys and its head
 		// arguments: two keys per room, then per room k and its pairs.
 		head := []any{ms(s.t.SessionTTL), s.readCut(), ms(s.readSlack())}
 		calls = append(calls, call{script: scriptExtend, keys: tc.keys[3:], args: append(head, tc.args[len(touchHead{}):]...)})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -41,7 +42,7 @@ func refresher(tb testing.TB, s *Store, refs ...presence.SessionRef) (stop func(
 // expiryOf is the expiry of a session entry held by s, from Redis.
 func expiryOf(tb testing.TB, s *Store, r presence.SessionRef) time.Time {
 	tb.Helper()
-	sc, err := s.rdb.ZScore(context.Background(), s.roomKeys(r.Room).s, r.User+":"+r.Session+":"+s.holder).Result()
+	sc, err := s.rdb.ZScore(context.Background(), s.roomKeys(r.Room).s, r.User+":"+r.Session+s.code()).Result()
 	if err != nil {
 		tb.Fatalf("expiry of %+v: %v", r, err)
 	}
@@ -216,16 +217,19 @@ func TestSlowHolderRefreshingDuringTheGraceCancelsIt(t *testing.T) {
 	}
 }
 
-// Stores generate distinct holder ids, and a given one is checked.
+// Stores in use at once get distinct one-byte holder codes, and record
+// their names (Options.Holder, checked) in the registry.
 func TestHolderIDs(t *testing.T) {
 	rdb, _ := testredis.Client(t)
 	seen := map[string]bool{}
-	for range 100 {
-		h := newStore(t, rdb, &collector{}).holder
-		if seen[h] || checkHolder(h) != nil {
-			t.Fatalf("holder %q: repeated or invalid", h)
+	for i := range 100 {
+		s := newStore(t, rdb, &collector{})
+		touch(t, s, ref("r", "u"+strconv.Itoa(i), "a"))
+		c := s.code()
+		if seen[c] || len(c) != 1 || isIDByte(c[0]) || checkHolder(s.opt.Holder) != nil {
+			t.Fatalf("store %d: code %q (name %q): repeated, long or an id byte", i, c, s.opt.Holder)
 		}
-		seen[h] = true
+		seen[c] = true
 	}
 	for _, bad := range []string{"a:b", "a b", "{x}", "0123456789abcdefX"} {
 		t.Run(bad, func(t *testing.T) {
@@ -236,8 +240,10 @@ func TestHolderIDs(t *testing.T) {
 			}
 		})
 	}
-	if s := newStore(t, rdb, &collector{}, func(o *Options) { o.Holder = "n" + strconv.Itoa(7) }); s.holder != "n7" {
-		t.Fatalf("holder %q", s.holder)
+	s := newStore(t, rdb, &collector{}, func(o *Options) { o.Holder = "n" + strconv.Itoa(7) })
+	touch(t, s, ref("r", "v", "a"))
+	if v, _ := rdb.HGet(context.Background(), "presence:holders", s.code()).Result(); !strings.HasSuffix(v, "|n7") {
+		t.Fatalf("registry entry of %q: %q, want it to name n7", s.code(), v)
 	}
 }
 

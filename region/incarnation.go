@@ -79,6 +79,7 @@ func (s *Store) sawIncarnation(idx, inc string) {
 	s.mu.Unlock()
 	if prev != "" && prev != inc {
 		s.stats.DataLosses.Add(1)
+		s.renewSoon() // the registry may have gone with the data (holders.go)
 		s.log.Warn("presence: the region's Redis lost its data; this node restores the sessions it holds", "region", s.opt.Region, "index", idx)
 	}
 }

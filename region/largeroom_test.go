@@ -46,7 +46,7 @@ func checkUserIndex(tb testing.TB, rdb redis.UniversalClient, s *Store, room str
 		fromSets[u] = []string{}
 	}
 	for _, e := range entries {
-		u, tok, _ := strings.Cut(e, ":") // tok is session:holder
+		u, tok, _ := strings.Cut(e, ":") // tok is the session then the code
 		if _, ok := fromSets[u]; !ok {
 			continue // a dead entry of a user already gone: removed by the next settle
 		}
@@ -113,7 +113,7 @@ func TestLargeRoomKeepsAUserIndex(t *testing.T) {
 		t.Fatalf("u0002 sessions %+v, want the live one", m.Sessions)
 	}
 	checkUserIndex(t, rdb, s, "big", true)
-	if v, _ := rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: s.roomKeys("big").u, Start: "[u0002 ", Stop: "(u0002!", ByLex: true}).Result(); !slices.Equal(v, []string{"u0002 a:" + s.holder}) {
+	if v, _ := rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: s.roomKeys("big").u, Start: "[u0002 ", Stop: "(u0002!", ByLex: true}).Result(); !slices.Equal(v, []string{"u0002 a" + s.code()}) {
 		t.Fatalf("u0002 in the index: %q, want the live session only", v)
 	}
 
@@ -138,7 +138,7 @@ func TestLargeRoomKeepsAUserIndex(t *testing.T) {
 		t.Fatalf("claim in a large room: %+v %v", res, err)
 	}
 	release(t, s, moved)
-	if v, _ := rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: s.roomKeys("big").u, Start: "[u0003 ", Stop: "(u0003!", ByLex: true}).Result(); !slices.Equal(v, []string{"u0003 a:" + other.holder}) {
+	if v, _ := rdb.ZRangeArgs(ctx, redis.ZRangeArgs{Key: s.roomKeys("big").u, Start: "[u0003 ", Stop: "(u0003!", ByLex: true}).Result(); !slices.Equal(v, []string{"u0003 a" + other.code()}) {
 		t.Fatalf("u0003 in the index: %q, want the new holder's session", v)
 	}
 	if res, err := s.Refresh(ctx, []presence.SessionRef{moved}); err != nil || len(res.Lost) != 1 {
@@ -191,7 +191,7 @@ func TestLeftoverEntryOfAGoneUserComesBackAsAJoin(t *testing.T) {
 	if err := rdb.ZRem(ctx, k.z, "ghost").Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := rdb.ZAdd(ctx, k.s, redis.Z{Score: float64(time.Now().Add(-time.Minute).Unix()), Member: "ghost:tab:" + s.holder}).Err(); err != nil {
+	if err := rdb.ZAdd(ctx, k.s, redis.Z{Score: float64(time.Now().Add(-time.Minute).Unix()), Member: "ghost:tab" + s.code()}).Err(); err != nil {
 		t.Fatal(err)
 	}
 	ts := touch(t, s, x)

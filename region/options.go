@@ -16,11 +16,12 @@ type Options struct {
 	Timing presence.Timing // zero fields take presence defaults
 	Sink   Sink            // required: receives every transition
 	Prefix string          // key prefix; default "presence"
-	// Holder names this store's session entries: a release or a state
-	// write acts only on the entries of its own holder, and a refresh
-	// never takes a session from another. Default: a random id, which is
-	// what a node process wants. Two stores in use at once must never
-	// share one.
+	// Holder names this store for operators: the registry of holder
+	// codes (presence:holders, see holders.go) records it next to the
+	// code the store leases. Each store holds its own code, whatever its
+	// name: a release or a state write acts only on the entries of its own
+	// code, and a refresh never takes a session from another. Default: a
+	// random id.
 	Holder string
 
 	MaxBatch  int // sessions per Touch; default 10000
@@ -105,11 +106,11 @@ func (opt *Options) check() error {
 	return checkHolder(opt.Holder)
 }
 
-// holderBytes is the alphabet of generated holder ids.
+// holderBytes is the alphabet of holder names.
 const holderBytes = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
-// randomHolder returns a 6-byte id: 5.7e10 of them, so among a thousand
-// nodes at once two share one with a chance of about 1 in 100,000.
+// randomHolder returns a 6-byte name. Names need not be unique: codes
+// are (holders.go).
 func randomHolder() string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
@@ -119,8 +120,8 @@ func randomHolder() string {
 	return string(b[:])
 }
 
-// checkHolder accepts 1 to 16 letters and digits: a holder id is part of
-// every entry a store writes, after a ':'.
+// checkHolder accepts 1 to 16 letters and digits: a holder name sits in
+// the registry's '|'-separated values.
 func checkHolder(h string) error {
 	if len(h) == 0 || len(h) > 16 || strings.Trim(h, holderBytes) != "" {
 		return &presence.ConfigError{Field: "holder", Rule: fmt.Sprintf("must be 1 to 16 letters and digits, got %q", h)}

@@ -151,8 +151,8 @@ func (s *Store) Sessions(ctx context.Context, room, user string) (m presence.Mem
 	}
 	now := num(res[0])
 	m = presence.Member{User: user, Sessions: []presence.SessionInfo{}}
-	if str(res[1]) != "" && num(res[1]) >= now {
-		ok, m.Until = true, time.UnixMilli(num(res[1]))
+	if str(res[1]) != "" && num(res[1])*1000 >= now {
+		ok, m.Until = true, time.Unix(num(res[1]), 0)
 	}
 	for i := 2; i+2 < len(res); i += 3 {
 		m.Sessions = append(m.Sessions, sessionInfo(res[i], res[i+1], res[i+2]))

@@ -26,7 +26,8 @@ func TestRedisCliRecipes(t *testing.T) {
 		}
 		return strings.TrimSpace(string(out))
 	}
-	now := strconv.FormatInt(time.Now().UnixMilli(), 10) // what "$(date +%s%3N)" prints
+	ms := time.Now().UnixMilli()
+	now := fmt.Sprintf("%d.%03d", ms/1000, ms%1000) // what "$(date +%s.%3N)" prints
 	if got := cli("zcount", "presence:{room42}", now, "+inf"); got != "2" {
 		t.Fatalf("zcount: %q, want 2 live members", got)
 	}
@@ -41,7 +42,10 @@ func TestRedisCliRecipes(t *testing.T) {
 			t.Fatalf("zscan entry %q %q: want u_8827:tabX and a future unix time", lines[i], lines[i+1])
 		}
 	}
-	if n, _ := rdb.ZCount(context.Background(), "presence:{room42}", fmt.Sprint(time.Now().UnixMilli()), "+inf").Result(); n != 2 {
+	if n, _ := rdb.ZCount(context.Background(), "presence:{room42}", fmt.Sprint(time.Now().Unix()), "+inf").Result(); n != 2 {
 		t.Fatalf("zcount via client: %d", n)
+	}
+	if got := cli("hgetall", "presence:holders"); len(strings.Split(got, "\n")) != 2 || len(strings.Split(got, "|")) != 4 {
+		t.Fatalf("hgetall presence:holders: %q, want one code and its lease", got)
 	}
 }

@@ -55,9 +55,10 @@ var (
 	scriptRoster   = load("roster", true)
 	scriptUsers    = load("users", true)
 	scriptExtend   = load("extend", false)
+	scriptHold     = load("hold", false)
 )
 
-var allScripts = []*redis.Script{scriptTouch, scriptRelease, scriptReap, scriptClock, scriptAck, scriptSeen, scriptDue, scriptDueAll, scriptSnapshot, scriptState, scriptCount, scriptSessions, scriptRoster, scriptUsers, scriptExtend}
+var allScripts = []*redis.Script{scriptTouch, scriptRelease, scriptReap, scriptClock, scriptAck, scriptSeen, scriptDue, scriptDueAll, scriptSnapshot, scriptState, scriptCount, scriptSessions, scriptRoster, scriptUsers, scriptExtend, scriptHold}
 
 type call struct {
 	script *redis.Script

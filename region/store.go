@@ -2,6 +2,7 @@ package region
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -34,7 +35,6 @@ type Store struct {
 	rdb     redis.UniversalClient
 	cluster bool
 	opt     Options
-	holder  string
 	t       presence.Timing
 	log     *slog.Logger
 	now     func() time.Time // local clock: only paces last-seen writes
@@ -59,6 +59,10 @@ type Store struct {
 	stop   context.CancelFunc
 	done   chan struct{}
 	closed bool
+
+	holdMu   sync.Mutex // holding
+	holding  holding    // the holder code and its lease (holders.go)
+	leaseLen time.Duration
 
 	stats Stats
 }
@@ -125,8 +129,9 @@ func New(rdb redis.UniversalClient, opt Options) (*Store, error) {
 		lg = slog.Default()
 	}
 	_, cluster := rdb.(*redis.ClusterClient)
-	st := &Store{rdb: rdb, cluster: cluster, opt: opt, holder: opt.Holder, t: t, log: lg, now: time.Now,
-		seen: map[string]time.Time{}, incs: map[string]string{}, held: map[presence.SessionRef]heldAt{}}
+	st := &Store{rdb: rdb, cluster: cluster, opt: opt, t: t, log: lg, now: time.Now,
+		seen: map[string]time.Time{}, incs: map[string]string{}, held: map[presence.SessionRef]heldAt{},
+		holding: holding{nonce: newNonce()}, leaseLen: holdLease}
 	if opt.AsyncDelivery {
 		st.outq = make(chan map[string][]string, outQueue)
 	}
@@ -169,6 +174,13 @@ func (s *Store) Preload(ctx context.Context) error {
 				break
 			}
 		}
+	}
+	if err == nil {
+		err = s.checkSchema(ctx)
+	}
+	var se *SchemaError
+	if errors.As(err, &se) {
+		return se
 	}
 	if err != nil {
 		return &OpError{"preload", err}

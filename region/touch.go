@@ -37,14 +37,21 @@ func (s *Store) touch(ctx context.Context, op string, refs []presence.SessionRef
 	if err := s.checkBatch(refs); err != nil {
 		return res, &OpError{op, err}
 	}
+	code, until, err := s.hold(ctx)
+	if err != nil {
+		return res, &OpError{op, err}
+	}
 	sorted := sortRefs(refs)
-	calls := s.touchCalls(sorted, op == "claim")
+	calls := s.touchCalls(sorted, op == "claim", code, until)
 	plain := make([]call, len(calls))
 	for i, c := range calls {
 		plain[i] = c.call
 	}
 	cmds, err := s.exec(ctx, plain)
 	if err != nil {
+		if s.leaseEnded(err) {
+			err = errNoLease
+		}
 		return res, &OpError{op, err}
 	}
 	s.stats.Touched.Add(int64(len(refs)))
@@ -109,8 +116,9 @@ type touchCall struct {
 }
 
 // touchCalls groups the rooms by reap index (one per slot on a cluster)
-// and cuts each group into calls of at most ChunkSize sessions.
-func (s *Store) touchCalls(sorted []presence.SessionRef, claim bool) []touchCall {
+// and cuts each group into calls of at most ChunkSize sessions, written
+// under code while its lease runs (until, Redis ms).
+func (s *Store) touchCalls(sorted []presence.SessionRef, claim bool, code string, until int64) []touchCall {
 	rooms := byRoom(sorted)
 	byIndex := map[string][]roomBatch{}
 	var order []string
@@ -128,7 +136,7 @@ func (s *Store) touchCalls(sorted []presence.SessionRef, claim bool) []touchCall
 	expected := s.expectedIncs(sorted)
 	var calls []touchCall
 	for _, k := range order {
-		head := touchHead{ms(s.t.SessionTTL), ms(s.opt.PublishLease), s.opt.MaxOutbox, s.holder, flag, expected[k], s.readCut(), ms(s.readSlack()), len(s.opt.Prefix)}
+		head := touchHead{ms(s.t.SessionTTL), ms(s.opt.PublishLease), s.opt.MaxOutbox, code, flag, expected[k], s.readCut(), ms(s.readSlack()), len(s.opt.Prefix), until}
 		b := touchBatcher{s: s, index: k, chunk: s.opt.ChunkSize, head: head[:]}
 		b.reset()
 		for _, rb := range byIndex[k] {
@@ -140,8 +148,8 @@ func (s *Store) touchCalls(sorted []presence.SessionRef, claim bool) []touchCall
 	return calls
 }
 
-// touchHead is touch.lua's arguments before the rooms (ARGV[1..9]).
-type touchHead [9]any
+// touchHead is touch.lua's arguments before the rooms (ARGV[1..10]).
+type touchHead [10]any
 
 // touchBatcher fills the touch calls of one reap index (see touch.lua for
 // the argument layout).

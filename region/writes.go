@@ -20,13 +20,20 @@ func (s *Store) Release(ctx context.Context, ref presence.SessionRef) error {
 	if err := ref.Validate(); err != nil {
 		return &OpError{"release", err}
 	}
+	code, until, err := s.hold(ctx)
+	if err != nil {
+		return &OpError{"release", err}
+	}
 	cmds, err := s.exec(ctx, []call{{
 		script: scriptRelease,
 		keys:   s.roomKeys(ref.Room).writeKeys(s.indexKey(ref.Room)),
 		args: []any{ms(s.opt.PublishLease), s.opt.MaxOutbox, ms(s.t.OfflineGrace), ref.Room, ref.User, ref.Session,
-			s.holder, ms(s.t.SessionTTL), ms(s.t.Unrefreshed()), s.heldInc(ref)},
+			code, ms(s.t.SessionTTL), ms(s.t.Unrefreshed()), s.heldInc(ref), until},
 	}})
 	if err != nil {
+		if s.leaseEnded(err) {
+			err = errNoLease
+		}
 		return &OpError{"release", err}
 	}
 	res, _ := cmds[0].Slice()
@@ -67,13 +74,20 @@ func (s *Store) SetState(ctx context.Context, ref presence.SessionRef, state jso
 			return false, &OpError{"set state", err}
 		}
 	}
+	code, until, err := s.hold(ctx)
+	if err != nil {
+		return false, &OpError{"set state", err}
+	}
 	cmds, err := s.exec(ctx, []call{{
 		script: scriptState,
 		keys:   s.roomKeys(ref.Room).writeKeys(s.indexKey(ref.Room)),
-		args: []any{ms(s.opt.PublishLease), s.opt.MaxOutbox, ref.Room, ref.User, ref.Session, buf.String(), s.holder,
-			s.heldInc(ref)},
+		args: []any{ms(s.opt.PublishLease), s.opt.MaxOutbox, ref.Room, ref.User, ref.Session, buf.String(), code,
+			s.heldInc(ref), until},
 	}})
 	if err != nil {
+		if s.leaseEnded(err) {
+			err = errNoLease
+		}
 		return false, &OpError{"set state", err}
 	}
 	res, _ := cmds[0].Slice()

@@ -19,6 +19,7 @@ type commonFlags struct {
 	region, redis, nats, natsStoreDir, listen string
 	natsPort                                  int
 	redisCluster, insecureDev, compression    bool
+	redisPrefix                               string
 	timing                                    presence.Timing
 	maxConns, maxRooms                        int
 	maxWatchUsers, batchFrom, fanoutBudget    int
@@ -42,6 +43,7 @@ func (c *commonFlags) register(fs *flag.FlagSet, listen string) {
 	fs.StringVar(&c.region, "region", "local", "this region's name (letters, digits, - _ = @ + ~)")
 	fs.StringVar(&c.redis, "redis", "redis://127.0.0.1:6379", "regional Redis: a redis:// URL or host:port[,host:port...] (several: Redis Cluster)")
 	fs.BoolVar(&c.redisCluster, "redis-cluster", false, "treat --redis as a Redis Cluster even with one address")
+	fs.StringVar(&c.redisPrefix, "redis-prefix", "presence", "prefix of the region's Redis keys (a new one starts the region on an empty keyspace: region/doc.go, Upgrading)")
 	fs.StringVar(&c.nats, "nats", "", "NATS server URL; empty runs an embedded nats-server")
 	fs.StringVar(&c.natsCreds, "nats-creds", "", "NATS .creds file (user JWT and seed), for a secured NATS")
 	fs.StringVar(&c.natsCA, "nats-ca", "", "PEM CA of the NATS servers' certificates (tls:// URLs)")
@@ -147,7 +149,7 @@ func (c *commonFlags) config(stderr io.Writer) (serverConfig, error) {
 	}
 	return serverConfig{
 		NATSHost: c.natsHost, NATSServerName: c.natsServerName, NATSCluster: cluster,
-		Region: c.region, Redis: c.redis, RedisCluster: c.redisCluster,
+		Region: c.region, Redis: c.redis, RedisCluster: c.redisCluster, RedisPrefix: c.redisPrefix,
 		NATS: c.nats, NATSPort: c.natsPort, NATSStoreDir: c.natsStoreDir, Listen: c.listen,
 		Timing: c.timing,
 		Limits: node.Limits{MaxConnections: c.maxConns, MaxRooms: c.maxRooms, MaxWatches: c.maxRooms, MaxWatchUsers: c.maxWatchUsers, MaxInflight: c.maxInflight,

@@ -36,6 +36,7 @@ type serverConfig struct {
 	Region       string
 	Redis        string // redis:// URL, or host:port[,host:port...]
 	RedisCluster bool
+	RedisPrefix  string // the region's key prefix (region.Options.Prefix)
 	NATS         string // empty: an embedded nats-server
 	NATSCreds    string // .creds file (user JWT and seed) for NATS, if set
 	NATSCA       string // PEM CA that signs the NATS servers' certificates, if set
@@ -318,8 +319,9 @@ func (s *nodeServer) retry(ctx context.Context, what string, f func(context.Cont
 		}
 		var ue *usageError
 		var fe *fatalError
-		if errors.As(err, &ue) {
-			return err
+		var se *region.SchemaError
+		if errors.As(err, &ue) || errors.As(err, &se) {
+			return err // waiting would not change it
 		}
 		if errors.As(err, &fe) {
 			return fe.err
@@ -430,7 +432,7 @@ func (s *nodeServer) openStore(ctx context.Context) error {
 		return err
 	}
 	store, err := region.New(s.rdb, region.Options{Region: s.cfg.Region, Timing: s.cfg.Timing, Sink: sink,
-		AsyncDelivery: true, Logger: s.lg})
+		Prefix: s.cfg.RedisPrefix, AsyncDelivery: true, Logger: s.lg})
 	if err != nil {
 		return err
 	}

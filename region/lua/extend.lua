@@ -29,8 +29,8 @@ while a <= #ARGV do
   for _ = 1, k do
     local u, sid = ARGV[a], ARGV[a + 1]
     a = a + 2
-    local until_ms = tonumber(redis.call('ZSCORE', z, u) or '0')
-    if until_ms >= rc then
+    local upto = tonumber(redis.call('ZSCORE', z, u) or '0')
+    if upto >= live_s(rc) then
       local done = false
       for _, e in ipairs(session_entries(r, u, sid, '')) do
         if tonumber(redis.call('ZSCORE', s, e)) >= live_s(rc) then
@@ -39,7 +39,10 @@ while a <= #ARGV do
         end
       end
       if done then
-        redis.call('ZADD', z, 'GT', exps * 1000, u)
+        redis.call('ZADD', z, 'GT', exps, u)
+        -- A grace running ends no sooner either (g holds its end, ms).
+        local g = tonumber(redis.call('HGET', z .. ':g', u) or '0')
+        if g > 0 and g < exps * 1000 then redis.call('HSET', z .. ':g', u, exps * 1000) end
         n = n + 1
       end
     end

@@ -11,13 +11,13 @@
 -- a session the other now holds.
 --
 -- Released sessions: a release replaces the holder's entry with
--- "user:session:" (no holder) scored at the end of its grace, and keeps its
+-- "user:session" (no holder code) scored at the end of its grace, and keeps its
 -- state, so the session stays listed as it was until the grace ends; a
 -- claim of the session takes that entry over silently. No node refreshes
 -- it, and it never counts as a fresh session of its user.
 --
--- Invariants: until >= every expiry of the user's sessions (both whole
--- seconds while a session lives) unless the grace runs (g), so a settle
+-- Invariants: until >= every expiry of the user's sessions (both in whole
+-- seconds) unless the grace runs (g), so a settle
 -- that announces an expiry also drops all of that user's entries; a settle
 -- that announces a departure after the grace drops the user's entries
 -- left (sessions whose holder stopped refreshing them). A member with no
@@ -43,7 +43,9 @@ local function read_cut(now, cut, slack)
   return c
 end
 
--- live_s: session entries scored below it are dead.
+-- live_s: entries of s and members of z scored below it are dead. Both
+-- are scored in whole seconds (an expiry, an until) rounded up: a score
+-- is live while score * 1000 >= now (ms).
 local function live_s(now)
   return now / 1000
 end
@@ -65,9 +67,31 @@ local function room_of(z, s, c, plen)
     mv = z .. ':mv', c = c, room = string.sub(z, plen + 3, -2)}
 end
 
--- parse splits an entry of s into user, session and holder.
+-- An entry of s is "user:session" then its holder's code, '' for a
+-- released entry. Ids hold only letters, digits and - _ = @ + ~ (see
+-- presence/id.go), codes only other bytes (see holders.go): a session id
+-- ends at the first byte outside that set.
+local SID = '[0-9A-Za-z_=@+~%-]*'
+
+-- parse splits an entry of s into user, session and holder code.
 local function parse(m)
-  return string.match(m, '^([^:]*):([^:]*):?(.*)$')
+  return string.match(m, '^([^:]*):(' .. SID .. ')(.*)$')
+end
+
+-- tok_sid is the session of a token of the member index ("session" then
+-- the code).
+local function tok_sid(tok)
+  return string.match(tok, '^(' .. SID .. ')')
+end
+
+-- lease_ok refuses a write under a holder code whose lease (until, Redis
+-- ms, from hold.lua) has ended: the registry may have given the code to
+-- another store since (see holders.go). lease_end is a string, Redis ms.
+local function lease_ok(now, lease_end)
+  if now > tonumber(lease_end) then
+    return redis.error_reply('PRESENCE_LEASE the holder lease ended at ' .. lease_end .. ', now ' .. now)
+  end
+  return nil
 end
 
 -- BIG: above this many session entries a room keeps the member index u.
@@ -76,8 +100,9 @@ end
 local BIG = 512
 
 -- The member index u of a large room is a ZSET, every score 0, with one
--- member per user of z: the user id, then a space and "session:holder"
--- for each of their entries of s (dead ones included). A
+-- member per user of z: the user id, then a space and the token
+-- "session" then the holder code for each of their entries of s (dead
+-- ones included). A
 -- space sorts below every id byte, so u in lex order is the members in
 -- user id order: pages are ranges of it, and a user's member is the only
 -- one in the range "[user" to "(user!".
@@ -117,7 +142,7 @@ local function index_set(r, old, new)
 end
 
 -- index_add records a new entry of s (after its ZADD and the user's ZADD
--- to z; tok is "session:holder"): in u if the room has it, else by
+-- to z; tok is the session then the code): in u if the room has it, else by
 -- building u if the room just became large.
 local function index_add(r, u, tok)
   if redis.call('EXISTS', r.u) == 1 then
@@ -128,7 +153,7 @@ local function index_add(r, u, tok)
   end
 end
 
--- index_sids returns the "session:holder" tokens listed in a member of u.
+-- index_sids returns the tokens (session then code) listed in a member of u.
 local function index_sids(u, member)
   local out = {}
   for sid in string.gmatch(string.sub(member, #u + 2), '%S+') do
@@ -137,7 +162,7 @@ local function index_sids(u, member)
   return out
 end
 
--- index_remove forgets an entry removed from s (tok "session:holder");
+-- index_remove forgets an entry removed from s (tok: session then code);
 -- the user stays in u.
 local function index_remove(r, u, tok)
   if not r.u then return end
@@ -150,8 +175,8 @@ local function index_remove(r, u, tok)
   index_set(r, old, new)
 end
 
--- index_replace swaps one entry of the user's for another (tokens
--- "session:holder"), if the room has u; a user it lacks is added.
+-- index_replace swaps one entry of the user's for another (tokens:
+-- session then code), if the room has u; a user it lacks is added.
 local function index_replace(r, u, old_tok, new_tok)
   if redis.call('EXISTS', r.u) == 0 then return end
   local old = index_get(r, u)
@@ -185,7 +210,7 @@ local function incarnation(idx, now, expected)
 end
 
 -- The change log of a slot (see doc.go): a ZSET "room:user" or
--- "room:user:session:holder" (an entry added) -> stamp (ms)
+-- "room:" then an entry added ("user:session" then code) -> stamp (ms)
 -- that the cross-region publisher reads to find what changed since its
 -- last read, without reading the region. Every step that changes a
 -- member's listed sessions, their states or the membership marks the
@@ -199,7 +224,7 @@ local chg_at = nil -- this script's stamp; false: the log is not kept
 local marked = {}
 
 -- mark records that the member u of r (r.c the log, r.room the room id)
--- changed; with u an entry of s ("user:session:holder"), that the entry
+-- changed; with u an entry of s, that the entry
 -- was added, which also names its member. A reader knows the entries it
 -- has seen, and reads a member's listing from those and the added ones
 -- without scanning the room. Scripts that change members set r.c and
@@ -288,22 +313,24 @@ end
 -- raced another node's).
 local function session_entries(r, u, sid, m)
   local out, seen = {}, {}
-  local pre = u .. ':' .. sid .. ':'
   if r.u and redis.call('EXISTS', r.u) == 1 then
     local member = index_get(r, u)
     for _, tok in ipairs(member and index_sids(u, member) or {}) do
       local e = u .. ':' .. tok
-      if e ~= m and string.sub(e, 1, #pre) == pre then out[#out + 1] = e end
+      if e ~= m and tok_sid(tok) == sid then out[#out + 1] = e end
     end
     return out
   end
+  -- The pattern also matches sessions whose id starts with sid: the
+  -- parse tells them apart. Ids hold no glob bytes.
   local cursor = '0'
   repeat
-    local res = redis.call('ZSCAN', r.s, cursor, 'MATCH', pre .. '*', 'COUNT', 1000)
+    local res = redis.call('ZSCAN', r.s, cursor, 'MATCH', u .. ':' .. sid .. '*', 'COUNT', 1000)
     cursor = res[1]
     for i = 1, #res[2], 2 do
       local e = res[2][i]
-      if e ~= m and not seen[e] then
+      local _, esid = parse(e)
+      if e ~= m and esid == sid and not seen[e] then
         seen[e] = true
         out[#out + 1] = e
       end
@@ -329,11 +356,33 @@ local function moved(r, u, sid, m)
   return #session_entries(r, u, sid, m) > 0
 end
 
+-- graces_over returns the users of r whose grace ended before now (ms).
+local function graces_over(r, now)
+  local out = {}
+  local g = redis.call('HGETALL', r.g)
+  for i = 1, #g, 2 do
+    if tonumber(g[i + 1]) < now then out[#out + 1] = g[i] end
+  end
+  return out
+end
+
+-- grace_due is the first ms at which a grace of r has ended, or nil.
+local function grace_due(r)
+  local due = nil
+  local g = redis.call('HGETALL', r.g)
+  for i = 2, #g, 2 do
+    local d = tonumber(g[i]) + 1
+    if not due or d < due then due = d end
+  end
+  return due
+end
+
 -- settle announces the departures that are due and drops dead session
 -- entries, at most limit of each. It returns true when work is left over.
 --
--- A user in g leaves (reason left) once their until has passed: the grace
--- ended. Any other user expires once their until is before cut, and an
+-- A user in g leaves (reason left) once the grace has ended: at the ms g
+-- holds (their until in z is that rounded up to a second). Any other user
+-- expires once their until is before cut, and an
 -- entry is dead once its expiry is before cut. cut is now, except while
 -- the region holds expiries after an outage (clock.lua): then it is when
 -- the outage began, so nothing that lived then is judged until every node
@@ -346,7 +395,16 @@ end
 local function settle(r, now, cut, maxo, limit)
   local lim = limit
   if cut < now then lim = -1 end
-  local over = redis.call('ZRANGEBYSCORE', r.z, '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, lim)
+  local over = redis.call('ZRANGEBYSCORE', r.z, '-inf', '(' .. live_s(now), 'WITHSCORES', 'LIMIT', 0, lim)
+  for _, u in ipairs(graces_over(r, now)) do
+    local sc = redis.call('ZSCORE', r.z, u)
+    if not sc then
+      redis.call('HDEL', r.g, u) -- no member: nothing to announce, and the room is not due for it
+    elseif tonumber(sc) >= live_s(now) then -- not in over yet
+      over[#over + 1] = u
+      over[#over + 1] = sc
+    end
+  end
   local n = 0
   for i = 1, #over, 2 do
     if n >= limit then
@@ -355,7 +413,7 @@ local function settle(r, now, cut, maxo, limit)
     end
     local u = over[i]
     local left = redis.call('HDEL', r.g, u) == 1
-    if left or tonumber(over[i + 1]) < cut then
+    if left or tonumber(over[i + 1]) < live_s(cut) then
       redis.call('ZREM', r.z, u)
       if left then
         for m in pairs(user_entries(r, u)) do
@@ -411,8 +469,10 @@ end
 local function due_ms(r)
   local due = nil
   local a, b = first_score(r.z), first_score(r.s)
-  if a then due = a + 1 end
+  if a then due = a * 1000 + 1 end
   if b and (not due or b * 1000 + 1 < due) then due = b * 1000 + 1 end
+  local g = grace_due(r)
+  if g and (not due or g < due) then due = g end
   return due
 end
 
@@ -437,11 +497,7 @@ local KEEP_MS = 600000
 local function reindex(idx, r, room, now, lease, hold)
   local due = due_ms(r)
   if due and hold and hold > now and due < hold then
-    local g = nil
-    for _, u in ipairs(redis.call('HKEYS', r.g)) do
-      local sc = tonumber(redis.call('ZSCORE', r.z, u) or '0')
-      if sc > 0 and (not g or sc + 1 < g) then g = sc + 1 end
-    end
+    local g = grace_due(r)
     due = hold
     if g and g < due then due = g end
   end

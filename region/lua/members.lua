@@ -4,10 +4,10 @@
 -- of one slot go in one call; each room is read atomically all the same.
 -- KEYS: four per room: z, s, st, u; ARGV[1] cut, ARGV[2] slack (see
 -- read_cut), then per room in KEYS order: k, then k names. A name is an
--- entry of s ("user:session:holder"): one the caller knows or the log
+-- entry of s ("user:session" then a holder code): one the caller knows or the log
 -- named, to look up; or a user alone: their entries are found by a scan
 -- of the room (or its index), for a member the caller knows no entry of.
--- Returns one reply per room: {now, user, until ('' when not a member), n,
+-- Returns one reply per room: {now, user, until (seconds; '' when not a member), n,
 -- entry, state, ... (n pairs: the user's live entries), user, ...}.
 local at = read_cut(now_ms(), ARGV[1], ARGV[2])
 local res = {}
@@ -35,7 +35,7 @@ for b = 1, #KEYS, 4 do
   for _, u in ipairs(users) do
     out[#out + 1] = u
     local sc = redis.call('ZSCORE', z, u)
-    if sc and tonumber(sc) >= at then
+    if sc and tonumber(sc) >= live_s(at) then
       out[#out + 1] = sc
       local live = {}
       local c = cands[u]

@@ -5,9 +5,10 @@
 -- KEYS[1] reap index; KEYS[2..9] the room's keys (see lib.lua); KEYS[10] the
 -- slot's change log; KEYS[11] the slot's rooms with a grace
 -- ARGV[1] publish lease ms, ARGV[2] outbox cap, ARGV[3] grace ms,
--- ARGV[4] room, ARGV[5] user, ARGV[6] session, ARGV[7] holder,
+-- ARGV[4] room, ARGV[5] user, ARGV[6] session, ARGV[7] holder code,
 -- ARGV[8] session TTL ms, ARGV[9] unrefreshed ms, ARGV[10] the slot's
--- incarnation the caller saw last ('' if none)
+-- incarnation the caller saw last ('' if none), ARGV[11] the end of the
+-- caller's lease of its code (see lease_ok)
 -- Returns {found (0|1), the slot's incarnation, outbox entries this call
 -- added...}. found is 0 when
 -- the caller does not hold the session (never did, or another holder took
@@ -21,7 +22,9 @@ local now = now_ms()
 local lease, maxo, grace = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local idx, room, u, sid = KEYS[1], ARGV[4], ARGV[5], ARGV[6]
 local ttl, unrefreshed = tonumber(ARGV[8]), tonumber(ARGV[9])
-local tok = sid .. ':' .. ARGV[7]
+local refused = lease_ok(now, ARGV[11])
+if refused then return refused end
+local tok = sid .. ARGV[7]
 local m = u .. ':' .. tok
 local r = room_at(2)
 r.c, r.room = KEYS[10], room -- the slot's change log (see mark)
@@ -39,13 +42,13 @@ local found = redis.call('ZREM', r.s, m)
 local lost = found == 0 and lost_data and not redis.call('ZSCORE', r.z, u)
 if found == 1 or lost then
   -- The session stays listed, under a new entry (see mark).
-  mark(r, u .. ':' .. sid .. ':')
+  mark(r, u .. ':' .. sid)
   -- The session stays listed, with its state, through its grace: a return
   -- inside it is no change at all (see lib.lua, released sessions). The
   -- released entry takes the holder's place, in s and in the index.
   local gexp = math.ceil((now + grace) / 1000)
-  redis.call('ZADD', r.s, gexp, u .. ':' .. sid .. ':')
-  index_replace(r, u, tok, sid .. ':')
+  redis.call('ZADD', r.s, gexp, u .. ':' .. sid)
+  index_replace(r, u, tok, sid)
   redis.call('ZADD', idx, 'LT', gexp * 1000 + 1, room)
   -- Fresh: refreshed within the unrefreshed span (expiry is rounded up,
   -- so a session may look up to a second fresher than it is). A released
@@ -58,10 +61,12 @@ if found == 1 or lost then
   end
   if fresh == 0 then
     -- Last session: hold the membership for the grace and remember why.
+    -- g holds when the grace ends (ms), which the departure keeps to;
+    -- until in z is that rounded up to a second, as the entry's expiry.
     local g = now + grace
-    redis.call('HSET', r.g, u, 1)
+    redis.call('HSET', r.g, u, g)
     redis.call('SADD', KEYS[11], r.z) -- a grace runs here (see touch.lua)
-    redis.call('ZADD', r.z, g, u)
+    redis.call('ZADD', r.z, gexp, u)
     redis.call('ZADD', idx, 'LT', g + 1, room)
   end
 end

@@ -6,7 +6,8 @@
 -- KEYS: four per room: z, s, m, st; ARGV[1] cut, ARGV[2] slack (see
 -- read_cut)
 -- Returns one reply per room, in KEYS order: {{now, room seq, stream seq,
--- epoch}, {user, until, ...}, {"user:session:holder", expiry seconds, ...},
+-- epoch}, {user, until (seconds), ...}, {entry ("user:session" then a holder code),
+-- expiry seconds, ...},
 -- {"user:session", state, ...}}.
 local now = now_ms()
 local at = read_cut(now, ARGV[1], ARGV[2])
@@ -14,7 +15,7 @@ local out = {}
 for b = 1, #KEYS, 4 do
   local z, s, m, st = KEYS[b], KEYS[b + 1], KEYS[b + 2], KEYS[b + 3]
   local meta = redis.call('HMGET', m, 'seq', 'jsseq', 'epoch')
-  local users = redis.call('ZRANGEBYSCORE', z, at, '+inf', 'WITHSCORES')
+  local users = redis.call('ZRANGEBYSCORE', z, live_s(at), '+inf', 'WITHSCORES')
   local ss, sts = {}, {}
   if #users > 0 then
     ss = redis.call('ZRANGEBYSCORE', s, live_s(at), '+inf', 'WITHSCORES')

@@ -1,8 +1,8 @@
 -- sessions: one user's live sessions in a room, with expiry and state.
 -- KEYS[1] s, KEYS[2] st, KEYS[3] z, KEYS[4] u of the room; ARGV[1] user,
 -- ARGV[2] cut, ARGV[3] slack (see read_cut)
--- Returns {cut, until or '', session1, expiry1 (seconds), state1, ...}: the
--- user is a member if until >= cut.
+-- Returns {cut, until (seconds) or '', session1, expiry1 (seconds), state1,
+-- ...}: the user is a member if until * 1000 >= cut.
 local now = read_cut(now_ms(), ARGV[2], ARGV[3])
 local u = ARGV[1]
 local out = {now, redis.call('ZSCORE', KEYS[3], u) or ''}

@@ -3,7 +3,7 @@
 -- KEYS[1] z, KEYS[2] s, KEYS[3] m, KEYS[4] st, KEYS[5] u of the room
 -- ARGV[1] offset, ARGV[2] limit, ARGV[3] cut, ARGV[4] slack (see read_cut)
 -- Returns {now, room seq, stream seq, total, epoch, then per member on the page:
--- user, until, k, then k triples (session, expiry seconds, state)}.
+-- user, until (seconds), k, then k triples (session, expiry seconds, state)}.
 local now = now_ms()
 local at = read_cut(now, ARGV[3], ARGV[4])
 local off, lim = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -14,16 +14,16 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
   -- cost follows the page, not the room. Offsets count members that are
   -- overdue but not yet settled (for at most a reap interval); they are
   -- left off the page.
-  local out = {now, meta[1] or '0', meta[2] or '0', redis.call('ZCOUNT', KEYS[1], at, '+inf'), meta[3] or '0'}
+  local out = {now, meta[1] or '0', meta[2] or '0', redis.call('ZCOUNT', KEYS[1], live_s(at), '+inf'), meta[3] or '0'}
   for _, member in ipairs(redis.call('ZRANGE', KEYS[5], off, off + lim - 1)) do
     local u = string.match(member, '^(%S+)')
     local upto = redis.call('ZSCORE', KEYS[1], u)
-    if upto and tonumber(upto) >= at then
+    if upto and tonumber(upto) >= live_s(at) then
       local l = {}
       for tok in string.gmatch(string.sub(member, #u + 2), '%S+') do
         local sc = redis.call('ZSCORE', KEYS[2], u .. ':' .. tok)
         if sc and tonumber(sc) >= live_s(at) then
-          local sid = string.match(tok, '^([^:]*)')
+          local sid = tok_sid(tok)
           l[#l + 1] = sid
           l[#l + 1] = sc
           l[#l + 1] = redis.call('HGET', KEYS[4], u .. ':' .. sid) or ''
@@ -40,7 +40,7 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
   return out
 end
 
-local live = redis.call('ZRANGEBYSCORE', KEYS[1], at, '+inf', 'WITHSCORES')
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], live_s(at), '+inf', 'WITHSCORES')
 local users, upto = {}, {}
 for i = 1, #live, 2 do
   users[#users + 1] = live[i]

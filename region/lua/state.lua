@@ -3,8 +3,9 @@
 -- KEYS[1] reap index; KEYS[2..9] the room's keys (see lib.lua); KEYS[10] the
 -- slot's change log; KEYS[11] the slot's rooms with a grace (unused here)
 -- ARGV[1] publish lease ms, ARGV[2] outbox cap, ARGV[3] room, ARGV[4] user,
--- ARGV[5] session, ARGV[6] state JSON ('' clears), ARGV[7] holder,
--- ARGV[8] the slot's incarnation the caller saw last ('' if none)
+-- ARGV[5] session, ARGV[6] state JSON ('' clears), ARGV[7] holder code,
+-- ARGV[8] the slot's incarnation the caller saw last ('' if none),
+-- ARGV[9] the end of the caller's lease of its code (see lease_ok)
 -- Returns {found, the slot's incarnation, outbox entries this call
 -- added...}: found is 1 when the
 -- caller holds the session, 0 when it is not live, 2 when another holder
@@ -14,7 +15,9 @@ local now = now_ms()
 local lease, maxo, room, u, sid, state = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local r = room_at(2)
 r.c, r.room = KEYS[10], room -- the slot's change log (see mark)
-local m = u .. ':' .. sid .. ':' .. ARGV[7]
+local refused = lease_ok(now, ARGV[9])
+if refused then return refused end
+local m = u .. ':' .. sid .. ARGV[7]
 local key = u .. ':' .. sid
 local inc = incarnation(KEYS[1], now, ARGV[8])
 local exp = redis.call('ZSCORE', r.s, m)

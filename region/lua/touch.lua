@@ -11,11 +11,12 @@
 --           the room id, are named from z when a step needs them; see
 --           room_of in lib.lua)
 -- ARGV[1] session TTL ms, ARGV[2] publish lease ms, ARGV[3] outbox cap,
--- ARGV[4] holder, ARGV[5] '1' for a claim, '0' for a refresh,
+-- ARGV[4] holder code, ARGV[5] '1' for a claim, '0' for a refresh,
 -- ARGV[6] the slot's incarnation the caller saw last ('' if none),
 -- ARGV[7] the read cut ms (0: none) and ARGV[8] the read slack ms (see
--- read_cut), ARGV[9] the length of the key prefix
--- ARGV[10..] per room: k, then k pairs (user, session), a user's pairs
+-- read_cut), ARGV[9] the length of the key prefix, ARGV[10] the end of the
+-- caller's lease of its code, Redis ms (see lease_ok)
+-- ARGV[11..] per room: k, then k pairs (user, session), a user's pairs
 -- adjacent (their until is raised once)
 -- Returns the slot's incarnation, then for each room something happened
 -- in (most refreshes: none) its position (1-based, in ARGV order) and
@@ -27,6 +28,8 @@ local now = now_ms()
 local ttl, lease, maxo = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local holder, claim = ARGV[4], ARGV[5] == '1'
 local idx = KEYS[1]
+local refused = lease_ok(now, ARGV[10])
+if refused then return refused end
 -- Redis lost this slot's data since the caller last wrote here: its
 -- refreshes restore the sessions it held, silently, as readers of the
 -- stream saw those users online.
@@ -46,7 +49,7 @@ if redis.call('SCARD', gs) > 0 then
   graced = redis.call('SMISMEMBER', gs, unpack(zs))
 end
 local plen = tonumber(ARGV[9])
-local a, ri = 10, 0
+local a, ri = 11, 0
 while a <= #ARGV do
   local k = tonumber(ARGV[a])
   a = a + 1
@@ -69,7 +72,7 @@ while a <= #ARGV do
     -- follow the departures readers already see (a return after a grace
     -- that ended is offline then online, as a fresh snapshot shows it).
     local z1, s1 = first_score(z), first_score(s)
-    if z1 and z1 < rc or s1 and s1 < live_s(rc) then
+    if z1 and z1 < live_s(rc) or s1 and s1 < live_s(rc) then
       r = room_of(z, s, KEYS[2], plen)
       settle(r, now, scut, maxo, SETTLE_LIMIT)
     end
@@ -79,12 +82,12 @@ while a <= #ARGV do
   for _ = 1, k do
     local u, sid = ARGV[a], ARGV[a + 1]
     a = a + 2
-    local m = u .. ':' .. sid .. ':' .. holder
+    local m = u .. ':' .. sid .. holder
     if redis.call('ZADD', s, exps, m) == 1 then
       -- A new entry: a join, a revival (the entry was reaped or lost), or
       -- a session that moved here from another holder.
       r = r or room_of(z, s, KEYS[2], plen)
-      local tok = sid .. ':' .. holder
+      local tok = sid .. holder
       local others = session_entries(r, u, sid, m)
       if not claim and (#others > 0 or redis.call('ZSCORE', r.mv, m)) then
         -- Taken over by another holder, or released: a refresh never
@@ -136,7 +139,7 @@ while a <= #ARGV do
             emit(r, now, 'update', 'joined', u, listed(r, u, now), sid, nil, maxo)
           end
         end
-        redis.call('ZADD', r.z, 'GT', exp, u)
+        redis.call('ZADD', r.z, 'GT', exps, u)
         -- A new entry, listed silently or not (a return, a restore after
         -- Redis lost its data): the publisher learns it from the log.
         mark(r, m)
@@ -146,7 +149,7 @@ while a <= #ARGV do
       end
     elseif u ~= prev then
       prev = u
-      if redis.call('ZADD', z, 'GT', exp, u) == 1 then
+      if redis.call('ZADD', z, 'GT', exps, u) == 1 then
         -- Not a member, yet the entry was there: a dead entry of a user
         -- already announced gone, left by a settle cut short at its limit,
         -- has come back. That is a join.
@@ -154,7 +157,7 @@ while a <= #ARGV do
         mark(r, m)
         redis.call('PERSIST', r.m)
         emit(r, now, 'online', 'joined', u, 1, sid, nil, maxo)
-        index_add(r, u, sid .. ':' .. holder)
+        index_add(r, u, sid .. holder)
         redis.call('ZADD', idx, 'LT', exp + 1, r.room)
       elseif ng > 0 then
         -- A session whose holder had stopped refreshing it, so that a

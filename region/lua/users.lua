@@ -4,7 +4,7 @@
 -- KEYS[1] z, KEYS[2] s, KEYS[3] m, KEYS[4] st, KEYS[5] u of the room
 -- ARGV[1] cut, ARGV[2] slack (see read_cut), ARGV[3..] the users
 -- Returns {now, room seq, stream seq, members listed, epoch, then per member:
--- user, until, k, then k triples (session, expiry seconds, state)}.
+-- user, until (seconds), k, then k triples (session, expiry seconds, state)}.
 local now = now_ms()
 local at = read_cut(now, ARGV[1], ARGV[2])
 local meta = redis.call('HMGET', KEYS[3], 'seq', 'jsseq', 'epoch')
@@ -12,7 +12,7 @@ local body, n = {}, 0
 for i = 3, #ARGV do
   local u = ARGV[i]
   local upto = redis.call('ZSCORE', KEYS[1], u)
-  if upto and tonumber(upto) >= at then
+  if upto and tonumber(upto) >= live_s(at) then
     n = n + 1
     local l = {}
     for m, sc in pairs(user_entries({s = KEYS[2], u = KEYS[5]}, u)) do
