@@ -23,7 +23,7 @@
 //	                          session keeps one with no code, "user:session",
 //	                          scored at the end of its grace: listed, with its
 //	                          state, until then.
-//	presence:{R}:g    g   HASH  user -> when the grace ends, unix ms, while the
+//	presence:{R}:g    g   ZSET  user -> when the grace ends, unix ms, while the
 //	                          user's last session closed cleanly and none has
 //	                          returned: the offline grace runs (the departure
 //	                          keeps to that ms; until in z is it rounded up).

@@ -41,8 +41,8 @@ while a <= #ARGV do
       if done then
         redis.call('ZADD', z, 'GT', exps, u)
         -- A grace running ends no sooner either (g holds its end, ms).
-        local g = tonumber(redis.call('HGET', z .. ':g', u) or '0')
-        if g > 0 and g < exps * 1000 then redis.call('HSET', z .. ':g', u, exps * 1000) end
+        local g = tonumber(redis.call('ZSCORE', z .. ':g', u) or '0')
+        if g > 0 and g < exps * 1000 then redis.call('ZADD', z .. ':g', exps * 1000, u) end
         n = n + 1
       end
     end

@@ -64,7 +64,7 @@ if found == 1 or lost then
     -- g holds when the grace ends (ms), which the departure keeps to;
     -- until in z is that rounded up to a second, as the entry's expiry.
     local g = now + grace
-    redis.call('HSET', r.g, u, g)
+    redis.call('ZADD', r.g, g, u)
     redis.call('SADD', KEYS[11], r.z) -- a grace runs here (see touch.lua)
     redis.call('ZADD', r.z, gexp, u)
     redis.call('ZADD', idx, 'LT', g + 1, room)

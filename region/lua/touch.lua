@@ -62,7 +62,7 @@ while a <= #ARGV do
   local ng = 0 -- users in g: most rooms have no grace running
   if graced and graced[ri] == 1 then
     r = room_of(z, s, KEYS[2], plen)
-    ng = redis.call('HLEN', r.g)
+    ng = redis.call('ZCARD', r.g)
     if ng == 0 then redis.call('SREM', gs, z) end
   end
   emitted = 0
@@ -129,7 +129,7 @@ while a <= #ARGV do
         end
         -- A session returning inside the grace cancels the departure; one
         -- that was listed (released, or held elsewhere) changes nothing.
-        local returning = ng > 0 and redis.call('HDEL', r.g, u) == 1
+        local returning = ng > 0 and redis.call('ZREM', r.g, u) == 1
         if claim or not restoring then
           if not returning and not redis.call('ZSCORE', r.z, u) then
             redis.call('PERSIST', r.m) -- the room may have been empty
@@ -163,7 +163,7 @@ while a <= #ARGV do
         -- A session whose holder had stopped refreshing it, so that a
         -- release started the grace without it, is refreshed again: the
         -- user never left.
-        redis.call('HDEL', r.g, u)
+        redis.call('ZREM', r.g, u)
       end
     end
   end
