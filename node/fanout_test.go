@@ -356,3 +356,71 @@ func TestEventsDuringASnapshotReadFollowItAsOneFrame(t *testing.T) {
 		t.Fatalf("a joiner without batch got %d frames, want its snapshot and 391 events", len(got))
 	}
 }
+
+// TestABusyRoomsMembersTakeTurns: when the budget sends a room every
+// third tick, a third of its members (by slot) get their frame at each
+// tick instead of all at once: each still gets every event once and in
+// order, in at most one frame per three ticks; pending keeps what the
+// other turns still need and empties once every member has it.
+func TestABusyRoomsMembersTakeTurns(t *testing.T) {
+	h, r := fanoutHub(t, 1)
+	h.tick, h.budget = 100*time.Millisecond, 30 // 9 members at 30 frames/s: every 300 ms, 3 turns
+	var conns []*conn
+	h.mu.Lock()
+	for i := range 9 {
+		c := queuedConn(fmt.Sprint("u", i))
+		r.members[c] = &member{in: interest{detail: detailSessions, batch: true}, slot: uint32(i)}
+		conns = append(conns, c)
+	}
+	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 10}, "j", reasonJoin, r.members) {
+		t.Fatal("snapshot refused")
+	}
+	h.mu.Unlock()
+	got := map[*conn][]uint64{}
+	frames := map[*conn]int{}
+	take := func() {
+		for _, c := range conns {
+			for _, f := range c.takeQueue() {
+				if strings.HasPrefix(f, `{"type":"snapshot"`) {
+					continue
+				}
+				got[c] = append(got[c], entrySeqs(t, f)...)
+				frames[c]++
+			}
+		}
+	}
+	take()
+	tick := func(seqs ...uint64) {
+		h.mu.Lock()
+		for _, s := range seqs {
+			h.eventLocked(r, fanEvent(s, presence.Online, presence.Joined))
+		}
+		r.next = time.Time{} // the next tick is due
+		h.mu.Unlock()
+		h.fanOut()
+		take()
+	}
+	tick(11, 12)
+	if n := len(got); n != 3 {
+		t.Fatalf("after the first turn %d members have events, want 3 of 9", n)
+	}
+	tick(13) // the second turn gets 11..13, the first waits for its next turn
+	tick()   // the third turn
+	tick()   // the first turn again: 13
+	for i, c := range conns {
+		if fmt.Sprint(got[c]) != "[11 12 13]" {
+			t.Errorf("member %d got %v, want 11 12 13 once each, in order", i, got[c])
+		}
+		if frames[c] > 2 {
+			t.Errorf("member %d got %d frames in 4 ticks, want at most 2", i, frames[c])
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(r.pending) != 0 {
+		t.Errorf("pending still holds %d events every member has", len(r.pending))
+	}
+	if _, dirty := h.dirty[r]; dirty {
+		t.Error("the room stays dirty with nothing to send")
+	}
+}

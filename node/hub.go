@@ -122,7 +122,9 @@ type room struct {
 	next       time.Time // the tick's frames go out no sooner (FanoutBudget)
 	readN      int       // the latest count read, and its read
 	readGen    uint64
-	pending    []event // the tick's events for members taking events frames
+	pending    []event // events not yet sent to every live member taking events frames
+	turn       uint64  // the next turn of a room whose members take turns (fanout.go)
+	slots      uint32  // numbers its members' turns
 	bodies     snapBodies
 	joinFrames joinFrames
 
@@ -162,6 +164,7 @@ type member struct {
 	// read later, so at or above it: buffered events at or below every
 	// waiting member's floor serve no one.
 	floor uint64
+	slot  uint32 // its turn is slot mod the room's turns (turnsLocked)
 	// View count: the count last sent and the read it came from.
 	sent int
 	gen  uint64
@@ -234,7 +237,8 @@ func (h *hub) add(ctx context.Context, name string, c *conn, in interest) error 
 			seq: bus.NewSequencer[event](bus.SeqLimits{GapTimeout: h.gapAfter, MaxAhead: maxHeld})}
 		h.rooms[name] = r
 	}
-	r.members[c] = &member{in: in}
+	r.members[c] = &member{in: in, slot: r.slots}
+	r.slots++
 	r.noteLocked(c, r.members[c])
 	if in.count {
 		r.counters++
