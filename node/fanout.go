@@ -40,18 +40,22 @@ func (h *hub) fanOut() {
 		if now.Before(r.next) {
 			continue // its share of the budget is spent: a later tick
 		}
+		counts := true
 		if turns := h.turnsLocked(every); turns > 1 && len(r.pending) > 0 {
-			// A room whose members take turns gets a turn every tick.
+			// A room whose members take turns gets a turn every tick;
+			// its count members a count once a round.
 			r.next = now.Add(h.tick / 2)
-			h.flushLocked(r, turns, int(r.turn%uint64(turns)))
+			turn := int(r.turn % uint64(turns))
+			h.flushLocked(r, turns, turn)
 			r.turn++
+			counts = turn == 0
 		} else {
 			// Half a tick early, so that ticks arriving a little late do
 			// not skip one more.
 			r.next = now.Add(every - h.tick/2)
 			h.flushLocked(r, 1, 0)
 		}
-		if r.countDirty && !h.counting {
+		if counts && r.countDirty && !h.counting {
 			r.countDirty = false
 			reads = append(reads, r)
 		}
