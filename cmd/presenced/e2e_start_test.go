@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/presence-dev/presence/internal/testnats"
 	"github.com/presence-dev/presence/internal/testredis"
@@ -55,4 +59,38 @@ func TestE2ENodeWaitsForNATS(t *testing.T) {
 	})
 	c := dial(t, p.addr, "late", "tab")
 	c.join("lobby")
+}
+
+// A node started on a region holding data of the format before versions
+// (a reap index, no presence:schema) exits at once with a message naming
+// the format, instead of reading it (older data's until in ms would read
+// as seconds far ahead: ghosts) or waiting; the same node with a new
+// --redis-prefix starts on an empty keyspace.
+func TestE2ENodeRefusesARegionOfAnotherFormat(t *testing.T) {
+	e := newEnv(t)
+	rdb := redis.NewClient(&redis.Options{Addr: e.redis})
+	defer rdb.Close()
+	ctx := context.Background()
+	if err := rdb.ZAdd(ctx, "presence:reap", redis.Z{Score: 1, Member: "presence:{lobby}"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"node", "--region", "eu", "--redis", e.redis, "--nats", e.nats, "--listen", "127.0.0.1:0", "--jwt-secret", e2eSecret}
+	p := e.start(args, false)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the node did not exit on data of another format:\n%s", p.out.String())
+	}
+	if p.err == nil || !strings.Contains(p.out.String(), "is of format 1, this store writes format 2") {
+		t.Fatalf("exit %v, output:\n%s", p.err, p.out.String())
+	}
+	if n, _ := rdb.Exists(ctx, "presence:schema").Result(); n != 0 {
+		t.Fatal("the refused node wrote the format key")
+	}
+	p2 := e.start(append(args, "--redis-prefix", "presence2"), true)
+	c := dial(t, p2.addr, "u", "tab")
+	c.join("lobby")
+	if v, _ := rdb.Get(ctx, "presence2:schema").Result(); v != "2" {
+		t.Fatalf("presence2:schema = %q, want 2", v)
+	}
 }
