@@ -241,3 +241,47 @@ func TestHolderCodesGrow(t *testing.T) {
 		t.Fatalf("members %v", m)
 	}
 }
+
+// An entry that Extend keeps alive for a waiting client may outlive its
+// code's quarantine (here the registry frees the code at once). The
+// code's next holder then acts on it only for its own session: its
+// release and refresh of other sessions leave it alone, and its claim
+// of that very session takes it over silently, as its own.
+func TestAnExtendedEntryOutlivingItsCodeStaysItsSession(t *testing.T) {
+	ctx := context.Background()
+	rdb, _ := testredis.Client(t)
+	col := &collector{}
+	a := newStore(t, rdb, col)
+	touch(t, a, ref("r", "u", "s1"))
+	code := a.code()
+	// a dies; u's client waits at b, which keeps its session.
+	b := newStore(t, rdb, col)
+	if n, err := b.Extend(ctx, []presence.SessionRef{ref("r", "u", "s1")}); err != nil || n != 1 {
+		t.Fatalf("Extend: %d, %v", n, err)
+	}
+	now := redisNow(t, rdb).UnixMilli()
+	setRegistry(t, rdb, code, a.holding.nonce, now-2, now-1)
+	c := newStore(t, rdb, col)
+	touch(t, c, ref("r", "v", "s2"), ref("r", "w", "s3"))
+	if c.code() != code {
+		t.Fatalf("c got %q, want a's freed %q", c.code(), code)
+	}
+	release(t, c, ref("r", "v", "s2"))
+	res, err := c.Refresh(ctx, []presence.SessionRef{ref("r", "w", "s3")})
+	if err != nil || len(res.Lost) != 0 {
+		t.Fatalf("c's refresh: lost %v, %v", res.Lost, err)
+	}
+	if m := members(t, c, "r"); m["u"] != 1 {
+		t.Fatalf("u's kept session changed under c's release and refresh: members %v", m)
+	}
+	// u's client is admitted at c: the claim takes the entry back silently.
+	if ts := touch(t, c, ref("r", "u", "s1")); len(ts) != 0 {
+		t.Fatalf("c's claim of u's kept session announced %v", ts)
+	}
+	if m := members(t, c, "r"); m["u"] != 1 {
+		t.Fatalf("members after the claim %v", m)
+	}
+	if on, off := col.Of(presence.Online, "r", "u"), col.Of(presence.Offline, "r", "u"); len(on) != 1 || len(off) != 0 {
+		t.Fatalf("u's transitions: %d online, %d offline; want only its first online", len(on), len(off))
+	}
+}
