@@ -33,7 +33,8 @@ import (
 //   - An entry that does outlive the quarantine (Extend keeps a waiting
 //     client's entry, whoever holds it) is one its old holder can no
 //     longer write: the new holder of the code only ever acts on it for
-//     the same session, as its own, which it then is.
+//     the same session, as its own, which it then is
+//     (TestAnExtendedEntryOutlivingItsCodeStaysItsSession).
 //
 // Residual risk: on a cluster, if the registry's master alone loses its
 // data while its holders' entries live on in other slots, a store that
