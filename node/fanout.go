@@ -41,15 +41,22 @@ func (h *hub) fanOut() {
 			continue // its share of the budget is spent: a later tick
 		}
 		counts := true
-		if turns := h.turnsLocked(every); turns > 1 && len(r.pending) > 0 {
+		if r.turn == 0 {
+			// A round's turns are fixed when it begins, so that each
+			// member gets exactly one turn a round however the room's
+			// size moves meanwhile.
+			r.turns = h.turnsLocked(every)
+		}
+		if r.turns > 1 && len(r.pending) > 0 {
 			// A room whose members take turns gets a turn every tick;
 			// its count members a count once a round.
 			r.next = now.Add(h.tick / 2)
-			turn := int(r.turn % uint64(turns))
-			h.flushLocked(r, turns, turn)
-			r.turn++
+			turn := r.turn
+			h.flushLocked(r, r.turns, turn)
+			r.turn = (turn + 1) % r.turns
 			counts = turn == 0
 		} else {
+			r.turn = 0
 			// Half a tick early, so that ticks arriving a little late do
 			// not skip one more.
 			r.next = now.Add(every - h.tick/2)

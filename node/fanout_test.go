@@ -404,15 +404,43 @@ func TestABusyRoomsMembersTakeTurns(t *testing.T) {
 	if n := len(got); n != 3 {
 		t.Fatalf("after the first turn %d members have events, want 3 of 9", n)
 	}
+	// Nine more members join: the room's interval doubles (6 turns), but
+	// the round under way keeps its 3, so every member gets its turn.
+	h.mu.Lock()
+	late := map[*conn]*member{}
+	for i := 9; i < 18; i++ {
+		c := queuedConn(fmt.Sprint("u", i))
+		r.members[c] = &member{in: interest{detail: detailSessions, batch: true}, slot: uint32(i)}
+		late[c] = r.members[c]
+	}
+	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 12}, "j", reasonJoin, late) {
+		t.Fatal("snapshot refused")
+	}
+	h.mu.Unlock()
+	for c := range late {
+		c.takeQueue()
+	}
 	tick(13) // the second turn gets 11..13, the first waits for its next turn
 	tick()   // the third turn
-	tick()   // the first turn again: 13
+	for i, c := range conns {
+		if len(got[c]) < 2 {
+			t.Errorf("member %d had no turn in the first round: %v", i, got[c])
+		}
+	}
+	for range 6 { // a round of 6 turns: everyone gets 13
+		tick()
+	}
 	for i, c := range conns {
 		if fmt.Sprint(got[c]) != "[11 12 13]" {
 			t.Errorf("member %d got %v, want 11 12 13 once each, in order", i, got[c])
 		}
 		if frames[c] > 2 {
-			t.Errorf("member %d got %d frames in 4 ticks, want at most 2", i, frames[c])
+			t.Errorf("member %d got %d frames in two rounds, want at most 2", i, frames[c])
+		}
+	}
+	for c := range late {
+		if q := c.takeQueue(); len(q) != 1 || fmt.Sprint(entrySeqs(t, q[0])) != "[13]" {
+			t.Errorf("a late member got %q, want one frame of 13", q)
 		}
 	}
 	h.mu.Lock()

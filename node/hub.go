@@ -123,7 +123,8 @@ type room struct {
 	readN      int       // the latest count read, and its read
 	readGen    uint64
 	pending    []event // events not yet sent to every live member taking events frames
-	turn       uint64  // the next turn of a room whose members take turns (fanout.go)
+	turn       int     // the next turn of a room whose members take turns (fanout.go),
+	turns      int     // of the turns of its round
 	slots      uint32  // numbers its members' turns
 	bodies     snapBodies
 	joinFrames joinFrames
