@@ -92,8 +92,10 @@
 // releases before it (entries "user:session:holder", until in ms): a
 // member's until in ms would read as seconds far ahead, a ghost. Preload
 // (which presenced runs at start) therefore writes presence:schema on a
-// region with no data, accepts its own format, and refuses with a
-// SchemaError a region with data and no version key, or another version;
+// region with no data (or with only data of its own format, which has a
+// holder registry), accepts its own format, and refuses with a
+// SchemaError a region with other data and no version key, or another
+// version;
 // presenced then exits instead of writing. A region moves to format 2 on
 // an empty keyspace: start the new release with another prefix
 // (presenced --redis-prefix), or empty Redis once every node of the old

@@ -33,8 +33,10 @@ func (e *SchemaError) Error() string {
 func (s *Store) schemaKey() string { return s.opt.Prefix + ":schema" }
 
 // checkSchema accepts the region if its version key names this store's
-// format, or if it has no data yet (then it writes the key). Data with no
-// version key is of the format before versions: refused.
+// format, or if it has no data yet or only data of this format written by
+// stores that did not Preload (a holder registry: only this format has
+// one); then it writes the key. Other data with no version key is of the
+// format before versions: refused.
 func (s *Store) checkSchema(ctx context.Context) error {
 	key := s.schemaKey()
 	for range 2 {
@@ -48,6 +50,11 @@ func (s *Store) checkSchema(ctx context.Context) error {
 			return err
 		}
 		old, err := s.hasRegionData(ctx)
+		if err == nil && old {
+			var n int64
+			n, err = s.rdb.Exists(ctx, s.holdersKey()).Result()
+			old = n == 0
+		}
 		if err != nil {
 			return err
 		}

@@ -38,6 +38,16 @@ func TestARegionOfAnotherFormatIsRefused(t *testing.T) {
 				t.Fatalf("a second store on the same format: %v", err)
 			}
 
+			// Data of this format written without Preload (a store that
+			// skipped it): a reap index and a holder registry, no key.
+			nopre := newStore(t, rdb, sink, func(o *Options) { o.Prefix = "nopre" })
+			if _, err := nopre.Claim(ctx, []presence.SessionRef{{Room: "r", User: "u", Session: "s"}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := newStore(t, rdb, sink, func(o *Options) { o.Prefix = "nopre" }).Preload(ctx); err != nil {
+				t.Fatalf("data of this format with no version key: %v", err)
+			}
+
 			// Data of the format before versions: a reap index, no key.
 			if err := rdb.ZAdd(ctx, "old:reap:{r}", redis.Z{Score: 1, Member: "old:{r}"}).Err(); err != nil {
 				t.Fatal(err)
