@@ -26,8 +26,28 @@ type Counter interface {
 // Counter.
 var errNoCounts = errors.New("node: the store does not count rooms")
 
-// fanOut runs once per tick on the dispatcher.
-func (h *hub) fanOut() {
+// turnSplit is how many turns of a busy room fit in a tick: its members
+// take turns every quarter tick (25 ms at the default tick), so that each
+// turn's burst of writes is a quarter of a tick's (minGrain bounds it).
+const (
+	turnSplit = 4
+	minGrain  = 5 * time.Millisecond
+)
+
+// splitOf is how many grains, the dispatcher's fan-out period, a tick
+// holds: turnSplit, fewer for ticks under turnSplit × minGrain.
+func splitOf(tick time.Duration) int {
+	return int(min(turnSplit, max(1, tick/minGrain)))
+}
+
+// fanOut runs once per tick on the dispatcher: every room's due frames.
+func (h *hub) fanOut() { h.fan(true) }
+
+// fan runs once per grain (a tick / h.split) on the dispatcher: at a tick
+// (full) every room whose frames are due, between ticks only the turns of
+// rooms whose members take turns. A room that does not take turns keeps
+// to the tick, so its events of one tick still go out as one frame.
+func (h *hub) fan(full bool) {
 	h.mu.Lock()
 	now := time.Now()
 	every := h.intervalLocked()
@@ -40,17 +60,24 @@ func (h *hub) fanOut() {
 		if now.Before(r.next) {
 			continue // its share of the budget is spent: a later tick
 		}
-		counts := true
 		if r.turn == 0 {
 			// A round's turns are fixed when it begins, so that each
 			// member gets exactly one turn a round however the room's
 			// size moves meanwhile.
 			r.turns = h.turnsLocked(every)
 		}
-		if r.turns > 1 && len(r.pending) > 0 {
-			// A room whose members take turns gets a turn every tick;
+		taking := r.turns > 1 && len(r.pending) > 0
+		if !taking && (!full || now.Sub(r.turned) < h.tick-h.grain()/2) {
+			// Not taking turns, it goes at a tick, and a tick after its
+			// last turn: the members of that turn have had one frame of
+			// this tick.
+			continue
+		}
+		counts := true
+		if taking {
+			// A room whose members take turns gets a turn every grain;
 			// its count members a count once a round.
-			r.next = now.Add(h.tick / 2)
+			r.next, r.turned = now.Add(h.grain()/2), now
 			turn := r.turn
 			h.flushLocked(r, r.turns, turn)
 			r.turn = (turn + 1) % r.turns
@@ -101,16 +128,23 @@ func (h *hub) intervalLocked() time.Duration {
 }
 
 // turnsLocked is how many turns a busy room's members take at the
-// interval every: a room of 15,000 at the budget's 50,000 frames/s is
-// sent to every 300 ms, a third of its members each tick, rather than to
-// all of them at once every third tick. The frames per second are the
-// same; a tick's burst of writes, and so the wait of the members written
-// last, is a third.
+// interval every, one turn a grain: a room of 15,000 at the budget's
+// 50,000 frames/s is sent to every 300 ms, a twelfth of its members each
+// 25 ms, rather than to all of them at once every third tick. The frames
+// per second are the same; a turn's burst of writes, and so the wait of
+// the members written last, is a twelfth. A room sent to every tick
+// does not take turns.
 func (h *hub) turnsLocked(every time.Duration) int {
-	if h.tick <= 0 {
+	if h.tick <= 0 || (every+h.tick/2)/h.tick <= 1 {
 		return 1
 	}
-	return max(1, int((every+h.tick/2)/h.tick))
+	g := h.grain()
+	return max(1, int((every+g/2)/g))
+}
+
+// grain is the dispatcher's fan-out period: a tick, or a share of it.
+func (h *hub) grain() time.Duration {
+	return h.tick / time.Duration(max(1, h.split))
 }
 
 // flushLocked sends r's pending events to the live members taking events

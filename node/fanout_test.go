@@ -452,3 +452,89 @@ func TestABusyRoomsMembersTakeTurns(t *testing.T) {
 		t.Error("the room stays dirty with nothing to send")
 	}
 }
+
+func TestTurnsGoEveryGrainAndOtherRoomsAtTheTick(t *testing.T) {
+	h, r := fanoutHub(t, 1)
+	h.tick, h.split, h.budget = 100*time.Millisecond, 4, 40 // 12 members at 40 frames/s: every 300 ms, 12 turns of 25 ms
+	var conns []*conn
+	h.mu.Lock()
+	for i := range 12 {
+		c := queuedConn(fmt.Sprint("u", i))
+		r.members[c] = &member{in: interest{detail: detailSessions, batch: true}, slot: uint32(i)}
+		conns = append(conns, c)
+	}
+	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 10}, "j", reasonJoin, r.members) {
+		t.Fatal("snapshot refused")
+	}
+	for _, c := range conns {
+		c.takeQueue()
+	}
+	h.eventLocked(r, fanEvent(11, presence.Online, presence.Joined))
+	h.mu.Unlock()
+	got := func() (who []int) {
+		for i, c := range conns {
+			for _, f := range c.takeQueue() {
+				if s := fmt.Sprint(entrySeqs(t, f)); s != "[11]" {
+					t.Errorf("member %d got %s, want [11]", i, s)
+				}
+				who = append(who, i)
+			}
+		}
+		return who
+	}
+	grain := func(full bool) {
+		h.mu.Lock()
+		r.next = time.Time{} // the next grain is due
+		h.mu.Unlock()
+		h.fan(full)
+	}
+	// Between ticks, the turns go on: one member a grain, each once.
+	for i := range 12 {
+		grain(i%4 == 0)
+		if w := got(); fmt.Sprint(w) != fmt.Sprint([]int{i}) {
+			t.Fatalf("grain %d sent to members %v, want [%d]", i, w, i)
+		}
+	}
+	h.mu.Lock()
+	if len(r.pending) != 0 {
+		t.Fatalf("pending holds %d events after a whole round", len(r.pending))
+	}
+	// The budget no longer binds: the room goes at the tick, as one
+	// frame to every member, and not between ticks.
+	h.budget = 0
+	h.eventLocked(r, fanEvent(12, presence.Online, presence.Joined))
+	h.mu.Unlock()
+	grain(false)
+	for i, c := range conns {
+		if q := c.takeQueue(); len(q) != 0 {
+			t.Fatalf("a room not taking turns sent member %d %q between ticks", i, q)
+		}
+	}
+	// Member 11 had its turn just now: not a second frame within a tick.
+	grain(true)
+	for i, c := range conns {
+		if q := c.takeQueue(); len(q) != 0 {
+			t.Fatalf("member %d got %q within a tick of the last turn", i, q)
+		}
+	}
+	h.mu.Lock()
+	r.turned = r.turned.Add(-h.tick)
+	h.mu.Unlock()
+	grain(true)
+	for i, c := range conns {
+		if q := c.takeQueue(); len(q) != 1 || fmt.Sprint(entrySeqs(t, q[0])) != "[12]" {
+			t.Fatalf("member %d got %q at the tick, want one frame of 12", i, q)
+		}
+	}
+}
+
+func TestAGrainIsAShareOfTheTick(t *testing.T) {
+	for _, c := range []struct {
+		tick  time.Duration
+		split int
+	}{{100 * time.Millisecond, 4}, {20 * time.Millisecond, 4}, {12 * time.Millisecond, 2}, {5 * time.Millisecond, 1}} {
+		if got := splitOf(c.tick); got != c.split {
+			t.Errorf("splitOf(%v) = %d, want %d", c.tick, got, c.split)
+		}
+	}
+}

@@ -70,6 +70,7 @@ type hub struct {
 	// batchFrom local members send members taking events frames one per
 	// tick; counts go out at most once per tick.
 	tick      time.Duration
+	split     int // grains per tick: busy rooms' turns go out every tick/split (fanout.go)
 	batchFrom int
 	budget    int     // Config.FanoutBudget
 	counter   Counter // where count frames come from; nil: view count refused
@@ -122,10 +123,11 @@ type room struct {
 	next       time.Time // the tick's frames go out no sooner (FanoutBudget)
 	readN      int       // the latest count read, and its read
 	readGen    uint64
-	pending    []event // events not yet sent to every live member taking events frames
-	turn       int     // the next turn of a room whose members take turns (fanout.go),
-	turns      int     // of the turns of its round
-	slots      uint32  // numbers its members' turns
+	pending    []event   // events not yet sent to every live member taking events frames
+	turn       int       // the next turn of a room whose members take turns (fanout.go),
+	turns      int       // of the turns of its round
+	turned     time.Time // its last turn
+	slots      uint32    // numbers its members' turns
 	bodies     snapBodies
 	joinFrames joinFrames
 
@@ -193,7 +195,7 @@ func newHub(ctx context.Context, cfg Config, views *views, log *slog.Logger, m *
 		log: log, metrics: m, ctx: ctx, timeout: cfg.StoreTimeout, wg: wg,
 		msgs:     make(chan *nats.Msg, msgQueue),
 		gapAfter: cmp.Or(cfg.gapTimeout, gapTimeout),
-		tick:     cfg.FanoutTick, batchFrom: cfg.BatchFrom, budget: cfg.FanoutBudget,
+		tick:     cfg.FanoutTick, split: splitOf(cfg.FanoutTick), batchFrom: cfg.BatchFrom, budget: cfg.FanoutBudget,
 		rooms: map[string]*room{}, gappy: map[*room]struct{}{},
 		dirty: map[*room]struct{}{}, behind: map[*room]struct{}{}, watched: map[string]*wroom{}, reorder: map[*wuser]*wroom{},
 	}
@@ -922,9 +924,9 @@ func (h *hub) checkGaps(now time.Time) {
 func (h *hub) dispatch(ctx context.Context) {
 	t := time.NewTicker(h.gapAfter / 4)
 	defer t.Stop()
-	fan := time.NewTicker(h.tick)
+	fan := time.NewTicker(h.grain())
 	defer fan.Stop()
-	for {
+	for n := 0; ; {
 		select {
 		case <-ctx.Done():
 			return
@@ -933,7 +935,8 @@ func (h *hub) dispatch(ctx context.Context) {
 		case now := <-t.C:
 			h.checkGaps(now)
 		case <-fan.C:
-			h.fanOut()
+			h.fan(n == 0)
+			n = (n + 1) % max(1, h.split)
 		}
 	}
 }
