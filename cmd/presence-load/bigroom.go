@@ -68,6 +68,7 @@ type bigOpts struct {
 	nodePID       int
 	popPID        int
 	settle        time.Duration
+	readBuffer    int
 }
 
 func registerBigFlags(fs interface {
@@ -93,6 +94,7 @@ func registerBigFlags(fs interface {
 	fs.DurationVar(&b.grace, "grace", presence.DefaultOfflineGrace, "bigroom: the nodes' offline grace (a leave's offline comes this much later)")
 	fs.IntVar(&b.nodePID, "node-pid", 0, "bigroom: the measured node's pid: CPU and RSS from /proc (default: CPU from /metrics, no RSS)")
 	fs.IntVar(&b.popPID, "pop-pid", 0, "bigroom: the second node's pid (its CPU)")
+	fs.IntVar(&b.readBuffer, "read-buffer", 16384, "bigroom and centrifugo: each WebSocket's read buffer in bytes; a frame that fits in it is read off the socket in one read (at the 512 bytes of the other scenarios, an events frame took two)")
 	fs.DurationVar(&b.settle, "settle", 2*time.Second, "bigroom: quiet time with no event on NATS before the room counts as quiescent")
 }
 
@@ -385,6 +387,12 @@ func (g *group) report(req reportReq) (reportResp, error) {
 		out.LostConn += x.LostConn
 		out.Conns += x.Conns
 		out.Expects += x.Expects
+		if len(x.Worst) > len(out.Worst) {
+			out.Worst = append(out.Worst, make([]int64, len(x.Worst)-len(out.Worst))...)
+		}
+		for i, v := range x.Worst {
+			out.Worst[i] = max(out.Worst[i], v)
+		}
 		return nil
 	})
 	return out, err
@@ -854,6 +862,23 @@ func (c *churn) expected() reportReq {
 	return q
 }
 
+// fromNATS is expected() with each online timed from its arrival on
+// NATS at this tool instead of the join's send: what the measured node
+// and the member add to it. Offlines are left out.
+func (c *churn) fromNATS() reportReq {
+	q := c.expected()
+	q.LeaveUS = nil
+	t := c.r.truth
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i := range q.SendUS {
+		if q.SendUS[i] != 0 {
+			q.SendUS[i] = t.on[c.prefix+strconv.Itoa(i)] // 0 (skipped) if it never came
+		}
+	}
+	return q
+}
+
 func (c *churn) answeredCount() int {
 	n := 0
 	for _, a := range c.answered {
@@ -1137,7 +1162,7 @@ func samples(n, k int) []int {
 
 func (r *bigRun) members(ctx context.Context) error {
 	b := r.b
-	spec := openSpec{Role: roleMember, Addr: r.o.addr, Secret: r.o.secret, Sources: r.o.sources, Deflate: r.o.deflate, Room: r.room,
+	spec := openSpec{Role: roleMember, Addr: r.o.addr, Secret: r.o.secret, Sources: r.o.sources, Deflate: r.o.deflate, ReadBuffer: r.b.readBuffer, Room: r.room,
 		Prefix: fmt.Sprintf("m%d-", r.run), Sample: samples(b.roomSize, b.samples), Inflight: b.inflight,
 		ChurnPrefix: fmt.Sprintf("c%d-", r.run), ChurnN: int(b.churnRate * b.churnFor.Seconds()), BaseUS: r.baseUS}
 	r.rssLine("before the fill")
@@ -1167,6 +1192,11 @@ func (r *bigRun) members(ctx context.Context) error {
 			return err
 		}
 		r.reportArrivals("sampled members", rep, b.grace)
+		r.reportWorst(rep.Worst)
+		// The part of it after NATS: the measured node and the member.
+		if rep, err := g.report(c.fromNATS()); err == nil {
+			fmt.Fprintf(r.out, "online on NATS (at this tool) -> online at sampled members: %s\n", latencyLine(toDurations(rep.On), 0))
+		}
 		r.checkConvergence(ctx, g, "convergence after the churn", false, [2]time.Time{})
 	}
 	if b.storm > 0 {
@@ -1209,6 +1239,25 @@ func (r *bigRun) reportArrivals(who string, rep reportResp, grace time.Duration)
 		p99 := percentile(all, .99)
 		r.target(p99 <= 500*time.Millisecond, "join -> visible at %s p99 <= 500ms (%s)", who, fmtDur(p99))
 	}
+}
+
+// reportWorst prints, for each 5 s of the churn (by join), how many
+// churners some sampled member saw more than 500 ms after the join, and
+// the slowest: whether the slow ones are spread out or come together.
+func (r *bigRun) reportWorst(worst []int64) {
+	per := max(1, int(5*r.b.churnRate))
+	var parts []string
+	for from := 0; from < len(worst); from += per {
+		slow, top := 0, int64(0)
+		for _, v := range worst[from:min(from+per, len(worst))] {
+			if v > 500_000 {
+				slow++
+			}
+			top = max(top, v)
+		}
+		parts = append(parts, fmt.Sprintf("%d/%s", slow, fmtDur(time.Duration(top)*time.Microsecond)))
+	}
+	fmt.Fprintf(r.out, "churners seen later than 500ms by a sampled member / the slowest, per 5s of the churn: %s\n", strings.Join(parts, " "))
 }
 
 func toDurations(us []int64) []time.Duration {
@@ -1342,7 +1391,7 @@ func (r *bigRun) stormPhase(ctx context.Context) error {
 // population fills the room on the second node with members joined with
 // "view":"count".
 func (r *bigRun) population(ctx context.Context) (*group, error) {
-	spec := openSpec{Role: rolePop, Addr: r.b.popAddr, Secret: r.o.secret, Sources: r.o.sources, Deflate: r.o.deflate, Room: r.room,
+	spec := openSpec{Role: rolePop, Addr: r.b.popAddr, Secret: r.o.secret, Sources: r.o.sources, Deflate: r.o.deflate, ReadBuffer: r.b.readBuffer, Room: r.room,
 		Prefix: fmt.Sprintf("p%d-", r.run), Inflight: r.b.inflight}
 	g, res, err := r.openGroup(ctx, "population", spec, r.b.roomSize, nil)
 	if err != nil {
@@ -1358,7 +1407,7 @@ func (r *bigRun) countScenario(ctx context.Context) error {
 	if _, err := r.population(ctx); err != nil {
 		return err
 	}
-	spec := openSpec{Role: roleCount, Addr: r.o.addr, Secret: r.o.secret, Sources: r.o.sources, Deflate: r.o.deflate, Room: r.room,
+	spec := openSpec{Role: roleCount, Addr: r.o.addr, Secret: r.o.secret, Sources: r.o.sources, Deflate: r.o.deflate, ReadBuffer: r.b.readBuffer, Room: r.room,
 		Prefix: fmt.Sprintf("w%d-", r.run), Inflight: b.inflight}
 	r.rssLine("before the watchers")
 	g, res, err := r.openGroup(ctx, "count watchers", spec, b.watchers, nil)
@@ -1404,7 +1453,7 @@ func (r *bigRun) watchScenario(ctx context.Context) error {
 		}
 		slices.Sort(users[i])
 	}
-	spec := openSpec{Role: roleWatch, Addr: r.o.addr, Secret: r.o.secret, Sources: r.o.sources, Deflate: r.o.deflate, Room: r.room,
+	spec := openSpec{Role: roleWatch, Addr: r.o.addr, Secret: r.o.secret, Sources: r.o.sources, Deflate: r.o.deflate, ReadBuffer: r.b.readBuffer, Room: r.room,
 		Prefix: fmt.Sprintf("w%d-", r.run), Inflight: b.inflight,
 		ChurnPrefix: fmt.Sprintf("c%d-", r.run), ChurnN: nChurn, BaseUS: r.baseUS}
 	r.rssLine("before the watchers")

@@ -42,18 +42,20 @@ const (
 // openSpec asks a worker to open connections From..To-1 of one role, user
 // Prefix+i, each with session "s".
 type openSpec struct {
-	Role     string     `json:"role"`
-	Addr     string     `json:"addr"`
-	Secret   string     `json:"secret"`
-	Sources  string     `json:"sources"`
-	Deflate  bool       `json:"deflate,omitempty"`
-	Room     string     `json:"room"`
-	Prefix   string     `json:"prefix"`
-	From     int        `json:"from"`
-	To       int        `json:"to"`
-	Sample   []int      `json:"sample,omitempty"` // members that fold their view and time events
-	Inflight int        `json:"inflight"`
-	Users    [][]string `json:"users,omitempty"` // watch: the list of connection From+k at k
+	Role    string `json:"role"`
+	Addr    string `json:"addr"`
+	Secret  string `json:"secret"`
+	Sources string `json:"sources"`
+	Deflate bool   `json:"deflate,omitempty"`
+	// ReadBuffer is each WebSocket's read buffer (0: the dialer's 512).
+	ReadBuffer int        `json:"read_buffer,omitempty"`
+	Room       string     `json:"room"`
+	Prefix     string     `json:"prefix"`
+	From       int        `json:"from"`
+	To         int        `json:"to"`
+	Sample     []int      `json:"sample,omitempty"` // members that fold their view and time events
+	Inflight   int        `json:"inflight"`
+	Users      [][]string `json:"users,omitempty"` // watch: the list of connection From+k at k
 	// Arrivals are timed for users ChurnPrefix+i, i < ChurnN, in µs since
 	// BaseUS (Unix µs).
 	ChurnPrefix string `json:"churn_prefix"`
@@ -166,6 +168,10 @@ type reportResp struct {
 	LostConn   int     `json:"lost_conn"` // expected at a connection the node dropped (counted apart)
 	Conns      int     `json:"conns"`
 	Expects    int     `json:"expects"`
+	// Worst is, for churner i, its slowest join sent -> online read over
+	// the connections that time it (0: none read it): where in the
+	// churn the slow ones were.
+	Worst []int64 `json:"worst,omitempty"`
 }
 
 // checkReq is the truth after quiescence.
@@ -304,7 +310,7 @@ func (w *bigWorker) open(ctx context.Context, spec *openSpec) (openResp, error) 
 	if spec == nil || spec.To < spec.From {
 		return openResp{}, errors.New("open: bad spec")
 	}
-	o := options{addr: spec.Addr, secret: spec.Secret, sources: spec.Sources, insecure: spec.Secret == "", deflate: spec.Deflate}
+	o := options{addr: spec.Addr, secret: spec.Secret, sources: spec.Sources, insecure: spec.Secret == "", deflate: spec.Deflate, readBuffer: spec.ReadBuffer}
 	d, err := newDialer(o)
 	if err != nil {
 		return openResp{}, err
@@ -952,6 +958,10 @@ func (w *bigWorker) report(r *reportReq) reportResp {
 			switch a := c.on[i]; {
 			case a > 0:
 				out.On = append(out.On, a-r.SendUS[i])
+				if out.Worst == nil {
+					out.Worst = make([]int64, len(r.SendUS))
+				}
+				out.Worst[i] = max(out.Worst[i], a-r.SendUS[i])
 			case a < 0 || inSkip(c.skips, seqAt(r.OnSeq)):
 				out.OnResynced++
 			case c.lost:

@@ -60,6 +60,8 @@ type cfOpen struct {
 	Sample   []int  `json:"sample,omitempty"`
 	Inflight int    `json:"inflight"`
 	BaseUS   int64  `json:"base_us"`
+	// ReadBuffer is each WebSocket's read buffer (0: the dialer's 512).
+	ReadBuffer int `json:"read_buffer,omitempty"`
 }
 
 // cfStep starts a churn step at the worker: counters marked, churners
@@ -243,7 +245,7 @@ func (w *cfWorker) gone(why string) {
 func cfDial(ctx context.Context, d *dialer) (*websocket.Conn, error) {
 	src := d.sources[int(d.n.Add(1))%len(d.sources)]
 	wd := websocket.Dialer{
-		ReadBufferSize: 512, WriteBufferSize: 512, HandshakeTimeout: 10 * time.Second,
+		ReadBufferSize: d.readBuffer(), WriteBufferSize: 512, HandshakeTimeout: 10 * time.Second,
 		NetDialContext: (&net.Dialer{LocalAddr: src, Timeout: 10 * time.Second}).DialContext,
 	}
 	ws, _, err := wd.DialContext(ctx, "ws://"+d.o.addr+"/connection/websocket", nil)
@@ -296,7 +298,7 @@ func (w *cfWorker) open(ctx context.Context, spec *cfOpen) (cfOpenResp, error) {
 	if spec == nil || spec.To < spec.From {
 		return cfOpenResp{}, errors.New("open: bad spec")
 	}
-	d, err := newDialer(options{addr: spec.Addr, secret: spec.Secret, sources: spec.Sources})
+	d, err := newDialer(options{addr: spec.Addr, secret: spec.Secret, sources: spec.Sources, readBuffer: spec.ReadBuffer})
 	if err != nil {
 		return cfOpenResp{}, err
 	}
@@ -717,7 +719,7 @@ func (r *cfRun) fill(ctx context.Context) error {
 	res := make([]cfOpenResp, nw)
 	err := r.each(func(k int, w *workerProc) error {
 		spec := cfOpen{Addr: r.o.addr, Secret: r.o.secret, Sources: r.o.sources, Channel: r.channel,
-			Prefix: fmt.Sprintf("m%d-", r.run), From: k * n / nw, To: (k + 1) * n / nw, Inflight: b.inflight, BaseUS: r.baseUS}
+			Prefix: fmt.Sprintf("m%d-", r.run), From: k * n / nw, To: (k + 1) * n / nw, Inflight: b.inflight, BaseUS: r.baseUS, ReadBuffer: b.readBuffer}
 		for _, i := range sample {
 			if i >= spec.From && i < spec.To {
 				spec.Sample = append(spec.Sample, i)

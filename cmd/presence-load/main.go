@@ -43,6 +43,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -85,6 +86,7 @@ type options struct {
 	hold, duration                 time.Duration
 	insecure                       bool
 	deflate                        bool
+	readBuffer                     int // a WebSocket's read buffer; 0: 512 bytes
 
 	// latency and sweep
 	sweep          string
@@ -270,6 +272,10 @@ func newDialer(o options) (*dialer, error) {
 	return d, nil
 }
 
+// readBuffer is a WebSocket's read buffer: small (the client side of the
+// test must fit in RAM too) unless the scenario asks for more.
+func (d *dialer) readBuffer() int { return cmp.Or(d.o.readBuffer, 512) }
+
 // dial opens one WebSocket for user/session, from the next source address,
 // with small buffers (the client side of the test must fit in RAM too).
 func (d *dialer) dial(ctx context.Context, user, session string) (*websocket.Conn, error) {
@@ -281,7 +287,7 @@ func (d *dialer) dial(ctx context.Context, user, session string) (*websocket.Con
 func (d *dialer) dialToken(ctx context.Context, user, session string, observe bool) (*websocket.Conn, error) {
 	src := d.sources[int(d.n.Add(1))%len(d.sources)]
 	wd := websocket.Dialer{
-		ReadBufferSize: 512, WriteBufferSize: 512, HandshakeTimeout: 10 * time.Second, EnableCompression: d.o.deflate,
+		ReadBufferSize: d.readBuffer(), WriteBufferSize: 512, HandshakeTimeout: 10 * time.Second, EnableCompression: d.o.deflate,
 		NetDialContext: (&net.Dialer{LocalAddr: src, Timeout: 10 * time.Second}).DialContext,
 	}
 	u := fmt.Sprintf("ws://%s/v1/ws?session=%s", d.o.addr, session)
