@@ -69,6 +69,7 @@ type bigOpts struct {
 	popPID        int
 	settle        time.Duration
 	readBuffer    int
+	lowat         int
 }
 
 func registerBigFlags(fs interface {
@@ -95,6 +96,7 @@ func registerBigFlags(fs interface {
 	fs.IntVar(&b.nodePID, "node-pid", 0, "bigroom: the measured node's pid: CPU and RSS from /proc (default: CPU from /metrics, no RSS)")
 	fs.IntVar(&b.popPID, "pop-pid", 0, "bigroom: the second node's pid (its CPU)")
 	fs.IntVar(&b.readBuffer, "read-buffer", 16384, "bigroom and centrifugo: each WebSocket's read buffer in bytes; a frame that fits in it is read off the socket in one read (at the 512 bytes of the other scenarios, an events frame took two)")
+	fs.IntVar(&b.lowat, "lowat", 16384, "bigroom: connections that only count their frames (all but the sampled members) are woken to read them once this many bytes have gathered, or once a second (SO_RCVLOWAT; 0: at every frame), so that their wakeups do not take the cores the node is measured on")
 	fs.DurationVar(&b.settle, "settle", 2*time.Second, "bigroom: quiet time with no event on NATS before the room counts as quiescent")
 }
 
@@ -1162,7 +1164,7 @@ func samples(n, k int) []int {
 
 func (r *bigRun) members(ctx context.Context) error {
 	b := r.b
-	spec := openSpec{Role: roleMember, Addr: r.o.addr, Secret: r.o.secret, Sources: r.o.sources, Deflate: r.o.deflate, ReadBuffer: r.b.readBuffer, Room: r.room,
+	spec := openSpec{Role: roleMember, Addr: r.o.addr, Secret: r.o.secret, Sources: r.o.sources, Deflate: r.o.deflate, ReadBuffer: r.b.readBuffer, Lowat: r.b.lowat, Room: r.room,
 		Prefix: fmt.Sprintf("m%d-", r.run), Sample: samples(b.roomSize, b.samples), Inflight: b.inflight,
 		ChurnPrefix: fmt.Sprintf("c%d-", r.run), ChurnN: int(b.churnRate * b.churnFor.Seconds()), BaseUS: r.baseUS}
 	r.rssLine("before the fill")
@@ -1391,7 +1393,7 @@ func (r *bigRun) stormPhase(ctx context.Context) error {
 // population fills the room on the second node with members joined with
 // "view":"count".
 func (r *bigRun) population(ctx context.Context) (*group, error) {
-	spec := openSpec{Role: rolePop, Addr: r.b.popAddr, Secret: r.o.secret, Sources: r.o.sources, Deflate: r.o.deflate, ReadBuffer: r.b.readBuffer, Room: r.room,
+	spec := openSpec{Role: rolePop, Addr: r.b.popAddr, Secret: r.o.secret, Sources: r.o.sources, Deflate: r.o.deflate, ReadBuffer: r.b.readBuffer, Lowat: r.b.lowat, Room: r.room,
 		Prefix: fmt.Sprintf("p%d-", r.run), Inflight: r.b.inflight}
 	g, res, err := r.openGroup(ctx, "population", spec, r.b.roomSize, nil)
 	if err != nil {
@@ -1407,7 +1409,7 @@ func (r *bigRun) countScenario(ctx context.Context) error {
 	if _, err := r.population(ctx); err != nil {
 		return err
 	}
-	spec := openSpec{Role: roleCount, Addr: r.o.addr, Secret: r.o.secret, Sources: r.o.sources, Deflate: r.o.deflate, ReadBuffer: r.b.readBuffer, Room: r.room,
+	spec := openSpec{Role: roleCount, Addr: r.o.addr, Secret: r.o.secret, Sources: r.o.sources, Deflate: r.o.deflate, ReadBuffer: r.b.readBuffer, Lowat: r.b.lowat, Room: r.room,
 		Prefix: fmt.Sprintf("w%d-", r.run), Inflight: b.inflight}
 	r.rssLine("before the watchers")
 	g, res, err := r.openGroup(ctx, "count watchers", spec, b.watchers, nil)
@@ -1453,7 +1455,7 @@ func (r *bigRun) watchScenario(ctx context.Context) error {
 		}
 		slices.Sort(users[i])
 	}
-	spec := openSpec{Role: roleWatch, Addr: r.o.addr, Secret: r.o.secret, Sources: r.o.sources, Deflate: r.o.deflate, ReadBuffer: r.b.readBuffer, Room: r.room,
+	spec := openSpec{Role: roleWatch, Addr: r.o.addr, Secret: r.o.secret, Sources: r.o.sources, Deflate: r.o.deflate, ReadBuffer: r.b.readBuffer, Lowat: r.b.lowat, Room: r.room,
 		Prefix: fmt.Sprintf("w%d-", r.run), Inflight: b.inflight,
 		ChurnPrefix: fmt.Sprintf("c%d-", r.run), ChurnN: nChurn, BaseUS: r.baseUS}
 	r.rssLine("before the watchers")

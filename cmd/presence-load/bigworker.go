@@ -48,14 +48,17 @@ type openSpec struct {
 	Sources string `json:"sources"`
 	Deflate bool   `json:"deflate,omitempty"`
 	// ReadBuffer is each WebSocket's read buffer (0: the dialer's 512).
-	ReadBuffer int        `json:"read_buffer,omitempty"`
-	Room       string     `json:"room"`
-	Prefix     string     `json:"prefix"`
-	From       int        `json:"from"`
-	To         int        `json:"to"`
-	Sample     []int      `json:"sample,omitempty"` // members that fold their view and time events
-	Inflight   int        `json:"inflight"`
-	Users      [][]string `json:"users,omitempty"` // watch: the list of connection From+k at k
+	ReadBuffer int `json:"read_buffer,omitempty"`
+	// Lowat, above 1, makes connections that do not parse their frames
+	// read them in batches of about that many bytes (lazyread.go).
+	Lowat    int        `json:"lowat,omitempty"`
+	Room     string     `json:"room"`
+	Prefix   string     `json:"prefix"`
+	From     int        `json:"from"`
+	To       int        `json:"to"`
+	Sample   []int      `json:"sample,omitempty"` // members that fold their view and time events
+	Inflight int        `json:"inflight"`
+	Users    [][]string `json:"users,omitempty"` // watch: the list of connection From+k at k
 	// Arrivals are timed for users ChurnPrefix+i, i < ChurnN, in µs since
 	// BaseUS (Unix µs).
 	ChurnPrefix string `json:"churn_prefix"`
@@ -208,6 +211,7 @@ type bigWorker struct {
 	mark   map[string]int64
 	closed map[string]int
 	errs   map[string]int
+	lazy   lazyReaders // connections that read their frames in batches (lazyread.go)
 }
 
 type typeCounts struct {
@@ -465,6 +469,11 @@ func (c *bconn) open(ctx context.Context, d *dialer, users []string) (int, strin
 			c.mu.Lock()
 			c.handle(data, time.Now())
 			c.mu.Unlock()
+		}
+		if !c.parse && spec.Lowat > 1 {
+			if err := c.w.lazy.add(ws.NetConn(), spec.Lowat); err != nil {
+				return fail(fmt.Errorf("lazy reading: %w", err))
+			}
 		}
 		go c.readLoop()
 		return hello.Limits.TickMS, typ, nil
