@@ -16,14 +16,19 @@ import (
 // as the node's writes. A client on its own machine costs the node none
 // of that. So such a connection's socket signals it readable only once
 // lowat bytes have gathered (SO_RCVLOWAT; the kernel skips the wakeups
-// below it), and once per lazyFlush every socket is signalled whatever it
-// holds, so that a ping (answered within the node's pong timeout), a
-// close or the last frames before a quiet spell are read within a second.
+// below it), and once per lazyFlush every socket's mark is lowered to one
+// byte for lazyHold, so that a ping (answered within the node's pong
+// timeout), a close or the last frames before a quiet spell are read
+// within a second. (The mark must stay down until the readers' poller has
+// seen the sockets: the kernel checks it again when it reports them.)
 // The node writes the same frames to the same sockets; only when this
 // side reads them changes. The sampled members, whose arrivals are
 // timed, read every frame at once.
 
-const lazyFlush = time.Second
+const (
+	lazyFlush = time.Second
+	lazyHold  = 100 * time.Millisecond
+)
 
 // lazyReaders holds a worker's lazily read sockets and flushes them.
 type lazyReaders struct {
@@ -51,25 +56,40 @@ func (l *lazyReaders) add(c net.Conn, lowat int) error {
 	l.lowat = lowat
 	l.raws = append(l.raws, raw)
 	l.mu.Unlock()
-	l.once.Do(func() { go l.flush() })
+	l.once.Do(func() { go l.flush(nil) })
 	return nil
 }
 
-// flush signals every socket once per lazyFlush: setting the low-water
-// mark to 1 wakes a reader that has anything to read (the kernel checks
-// on every change), and setting it back leaves it lazy again.
-func (l *lazyReaders) flush() {
+// flush wakes every socket's reader once per lazyFlush if it has
+// anything to read: the mark down to one byte (the kernel signals a
+// socket holding data on the change), for lazyHold, then back.
+// It runs until done is closed (nil: for good, as a worker's does).
+func (l *lazyReaders) flush(done <-chan struct{}) {
 	t := time.NewTicker(lazyFlush)
 	defer t.Stop()
-	for range t.C {
-		l.mu.Lock()
-		raws, lowat := l.raws, l.lowat
-		l.mu.Unlock()
-		for _, raw := range raws {
-			if setLowat(raw, 1) == nil {
-				_ = setLowat(raw, lowat)
-			}
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
 		}
+		l.setAll(true)
+		time.Sleep(lazyHold)
+		l.setAll(false)
+	}
+}
+
+// setAll sets every socket's mark to one byte (down) or back to lowat.
+// A socket since closed fails, and is left alone.
+func (l *lazyReaders) setAll(down bool) {
+	l.mu.Lock()
+	raws, n := l.raws, l.lowat
+	l.mu.Unlock()
+	if down {
+		n = 1
+	}
+	for _, raw := range raws {
+		_ = setLowat(raw, n)
 	}
 }
 
