@@ -88,10 +88,11 @@ type Config struct {
 	// and counts, over every room): when the busy rooms' members would
 	// take more at one frame per FanoutTick, each room goes out less
 	// often, every members/FanoutBudget seconds, and its frames carry
-	// more events; its members then take turns, a share of them each
-	// tick, so that no tick writes to all of them at once. Writing a frame to a socket costs about the same
-	// whatever it holds, so this bounds the node's fan-out CPU whatever
-	// the churn. Default 50000; negative: no bound.
+	// more events; its members then take turns, a share of them every
+	// quarter tick, so that no tick writes to all of them at once.
+	// Writing a frame to a socket costs about the same whatever it
+	// holds, so this bounds the node's fan-out CPU whatever the churn.
+	// Default 50000; negative: no bound.
 	FanoutBudget int
 	// NoCompression turns permessage-deflate off. On (the default), a
 	// client that offers it gets the events frames of batched rooms
