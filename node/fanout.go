@@ -49,7 +49,7 @@ func (h *hub) fanOut() { h.fan(true) }
 // to the tick, so its events of one tick still go out as one frame.
 func (h *hub) fan(full bool) {
 	h.mu.Lock()
-	now := time.Now()
+	now := h.now()
 	every := h.intervalLocked()
 	var reads []*room
 	for r := range h.dirty {
@@ -79,7 +79,7 @@ func (h *hub) fan(full bool) {
 			// its count members a count once a round.
 			r.next, r.turned = now.Add(h.grain()/2), now
 			turn := r.turn
-			h.flushLocked(r, r.turns, turn)
+			h.flushLocked(r, r.turns, turn, now)
 			r.turn = (turn + 1) % r.turns
 			counts = turn == 0
 		} else {
@@ -87,7 +87,7 @@ func (h *hub) fan(full bool) {
 			// Half a tick early, so that ticks arriving a little late do
 			// not skip one more.
 			r.next = now.Add(every - h.tick/2)
-			h.flushLocked(r, 1, 0)
+			h.flushLocked(r, 1, 0, now)
 		}
 		if counts && r.countDirty && !h.counting {
 			r.countDirty = false
@@ -142,6 +142,14 @@ func (h *hub) turnsLocked(every time.Duration) int {
 	return max(1, int((every+g/2)/g))
 }
 
+// now is the fan-out's clock.
+func (h *hub) now() time.Time {
+	if h.clock != nil {
+		return h.clock()
+	}
+	return time.Now()
+}
+
 // grain is the dispatcher's fan-out period: a tick, or a share of it.
 func (h *hub) grain() time.Duration {
 	return h.tick / time.Duration(max(1, h.split))
@@ -154,8 +162,11 @@ func (h *hub) grain() time.Duration {
 // joined in between), compressed once for those that negotiated deflate.
 // Pending keeps what members of other turns still need. A member with
 // behindFrames frames queued gets nothing: it falls behind
-// (checkBehindLocked).
-func (h *hub) flushLocked(r *room, turns, turn int) {
+// (checkBehindLocked). A member whose turn comes within a tick of its
+// last one (the room's turns changed between rounds: slot 6 is the last
+// of 7 turns and the first of 6) waits for its next turn, so that it
+// never gets two frames within a tick.
+func (h *hub) flushLocked(r *room, turns, turn int, now time.Time) {
 	if len(r.pending) == 0 {
 		return
 	}
@@ -175,7 +186,7 @@ func (h *hub) flushLocked(r *room, turns, turn int) {
 		if !m.live || !m.in.batch || m.in.count || m.after >= last {
 			continue
 		}
-		if turns > 1 && int(m.slot%uint32(turns)) != turn {
+		if turns > 1 && (int(m.slot%uint32(turns)) != turn || now.Sub(m.framed) < h.tick-h.grain()/2) {
 			keep = min(keep, m.after)
 			continue
 		}
@@ -202,6 +213,7 @@ func (h *hub) flushLocked(r *room, turns, turn int) {
 			}
 			h.holdSharedLocked(c, outFrame{b: f.b, pm: pm, at: queued})
 			h.metrics.batches.Inc()
+			m.framed = now
 		}
 		sentFrom = min(sentFrom, m.after)
 		m.after = last

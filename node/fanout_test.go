@@ -365,6 +365,8 @@ func TestEventsDuringASnapshotReadFollowItAsOneFrame(t *testing.T) {
 func TestABusyRoomsMembersTakeTurns(t *testing.T) {
 	h, r := fanoutHub(t, 1)
 	h.tick, h.budget = 100*time.Millisecond, 30 // 9 members at 30 frames/s: every 300 ms, 3 turns
+	clock := time.Unix(1000, 0)
+	h.clock = func() time.Time { return clock }
 	var conns []*conn
 	h.mu.Lock()
 	for i := range 9 {
@@ -395,7 +397,7 @@ func TestABusyRoomsMembersTakeTurns(t *testing.T) {
 		for _, s := range seqs {
 			h.eventLocked(r, fanEvent(s, presence.Online, presence.Joined))
 		}
-		r.next = time.Time{} // the next tick is due
+		clock = clock.Add(h.tick) // the next tick is due
 		h.mu.Unlock()
 		h.fanOut()
 		take()
@@ -456,6 +458,8 @@ func TestABusyRoomsMembersTakeTurns(t *testing.T) {
 func TestTurnsGoEveryGrainAndOtherRoomsAtTheTick(t *testing.T) {
 	h, r := fanoutHub(t, 1)
 	h.tick, h.split, h.budget = 100*time.Millisecond, 4, 40 // 12 members at 40 frames/s: every 300 ms, 12 turns of 25 ms
+	clock := time.Unix(1000, 0)
+	h.clock = func() time.Time { return clock }
 	var conns []*conn
 	h.mu.Lock()
 	for i := range 12 {
@@ -483,9 +487,7 @@ func TestTurnsGoEveryGrainAndOtherRoomsAtTheTick(t *testing.T) {
 		return who
 	}
 	grain := func(full bool) {
-		h.mu.Lock()
-		r.next = time.Time{} // the next grain is due
-		h.mu.Unlock()
+		clock = clock.Add(h.tick / 4) // the next grain is due
 		h.fan(full)
 	}
 	// Between ticks, the turns go on: one member a grain, each once.
@@ -517,10 +519,10 @@ func TestTurnsGoEveryGrainAndOtherRoomsAtTheTick(t *testing.T) {
 			t.Fatalf("member %d got %q within a tick of the last turn", i, q)
 		}
 	}
-	h.mu.Lock()
-	r.turned = r.turned.Add(-h.tick)
-	h.mu.Unlock()
-	grain(true)
+	for range 3 {
+		grain(false)
+	}
+	grain(true) // a tick after the last turn
 	for i, c := range conns {
 		if q := c.takeQueue(); len(q) != 1 || fmt.Sprint(entrySeqs(t, q[0])) != "[12]" {
 			t.Fatalf("member %d got %q at the tick, want one frame of 12", i, q)
@@ -535,6 +537,63 @@ func TestAGrainIsAShareOfTheTick(t *testing.T) {
 	}{{100 * time.Millisecond, 4}, {20 * time.Millisecond, 4}, {12 * time.Millisecond, 2}, {5 * time.Millisecond, 1}} {
 		if got := splitOf(c.tick); got != c.split {
 			t.Errorf("splitOf(%v) = %d, want %d", c.tick, got, c.split)
+		}
+	}
+}
+
+func TestNoTurnSendsAMemberTwoFramesWithinATick(t *testing.T) {
+	h, r := fanoutHub(t, 1)
+	// 12 members at 69 frames/s: every 174 ms, 7 turns of 25 ms; at 80
+	// frames/s, every 150 ms, 6 turns. Slot 6 is the last of 7 turns and
+	// the first of 6.
+	h.tick, h.split, h.budget = 100*time.Millisecond, 4, 69
+	clock := time.Unix(1000, 0)
+	h.clock = func() time.Time { return clock }
+	var conns []*conn
+	h.mu.Lock()
+	for i := range 12 {
+		c := queuedConn(fmt.Sprint("u", i))
+		r.members[c] = &member{in: interest{detail: detailSessions, batch: true}, slot: uint32(i)}
+		conns = append(conns, c)
+	}
+	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 10}, "j", reasonJoin, r.members) {
+		t.Fatal("snapshot refused")
+	}
+	for _, c := range conns {
+		c.takeQueue()
+	}
+	h.eventLocked(r, fanEvent(11, presence.Online, presence.Joined))
+	h.mu.Unlock()
+	last := map[int]time.Time{}
+	grain := func() {
+		clock = clock.Add(h.tick / 4)
+		h.fan(false)
+		for i, c := range conns {
+			for range c.takeQueue() {
+				if at, ok := last[i]; ok && clock.Sub(at) < h.tick {
+					t.Fatalf("member %d got a frame %v after its last", i, clock.Sub(at))
+				}
+				last[i] = clock
+			}
+		}
+	}
+	for range 7 { // a round of 7
+		grain()
+	}
+	if len(last) != 12 {
+		t.Fatalf("a round of 7 turns sent to %d of 12 members", len(last))
+	}
+	h.mu.Lock()
+	h.budget = 80
+	h.eventLocked(r, fanEvent(12, presence.Online, presence.Joined))
+	h.mu.Unlock()
+	first := clock
+	for range 12 { // two rounds of 6: slot 6 waits one
+		grain()
+	}
+	for i := range conns {
+		if !last[i].After(first) {
+			t.Errorf("member %d never got 12", i)
 		}
 	}
 }

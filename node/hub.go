@@ -70,7 +70,8 @@ type hub struct {
 	// batchFrom local members send members taking events frames one per
 	// tick; counts go out at most once per tick.
 	tick      time.Duration
-	split     int // grains per tick: busy rooms' turns go out every tick/split (fanout.go)
+	split     int              // grains per tick: busy rooms' turns go out every tick/split (fanout.go)
+	clock     func() time.Time // the fan-out's clock; nil: time.Now (tests script it)
 	batchFrom int
 	budget    int     // Config.FanoutBudget
 	counter   Counter // where count frames come from; nil: view count refused
@@ -168,6 +169,9 @@ type member struct {
 	// waiting member's floor serve no one.
 	floor uint64
 	slot  uint32 // its turn is slot mod the room's turns (turnsLocked)
+	// framed: when its last turn's events frame was queued (the hub's
+	// clock): no turn sends it a second frame within a tick.
+	framed time.Time
 	// View count: the count last sent and the read it came from.
 	sent int
 	gen  uint64
