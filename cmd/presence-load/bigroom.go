@@ -271,6 +271,7 @@ func (r *bigRun) openGroup(ctx context.Context, name string, spec openSpec, n in
 			}
 			total.Opened += res.Opened
 			total.Failed += res.Failed
+			total.Retried += res.Retried
 			if total.FirstErr == "" {
 				total.FirstErr = res.FirstErr
 			}
@@ -301,7 +302,7 @@ func (r *bigRun) reportOpen(what string, n int, res openResp) {
 	if res.Failed > 0 {
 		fmt.Fprintf(r.out, " (refusals: %s; first error: %s)", codes(res.Codes), res.FirstErr)
 	}
-	fmt.Fprintf(r.out, "; reply %q; tick_ms in hello %v\n", res.Reply, res.TickMS)
+	fmt.Fprintf(r.out, "; sent again after unavailable %d; reply %q; tick_ms in hello %v\n", res.Retried, res.Reply, res.TickMS)
 	if res.Failed > 0 {
 		r.fail("%s: %d of %d connections failed (%s)", what, res.Failed, n, res.FirstErr)
 	}

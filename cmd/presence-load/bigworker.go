@@ -81,6 +81,9 @@ type openResp struct {
 	TickMS   []int          `json:"tick_ms"` // distinct tick_ms seen in hello (0: absent)
 	Reply    string         `json:"reply,omitempty"`
 	Took     time.Duration  `json:"took"`
+	// Retried counts joins sent again after an unavailable's
+	// retry_after_ms, as a client does (the node's join limiter).
+	Retried int `json:"retried,omitempty"`
 }
 
 // statsResp is what a worker's connections saw since the last mark.
@@ -354,9 +357,10 @@ func (w *bigWorker) open(ctx context.Context, spec *openSpec) (openResp, error) 
 			if spec.Role == roleWatch && k < len(spec.Users) {
 				users = spec.Users[k]
 			}
-			tick, reply, err := c.open(ctx, d, users)
+			tick, reply, retried, err := c.open(ctx, d, users)
 			mu.Lock()
 			defer mu.Unlock()
+			resp.Retried += retried
 			if err != nil {
 				resp.Failed++
 				var re *refusal
@@ -388,22 +392,28 @@ func (w *bigWorker) open(ctx context.Context, spec *openSpec) (openResp, error) 
 	return resp, ctx.Err()
 }
 
+// openRetries is how many times a join or watch is sent again after an
+// unavailable.
+const openRetries = 20
+
 // refusal is an error frame answering the join or watch.
 type refusal struct{ code, msg string }
 
 func (r *refusal) Error() string { return r.code + ": " + r.msg }
 
 // open dials, reads the hello, sends the role's request and reads until
-// its reply; then reading goes on in its own goroutine. It returns the
-// hello's tick_ms and the reply's type.
-func (c *bconn) open(ctx context.Context, d *dialer, users []string) (int, string, error) {
+// its reply, sending it again after each unavailable's retry_after_ms
+// (openRetries times); then reading goes on in its own goroutine. It
+// returns the hello's tick_ms, the reply's type and the retries.
+func (c *bconn) open(ctx context.Context, d *dialer, users []string) (int, string, int, error) {
 	spec := c.spec
 	ws, err := d.dialToken(ctx, c.user, "s", spec.Role == roleCount)
 	if err != nil {
-		return 0, "", err
+		return 0, "", 0, err
 	}
 	c.ws = ws
-	fail := func(err error) (int, string, error) { ws.Close(); return 0, "", err }
+	retried := 0
+	fail := func(err error) (int, string, int, error) { ws.Close(); return 0, "", retried, err }
 	_ = ws.SetReadDeadline(time.Now().Add(60 * time.Second))
 	_, data, err := ws.ReadMessage()
 	if err != nil {
@@ -456,13 +466,26 @@ func (c *bconn) open(ctx context.Context, d *dialer, users []string) (int, strin
 		}
 		if typ == "error" {
 			var f struct {
-				Code    string `json:"code"`
-				Message string `json:"message"`
+				Code         string `json:"code"`
+				Message      string `json:"message"`
+				RetryAfterMS int64  `json:"retry_after_ms"`
 			}
 			if json.Unmarshal(data, &f) != nil {
 				return fail(fmt.Errorf("unreadable error frame %.100s", data))
 			}
-			return fail(&refusal{f.Code, f.Message})
+			if f.Code != "unavailable" || f.RetryAfterMS <= 0 || retried == openRetries {
+				return fail(&refusal{f.Code, f.Message})
+			}
+			retried++
+			select {
+			case <-time.After(time.Duration(f.RetryAfterMS) * time.Millisecond):
+			case <-ctx.Done():
+				return fail(ctx.Err())
+			}
+			if err := c.write([]byte(req)); err != nil {
+				return fail(err)
+			}
+			continue
 		}
 		_ = ws.SetReadDeadline(time.Time{})
 		if c.parse {
@@ -476,7 +499,7 @@ func (c *bconn) open(ctx context.Context, d *dialer, users []string) (int, strin
 			}
 		}
 		go c.readLoop()
-		return hello.Limits.TickMS, typ, nil
+		return hello.Limits.TickMS, typ, retried, nil
 	}
 }
 
