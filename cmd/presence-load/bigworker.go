@@ -392,6 +392,29 @@ func (w *bigWorker) open(ctx context.Context, spec *openSpec) (openResp, error) 
 	return resp, ctx.Err()
 }
 
+// again sends a join or watch (req) again after its refusal (frame, an
+// error frame) if the refusal is an unavailable with a retry hint and
+// retried is under openRetries; otherwise it returns the refusal.
+func (c *bconn) again(ctx context.Context, frame, req []byte, retried int) error {
+	var f struct {
+		Code         string `json:"code"`
+		Message      string `json:"message"`
+		RetryAfterMS int64  `json:"retry_after_ms"`
+	}
+	if json.Unmarshal(frame, &f) != nil {
+		return fmt.Errorf("unreadable error frame %.100s", frame)
+	}
+	if f.Code != "unavailable" || f.RetryAfterMS <= 0 || retried >= openRetries {
+		return &refusal{f.Code, f.Message}
+	}
+	select {
+	case <-time.After(time.Duration(f.RetryAfterMS) * time.Millisecond):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return c.write(req)
+}
+
 // openRetries is how many times a join or watch is sent again after an
 // unavailable.
 const openRetries = 20
@@ -465,26 +488,10 @@ func (c *bconn) open(ctx context.Context, d *dialer, users []string) (int, strin
 			continue // a frame before the reply (none is expected)
 		}
 		if typ == "error" {
-			var f struct {
-				Code         string `json:"code"`
-				Message      string `json:"message"`
-				RetryAfterMS int64  `json:"retry_after_ms"`
-			}
-			if json.Unmarshal(data, &f) != nil {
-				return fail(fmt.Errorf("unreadable error frame %.100s", data))
-			}
-			if f.Code != "unavailable" || f.RetryAfterMS <= 0 || retried == openRetries {
-				return fail(&refusal{f.Code, f.Message})
-			}
-			retried++
-			select {
-			case <-time.After(time.Duration(f.RetryAfterMS) * time.Millisecond):
-			case <-ctx.Done():
-				return fail(ctx.Err())
-			}
-			if err := c.write([]byte(req)); err != nil {
+			if err := c.again(ctx, data, []byte(req), retried); err != nil {
 				return fail(err)
 			}
+			retried++
 			continue
 		}
 		_ = ws.SetReadDeadline(time.Time{})
