@@ -462,19 +462,8 @@ func TestTurnsGoEveryGrainAndOtherRoomsAtTheTick(t *testing.T) {
 	h.tick, h.split, h.budget = 100*time.Millisecond, 4, 40 // 12 members at 40 frames/s: every 300 ms, 12 turns of 25 ms
 	clock := time.Unix(1000, 0)
 	h.clock = func() time.Time { return clock }
-	var conns []*conn
+	conns := liveTurnMembers(t, h, r, 12)
 	h.mu.Lock()
-	for i := range 12 {
-		c := queuedConn(fmt.Sprint("u", i))
-		r.members[c] = &member{in: interest{detail: detailSessions, batch: true}, slot: uint32(i)}
-		conns = append(conns, c)
-	}
-	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 10}, "j", reasonJoin, r.members) {
-		t.Fatal("snapshot refused")
-	}
-	for _, c := range conns {
-		c.takeQueue()
-	}
 	h.eventLocked(r, fanEvent(11, presence.Online, presence.Joined))
 	h.mu.Unlock()
 	got := func() (who []int) {
@@ -551,19 +540,8 @@ func TestNoTurnSendsAMemberTwoFramesWithinATick(t *testing.T) {
 	h.tick, h.split, h.budget = 100*time.Millisecond, 4, 69
 	clock := time.Unix(1000, 0)
 	h.clock = func() time.Time { return clock }
-	var conns []*conn
+	conns := liveTurnMembers(t, h, r, 12)
 	h.mu.Lock()
-	for i := range 12 {
-		c := queuedConn(fmt.Sprint("u", i))
-		r.members[c] = &member{in: interest{detail: detailSessions, batch: true}, slot: uint32(i)}
-		conns = append(conns, c)
-	}
-	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 10}, "j", reasonJoin, r.members) {
-		t.Fatal("snapshot refused")
-	}
-	for _, c := range conns {
-		c.takeQueue()
-	}
 	h.eventLocked(r, fanEvent(11, presence.Online, presence.Joined))
 	h.mu.Unlock()
 	last := map[int]time.Time{}
@@ -598,4 +576,25 @@ func TestNoTurnSendsAMemberTwoFramesWithinATick(t *testing.T) {
 			t.Errorf("member %d never got 12", i)
 		}
 	}
+}
+
+// liveTurnMembers adds n live members taking events frames to r, in slots
+// 0..n-1, after a snapshot at room_seq 10 (taken off their queues).
+func liveTurnMembers(t *testing.T, h *hub, r *room, n int) []*conn {
+	t.Helper()
+	var conns []*conn
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := range n {
+		c := queuedConn(fmt.Sprint("u", i))
+		r.members[c] = &member{in: interest{detail: detailSessions, batch: true}, slot: uint32(i)}
+		conns = append(conns, c)
+	}
+	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 10}, "j", reasonJoin, r.members) {
+		t.Fatal("snapshot refused")
+	}
+	for _, c := range conns {
+		c.takeQueue()
+	}
+	return conns
 }
