@@ -458,14 +458,8 @@ func TestABusyRoomsMembersTakeTurns(t *testing.T) {
 }
 
 func TestTurnsGoEveryGrainAndOtherRoomsAtTheTick(t *testing.T) {
-	h, r := fanoutHub(t, 1)
-	h.tick, h.split, h.budget = 100*time.Millisecond, 4, 40 // 12 members at 40 frames/s: every 300 ms, 12 turns of 25 ms
-	clock := time.Unix(1000, 0)
-	h.clock = func() time.Time { return clock }
-	conns := liveTurnMembers(t, h, r, 12)
-	h.mu.Lock()
-	h.eventLocked(r, fanEvent(11, presence.Online, presence.Joined))
-	h.mu.Unlock()
+	// 12 members at 40 frames/s: every 300 ms, 12 turns of 25 ms.
+	h, r, conns, clock := grainHub(t, 40)
 	got := func() (who []int) {
 		for i, c := range conns {
 			for _, f := range c.takeQueue() {
@@ -478,7 +472,7 @@ func TestTurnsGoEveryGrainAndOtherRoomsAtTheTick(t *testing.T) {
 		return who
 	}
 	grain := func(full bool) {
-		clock = clock.Add(h.tick / 4) // the next grain is due
+		*clock = clock.Add(h.tick / 4) // the next grain is due
 		h.fan(full)
 	}
 	// Between ticks, the turns go on: one member a grain, each once.
@@ -533,27 +527,20 @@ func TestAGrainIsAShareOfTheTick(t *testing.T) {
 }
 
 func TestNoTurnSendsAMemberTwoFramesWithinATick(t *testing.T) {
-	h, r := fanoutHub(t, 1)
 	// 12 members at 69 frames/s: every 174 ms, 7 turns of 25 ms; at 80
 	// frames/s, every 150 ms, 6 turns. Slot 6 is the last of 7 turns and
 	// the first of 6.
-	h.tick, h.split, h.budget = 100*time.Millisecond, 4, 69
-	clock := time.Unix(1000, 0)
-	h.clock = func() time.Time { return clock }
-	conns := liveTurnMembers(t, h, r, 12)
-	h.mu.Lock()
-	h.eventLocked(r, fanEvent(11, presence.Online, presence.Joined))
-	h.mu.Unlock()
+	h, r, conns, clock := grainHub(t, 69)
 	last := map[int]time.Time{}
 	grain := func() {
-		clock = clock.Add(h.tick / 4)
+		*clock = clock.Add(h.tick / 4)
 		h.fan(false)
 		for i, c := range conns {
 			for range c.takeQueue() {
 				if at, ok := last[i]; ok && clock.Sub(at) < h.tick {
 					t.Fatalf("member %d got a frame %v after its last", i, clock.Sub(at))
 				}
-				last[i] = clock
+				last[i] = *clock
 			}
 		}
 	}
@@ -567,7 +554,7 @@ func TestNoTurnSendsAMemberTwoFramesWithinATick(t *testing.T) {
 	h.budget = 80
 	h.eventLocked(r, fanEvent(12, presence.Online, presence.Joined))
 	h.mu.Unlock()
-	first := clock
+	first := *clock
 	for range 12 { // two rounds of 6: slot 6 waits one
 		grain()
 	}
@@ -576,6 +563,23 @@ func TestNoTurnSendsAMemberTwoFramesWithinATick(t *testing.T) {
 			t.Errorf("member %d never got 12", i)
 		}
 	}
+}
+
+// grainHub is a hub of 100 ms ticks in grains of 25 ms, on a scripted
+// clock (*clock), at budget frames/s, with a room of 12 live members in
+// slots 0..11 and event 11 pending.
+func grainHub(t *testing.T, budget int) (*hub, *room, []*conn, *time.Time) {
+	t.Helper()
+	h, r := fanoutHub(t, 1)
+	h.tick, h.split, h.budget = 100*time.Millisecond, 4, budget
+	clock := new(time.Time)
+	*clock = time.Unix(1000, 0)
+	h.clock = func() time.Time { return *clock }
+	conns := liveTurnMembers(t, h, r, 12)
+	h.mu.Lock()
+	h.eventLocked(r, fanEvent(11, presence.Online, presence.Joined))
+	h.mu.Unlock()
+	return h, r, conns, clock
 }
 
 // liveTurnMembers adds n live members taking events frames to r, in slots
