@@ -9,7 +9,7 @@
 # coverage profile).
 # Tools run at pinned versions with `go run module@version`: nothing to
 # install, and go.mod stays the service's.
-.PHONY: dev test test-short test-js typecheck-js cover deps bench fuzz lint fmt-check vet staticcheck golangci-lint tidy-check vulndb vulncheck ci-vulncheck deploy-check
+.PHONY: size-check dev test test-short test-js typecheck-js cover deps bench fuzz lint fmt-check vet staticcheck golangci-lint tidy-check vulndb vulncheck ci-vulncheck deploy-check
 
 STATICCHECK   = go run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 GOLANGCI_LINT = go run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.15.0
@@ -63,6 +63,11 @@ cover: deps
 	$(MAKE) --no-print-directory test-js
 
 lint: fmt-check vet staticcheck golangci-lint
+
+# No tracked file over 1 MB: build outputs and data dumps stay out of git.
+size-check:
+	@big=$$(git ls-files -z | xargs -0 -r stat -c '%s %n' 2>/dev/null | awk '$$1 > 1048576 {print $$2 " (" $$1 " bytes)"}'); \
+	  test -z "$$big" || { echo "tracked files over 1 MB:"; echo "$$big"; exit 1; }
 
 fmt-check:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
