@@ -94,3 +94,29 @@ func TestE2ENodeRefusesARegionOfAnotherFormat(t *testing.T) {
 		t.Fatalf("presence2:schema = %q, want 2", v)
 	}
 }
+
+// An embedded nats-server whose port is taken ends the start at once with
+// the listener's error, as a taken HTTP port does.
+func TestE2EEmbeddedNATSPortInUse(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	e := &env{t: t, redis: testredis.Start(t).Addr}
+	start := time.Now()
+	p := e.start([]string{"node", "--region", "eu", "--redis", e.redis, "--nats-port", fmt.Sprint(port),
+		"--nats-store-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--jwt-secret", e2eSecret}, false)
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the node did not exit on a taken NATS port:\n%s", p.out.String())
+	}
+	if took := time.Since(start); took > 8*time.Second {
+		t.Fatalf("exit after %v: a taken port is not a timeout", took)
+	}
+	if p.err == nil || !strings.Contains(p.out.String(), "address already in use") {
+		t.Fatalf("exit %v, output:\n%s", p.err, p.out.String())
+	}
+}

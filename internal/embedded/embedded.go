@@ -229,14 +229,20 @@ func Start(cfg Config) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded: %w", err)
 	}
-	if cfg.Logger != nil {
-		s.SetLogger(slogAdapter{cfg.Logger}, false, false)
+	// The server reports a listener it cannot open (a port in use) as a
+	// fatal log line and keeps waiting; the adapter turns it into an
+	// error at once, whether or not the caller wants the log.
+	lg := cfg.Logger
+	if lg == nil {
+		lg = slog.New(slog.DiscardHandler)
 	}
+	ad := slogAdapter{l: lg, fatal: make(chan string, 1)}
+	s.SetLogger(ad, false, false)
 	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
+	if err := waitReady(s, ad.fatal, 10*time.Second); err != nil {
 		s.Shutdown()
 		s.WaitForShutdown()
-		return nil, fmt.Errorf("embedded: nats-server on %s:%d not ready in 10s", cfg.Host, cfg.Port)
+		return nil, fmt.Errorf("embedded: nats-server on %s:%d: %w", cfg.Host, cfg.Port, err)
 	}
 	if !s.JetStreamEnabled() {
 		s.Shutdown()
@@ -246,9 +252,30 @@ func Start(cfg Config) (*server.Server, error) {
 	return s, nil
 }
 
+// waitReady returns once s accepts clients, or at the server's first
+// fatal error, or after d.
+func waitReady(s *server.Server, fatal <-chan string, d time.Duration) error {
+	deadline := time.Now().Add(d)
+	for !s.ReadyForConnections(50 * time.Millisecond) {
+		select {
+		case msg := <-fatal:
+			return fmt.Errorf("%s", msg)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready in %v", d)
+		}
+	}
+	return nil
+}
+
 // slogAdapter writes the server's log to a slog.Logger. Fatal is logged
-// as an error: the host process decides whether to exit.
-type slogAdapter struct{ l *slog.Logger }
+// as an error and its first message passed on to fatal: the host process
+// decides whether to exit.
+type slogAdapter struct {
+	l     *slog.Logger
+	fatal chan string
+}
 
 func (a slogAdapter) log(level slog.Level, format string, v []any) {
 	if ctx := context.Background(); a.l.Enabled(ctx, level) {
@@ -258,7 +285,13 @@ func (a slogAdapter) log(level slog.Level, format string, v []any) {
 
 func (a slogAdapter) Noticef(format string, v ...any) { a.log(slog.LevelInfo, format, v) }
 func (a slogAdapter) Warnf(format string, v ...any)   { a.log(slog.LevelWarn, format, v) }
-func (a slogAdapter) Fatalf(format string, v ...any)  { a.log(slog.LevelError, format, v) }
-func (a slogAdapter) Errorf(format string, v ...any)  { a.log(slog.LevelError, format, v) }
-func (a slogAdapter) Debugf(format string, v ...any)  { a.log(slog.LevelDebug, format, v) }
-func (a slogAdapter) Tracef(format string, v ...any)  { a.log(slog.LevelDebug, format, v) }
+func (a slogAdapter) Fatalf(format string, v ...any) {
+	a.log(slog.LevelError, format, v)
+	select {
+	case a.fatal <- fmt.Sprintf(format, v...):
+	default:
+	}
+}
+func (a slogAdapter) Errorf(format string, v ...any) { a.log(slog.LevelError, format, v) }
+func (a slogAdapter) Debugf(format string, v ...any) { a.log(slog.LevelDebug, format, v) }
+func (a slogAdapter) Tracef(format string, v ...any) { a.log(slog.LevelDebug, format, v) }

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -109,5 +111,28 @@ func TestConfig(t *testing.T) {
 				t.Errorf("%+v: %v", bad, err)
 			}
 		})
+	}
+}
+
+// A port in use is reported at once, with the listener's own error, not
+// after the readiness timeout.
+func TestStartPortInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	start := time.Now()
+	s, err := embedded.Start(embedded.Config{Port: port, StoreDir: t.TempDir()})
+	if err == nil {
+		s.Shutdown()
+		t.Fatal("started on a port in use")
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("reported after %v", took)
+	}
+	if !strings.Contains(err.Error(), "address already in use") || !strings.Contains(err.Error(), strconv.Itoa(port)) {
+		t.Fatalf("error %q names neither the cause nor the port", err)
 	}
 }
