@@ -33,9 +33,10 @@ deps:
 # Built, then run, rather than `go run`: the go command exits 1 when it is
 # interrupted, whatever its child does, and make would print "Error 1" for
 # a Ctrl-C. presenced itself exits 0 on SIGINT after draining.
+# make dev ARGS='--listen 127.0.0.1:9080 --nats-port -1' passes flags on.
 dev: deps
 	go build -o bin/presenced ./cmd/presenced
-	./bin/presenced dev
+	./bin/presenced dev $(ARGS)
 
 test: deps
 	go test -race -count=1 ./...
