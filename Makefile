@@ -35,7 +35,7 @@ deps:
 # a Ctrl-C. presenced itself exits 0 on SIGINT after draining.
 # make dev ARGS='--listen 127.0.0.1:9080 --nats-port -1' passes flags on.
 dev: deps
-	go build -o bin/presenced ./cmd/presenced
+	go build -buildvcs=auto -o bin/presenced ./cmd/presenced
 	./bin/presenced dev $(ARGS)
 
 test: deps

@@ -100,6 +100,9 @@ type Config struct {
 	// member shares); every other frame goes out plain.
 	NoCompression bool
 
+	// Build describes the running binary (version, commit, Go, protocol,
+	// data format); the health endpoint shows it as it is.
+	Build map[string]string
 	// Checks are more health checks, by name: while one returns an error
 	// the node reports itself degraded (503), e.g. "stream" while
 	// transitions cannot be stored.

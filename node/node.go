@@ -383,6 +383,9 @@ type Health struct {
 	Connections int64 `json:"connections"`
 	Sessions    int   `json:"sessions"`
 	Rooms       int   `json:"rooms"`
+
+	// Build is Config.Build: what this process is (version, commit…).
+	Build map[string]string `json:"build,omitempty"`
 }
 
 // pinger is a Store that can tell whether it is reachable; the health
@@ -400,7 +403,7 @@ const healthPingTimeout = time.Second
 // stops sending clients to a draining node or to one whose joins would
 // fail.
 func (n *Node) serveHealth(w http.ResponseWriter, r *http.Request) {
-	h := Health{NATS: n.cfg.NATS.Status().String(), Store: "ok", Connections: n.counts.open.Load(), Sessions: n.keeper.held(), Rooms: n.hub.count()}
+	h := Health{NATS: n.cfg.NATS.Status().String(), Store: "ok", Connections: n.counts.open.Load(), Sessions: n.keeper.held(), Rooms: n.hub.count(), Build: n.cfg.Build}
 	healthy := true
 	if p, ok := n.cfg.Store.(pinger); ok {
 		ctx, cancel := context.WithTimeout(r.Context(), healthPingTimeout)

@@ -18,6 +18,9 @@ import (
 // Redis emptied after every node of the old version stopped).
 const schemaVersion = "2"
 
+// FormatVersion is the data format this store reads and writes.
+const FormatVersion = schemaVersion
+
 // SchemaError is a region holding data of another format than this
 // store's: its nodes must not write it (see region/doc.go, "Upgrading").
 type SchemaError struct {

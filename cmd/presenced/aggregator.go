@@ -177,6 +177,9 @@ func (c *aggregatorCommand) newAggregator() error {
 	c.agg = a
 	c.reg = prometheus.NewRegistry()
 	c.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := registerBuildInfo(c.reg); err != nil {
+		return err
+	}
 	if err := registerAggregatorMetrics(c.reg, a); err != nil {
 		return err
 	}
@@ -213,13 +216,14 @@ type aggregatorHealth struct {
 	NATS    string                `json:"nats"`
 	Leader  bool                  `json:"leader"`
 	Regions []global.RegionStatus `json:"regions"`
+	Build   map[string]string     `json:"build"`
 }
 
 // serveAggregatorHealth answers 200 once started while NATS is connected,
 // else 503. A standby is healthy: it answers queries and is ready to take
 // over.
 func serveAggregatorHealth(w http.ResponseWriter, nc *nats.Conn, a *global.Aggregator, started bool) {
-	h := aggregatorHealth{Status: "ok", NATS: nc.Status().String(), Leader: a.Leader(), Regions: a.RegionStatuses()}
+	h := aggregatorHealth{Status: "ok", NATS: nc.Status().String(), Leader: a.Leader(), Regions: a.RegionStatuses(), Build: buildInfo()}
 	code := http.StatusOK
 	switch {
 	case !nc.IsConnected():

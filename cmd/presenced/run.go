@@ -10,9 +10,6 @@ import (
 	"time"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "0.1.0-dev"
-
 // usageError is a bad command line: exit code 2.
 type usageError struct{ msg string }
 
@@ -25,7 +22,7 @@ commands:
   aggregator  run a cross-region aggregator (the global view)
   dev         run everything on this machine: embedded NATS, a local
               redis-server, one node and a demo page
-  version     print the version
+  version     print the version, commit, Go, protocol and data format
 
 Run 'presenced <command> -h' for the command's flags. Every flag can also
 be set with an environment variable: --session-ttl is PRESENCE_SESSION_TTL.
@@ -45,7 +42,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "aggregator":
 		return runAggregatorCommand(ctx, args[1:], stderr)
 	case "version", "-version", "--version":
-		fmt.Fprintln(stdout, "presenced", version)
+		fmt.Fprintln(stdout, versionLine(buildInfo()))
 		return nil
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)

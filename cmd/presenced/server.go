@@ -427,6 +427,9 @@ func (s *nodeServer) openStore(ctx context.Context) error {
 	s.publisher = bus.NewPublisher(s.js, s.cfg.Region, bus.WithStreamConfig(s.streamCfg))
 	s.reg = prometheus.NewRegistry()
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := registerBuildInfo(s.reg); err != nil {
+		return err
+	}
 	sink, err := newCountingSink(s.reg, s.publisher)
 	if err != nil {
 		return err
@@ -490,7 +493,7 @@ func (s *nodeServer) startGlobal(ctx context.Context) error {
 func (s *nodeServer) startNode(context.Context) error {
 	n, err := node.New(node.Config{
 		Region: s.cfg.Region, Store: s.store, NATS: s.nc, Global: s.global,
-		Auth: s.cfg.Auth, Limits: s.cfg.Limits, Logger: s.lg, Metrics: s.reg,
+		Auth: s.cfg.Auth, Limits: s.cfg.Limits, Logger: s.lg, Metrics: s.reg, Build: buildInfo(),
 		FanoutTick: s.cfg.FanoutTick, BatchFrom: s.cfg.BatchFrom, FanoutBudget: s.cfg.FanoutBudget, NoCompression: s.cfg.NoCompression,
 		Checks: map[string]func() error{"stream": s.publisher.Err},
 	})
