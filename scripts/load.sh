@@ -25,7 +25,7 @@
 #                                15,000 under the same churn
 #   scripts/load.sh bigroom-watch  15,000 watchers of 50 users each of a
 #                                room of 15,000 under the same churn
-#   scripts/load.sh reconnect-storm  issue 12's storm: 200,000 sessions held
+#   scripts/load.sh reconnect-storm  the reconnect storm: 200,000 sessions held
 #                                by nodes that die, back within 60 s on this
 #                                one Redis, through stand-ins for 14 nodes
 #                                that use the node's join limiter and
@@ -36,7 +36,7 @@
 #                                further arguments go to presence-load, e.g.
 #                                --join-rate -1 --extend=false for the code
 #                                before the limiter and the extender.
-#   scripts/load.sh centrifugo   issue 11's side by side, in one run: Centrifugo
+#   scripts/load.sh centrifugo   the side by side, in one run: Centrifugo
 #                                v6.9.1 (built from the Go module proxy into
 #                                the run's temp dir; CENTRIFUGO_BIN skips the
 #                                build) with a channel of 15,000 subscribers

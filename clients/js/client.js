@@ -84,7 +84,7 @@ function byteLength(str) {
   return unescape(encodeURIComponent(str)).length;
 }
 
-// ---- members and the folding rule (notes: spec of issue 10) ----
+// ---- members and the folding rule (the same rule as node/fold_test.go) ----
 
 const cmp = (a, b) => (a < b ? -1 : a > b ? 1 : 0); // ids are ASCII: code-unit order is byte order
 

@@ -24,7 +24,7 @@ import (
 
 // The bigroom mode: one room of thousands of members on one node, every
 // member a real WebSocket client reading its frames (docs/PROTOCOL.md "Big
-// rooms"; issue 11's measurements). Scenarios:
+// rooms" and docs/BENCHMARKS.md). Scenarios:
 //
 //   - members: fill the room with --room-size members joined with
 //     "batch":true on the measured node (--addr), time it; churn it at

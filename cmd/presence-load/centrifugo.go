@@ -23,7 +23,7 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// The centrifugo mode: issue 11's side by side with Centrifugo v6 where it
+// The centrifugo mode: the side by side with Centrifugo v6 where it
 // applies, join/leave events in a channel of 15,000 subscribers. It
 // mirrors the bigroom members scenario as far as Centrifugo's model goes:
 //

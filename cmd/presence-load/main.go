@@ -26,11 +26,11 @@
 //     lists; frames per member per tick, join -> visible, and views checked
 //     against a fresh read of the room (bigroom.go). Its connections live
 //     in bigroom-worker child processes.
-//   - centrifugo: the side by side of issue 11 with Centrifugo v6: a
+//   - centrifugo: the side by side with Centrifugo v6: a
 //     channel of 15,000 subscribers with join_leave, filled, then churned
 //     at increasing rates until Centrifugo breaks (centrifugo.go). Its
 //     connections live in centrifugo-worker child processes.
-//   - reconnect: issue 12's reconnect storm, 200,000 sessions back within
+//   - reconnect: the reconnect storm, 200,000 sessions back within
 //     a minute on one Redis, driven on the store by stand-ins for nodes
 //     that use the node's own join limiter and extender (reconnect.go).
 //   - hog: busy-loops goroutines (a CPU tenant beside the node; latency

@@ -1,6 +1,6 @@
 package main
 
-// The reconnect mode: issue 12's storm, 200,000 sessions of a region
+// The reconnect mode: the storm of 200,000 sessions of a region
 // coming back within a minute onto one Redis, driven on the store by
 // stand-ins for nodes. A region that size needs 14 nodes of 15,000
 // connections and as many client processes again (20,000 open files

@@ -1,4 +1,4 @@
-// The folding rule (spec of issue 10): snapshot + events == a fresh snapshot.
+// The folding rule: snapshot + events == a fresh snapshot.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { setup, open, answerJoin, eventFrame, eventsFrame, snapshotFrame, plain, flush } from "./helpers.js";
