@@ -74,6 +74,7 @@ func (c *aggregatorCommand) parse(args []string, stderr io.Writer) error {
 	fs.StringVar(&c.listen, "listen", "", "serve /metrics and /healthz on this address (e.g. :9090); off when empty")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
+	fs.Usage = groupedUsage(fs, commandIntro[fs.Name()], "")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

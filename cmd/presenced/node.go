@@ -61,11 +61,7 @@ func (c *commonFlags) register(fs *flag.FlagSet, listen string) {
 	fs.DurationVar(&c.timing.OfflineGrace, "offline-grace", presence.DefaultOfflineGrace, "wait after a clean close before announcing offline")
 	fs.DurationVar(&c.timing.ReapInterval, "reap-interval", presence.DefaultReapInterval, "how often the reaper looks for due rooms")
 	fs.DurationVar(&c.timing.LastSeenInterval, "last-seen-interval", presence.DefaultLastSeenInterval, "at most one last-seen write per user this often")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage of %s:\n", fs.Name())
-		fs.PrintDefaults()
-		fmt.Fprint(fs.Output(), timingRules)
-	}
+	fs.Usage = groupedUsage(fs, commandIntro[fs.Name()], timingRules)
 	fs.IntVar(&c.maxConns, "max-connections", node.DefaultMaxConnections, "connections per node (keep under the open-files limit)")
 	fs.IntVar(&c.maxRooms, "max-rooms", node.DefaultMaxRooms, "rooms per connection (and watched rooms)")
 	fs.IntVar(&c.maxWatchUsers, "max-watch-users", node.DefaultMaxWatchUsers, "users of one watch list")
