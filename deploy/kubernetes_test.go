@@ -413,7 +413,7 @@ func presencedFlags(t *testing.T) map[string]map[string]bool {
 		flags[cmd] = map[string]bool{}
 		for _, line := range bytes.Split(out, []byte("\n")) {
 			if f := strings.Fields(string(line)); len(f) > 0 && bytes.HasPrefix(line, []byte("  -")) {
-				flags[cmd][strings.TrimPrefix(f[0], "-")] = true
+				flags[cmd][strings.TrimLeft(f[0], "-")] = true
 			}
 		}
 		if !flags[cmd]["nats"] || !flags[cmd]["listen"] {

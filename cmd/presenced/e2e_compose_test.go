@@ -334,7 +334,7 @@ func commandFlags(t *testing.T, command string) map[string]bool {
 	flags := map[string]bool{}
 	for _, line := range strings.Split(string(out), "\n") {
 		if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(line, "  -") {
-			flags[strings.TrimPrefix(f[0], "-")] = true
+			flags[strings.TrimLeft(f[0], "-")] = true
 		}
 	}
 	if !flags["nats"] || !flags["listen"] {
