@@ -60,10 +60,24 @@ func runDevCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	cfg.logEvents = true
 	cfg.routes = demoRoutes
-	cfg.ready = func(addr string) {
-		fmt.Fprintf(stdout, "\npresenced dev is running (region %q).\n  demo:      http://%s/  (open it in several tabs; ?room=NAME picks a room)\n  websocket: ws://%s/v1/ws?session=SID&user=UID\n  nats:      every transition on presence.> (logged below)\nCtrl-C stops it.\n\n", cfg.Region, addr, addr)
-	}
+	cfg.ready = func(addr, natsURL string) { fmt.Fprint(stdout, devBanner(cfg, addr, natsURL)) }
 	return serve(ctx, cfg)
+}
+
+// devBanner is what dev prints once it runs: where everything is, and
+// the command that follows its transitions from another terminal.
+func devBanner(cfg serverConfig, addr, natsURL string) string {
+	t := cfg.Timing.WithDefaults()
+	return fmt.Sprintf(`
+presenced dev is running (region %q).
+  demo:      http://%[2]s/  (open it in several tabs; ?room=NAME picks a room)
+  websocket: ws://%[2]s/v1/ws?session=SID&user=UID
+  nats:      %[3]s  (embedded nats-server; every transition is logged below)
+             nats sub --server %[3]s 'presence.>'
+  timing:    session TTL %[4]v, heartbeat %[5]v, offline grace %[6]v
+Ctrl-C stops it.
+
+`, cfg.Region, addr, natsURL, t.SessionTTL, t.Heartbeat, t.OfflineGrace)
 }
 
 // demoRoutes serves the demo page at / (dev, node --demo).

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 )
 
 // The quick start's run command: presenced dev starts its own
@@ -44,6 +46,27 @@ func TestE2EDevQuickStart(t *testing.T) {
 		out := p.out.String()
 		return strings.Contains(out, "online") && strings.Contains(out, "alice")
 	})
+
+	// The banner's nats sub line works as printed.
+	sub := regexp.MustCompile(`nats sub --server (nats://\S+) 'presence\.>'`).FindStringSubmatch(p.out.String())
+	if sub == nil || !strings.Contains(p.out.String(), "offline grace 1s") {
+		t.Fatalf("the banner names no NATS URL or timing:\n%s", p.out.String())
+	}
+	nc, err := nats.Connect(sub[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	events, err := nc.SubscribeSync("presence.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = nc.Flush()
+	dialURL(t, "ws://"+p.addr+"/v1/ws?session=tab2&user=bob", "bob", "tab2").join("lobby")
+	msg, err := events.NextMsg(10 * time.Second)
+	if err != nil || msg.Subject != "presence.local.lobby.online.bob" {
+		t.Fatalf("on the banner's NATS: %v %v", msg, err)
+	}
 
 	p.signal(syscall.SIGTERM)
 	if code := p.exit(t, 15*time.Second); code != 0 {

@@ -67,9 +67,9 @@ type serverConfig struct {
 	Global        bool
 	GlobalCadence time.Duration
 
-	routes    func(*http.ServeMux) // extra HTTP routes (dev's demo page)
-	logEvents bool                 // log every transition (dev)
-	ready     func(addr string)    // called once listening
+	routes    func(*http.ServeMux)       // extra HTTP routes (dev's demo page)
+	logEvents bool                       // log every transition (dev)
+	ready     func(addr, natsURL string) // called once running
 }
 
 // natsAuth returns the connect options for a secured NATS: a .creds file
@@ -217,7 +217,7 @@ func (s *nodeServer) run(ctx context.Context) error {
 	s.handler.Store(&h)
 	s.lg.Info("presenced: ready", "region", s.cfg.Region)
 	if s.cfg.ready != nil {
-		s.cfg.ready(s.ln.Addr().String())
+		s.cfg.ready(s.ln.Addr().String(), s.nc.ConnectedUrlRedacted())
 	}
 	select {
 	case <-ctx.Done():
