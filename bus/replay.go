@@ -124,12 +124,22 @@ func Replay(ctx context.Context, js jetstream.JetStream, region, room string, sn
 	}
 	info := stream.CachedInfo()
 	r.created = info.Created
+	if snap.At.Before(info.Created) && r.resnapshot != nil {
+		// The snapshot is older than the stream: what happened between
+		// them may have gone with an earlier stream.
+		if snap, err = r.resnapshot(ctx); err != nil {
+			return nil, fmt.Errorf("bus: replay %s/%s: fresh snapshot: %w", region, room, err)
+		}
+		r.apply(snap)
+	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{RoomFilter(region, room)}}
 	switch {
-	case snap.StreamSeq > info.State.LastSeq:
-		// The stream is younger than the snapshot's position: it was
-		// made again (its JetStream store lost). Read the room's part of
-		// it whole; room seq and epoch skip what the snapshot has.
+	case snap.StreamSeq > info.State.LastSeq || (snap.StreamSeq > 0 && snap.Epoch < info.Created.UnixMilli()):
+		// The snapshot's position is of an earlier stream (its
+		// JetStream store lost; the room, numbered before this stream
+		// was made, has not been renumbered yet). Read the room's part
+		// of this one whole; room seq and epoch skip what the snapshot
+		// has.
 		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
 		r.seq.Reset(snap.Epoch, snap.RoomSeq)
 	case snap.StreamSeq > 0:
@@ -216,6 +226,9 @@ func (r *Replayer) checkStream() {
 					return // a passing error; the consumer recovers
 				}
 				old.Stop()
+				if !r.restartOnNewStream() {
+					return // stopped
+				}
 				cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{RoomFilter(r.region, r.room)},
 					DeliverPolicy: jetstream.DeliverAllPolicy}
 				if r.consume(r.ctx, cfg) == nil {
@@ -231,6 +244,30 @@ func (r *Replayer) checkStream() {
 			}
 		}
 	}()
+}
+
+// restartOnNewStream prepares the Replayer for a stream made again: what
+// it had not read of the old one is lost, so with WithResnapshot it
+// replaces the view with a fresh snapshot now, rather than at the room's
+// next transition (of a new epoch). It returns false once stopped.
+func (r *Replayer) restartOnNewStream() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return false
+	}
+	if r.resnapshot == nil {
+		return true
+	}
+	epoch, _, _ := r.seq.Position()
+	snap, ok := r.freshSnapshot(epoch)
+	if !ok {
+		return false
+	}
+	r.apply(snap)
+	r.seq.Reset(snap.Epoch, snap.RoomSeq)
+	r.syncGap()
+	return true
 }
 
 func (r *Replayer) handle(m jetstream.Msg) {
