@@ -52,7 +52,7 @@ func (c *conn) handle(mt int, data []byte) {
 	case typeJoin, typeLeave, typeState, typeMembers, typeWatch:
 		if !c.d.admission.admit() {
 			if req.Type == typeJoin {
-				c.refuseJoin(req, c.d.joins.refused(), "the node is at capacity")
+				c.refuseJoin(req, c.d.joins.refused(c.ref(req.Room)), "the node is at capacity")
 				return
 			}
 			c.d.metrics.rejectedFrames.WithLabelValues(string(CodeUnavailable)).Inc()
@@ -192,7 +192,7 @@ func (c *conn) join(ctx context.Context, req request) {
 	if err := c.d.sessions.hold(ctx, ref, c); err != nil {
 		c.d.rooms.remove(room, c)
 		c.d.log.Warn("node: join failed", "user", c.user, "session", c.session, "err", err)
-		c.refuseJoin(req, c.d.joins.refused(), "join failed")
+		c.refuseJoin(req, c.d.joins.refused(ref), "join failed")
 		return
 	}
 	c.rooms = append(c.rooms, room)
