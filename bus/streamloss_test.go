@@ -289,36 +289,10 @@ func TestALostStreamStartsANewEpochReadersEndWithTheTruth(t *testing.T) {
 	}
 
 	// A replay from the snapshot read before the loss.
-	var mu sync.Mutex
-	view := map[string]bool{}
-	applySnap := func(s presence.Snapshot) {
-		mu.Lock()
-		defer mu.Unlock()
-		clear(view)
-		for _, m := range s.Members {
-			view[m.User] = true
-		}
-	}
-	applySnap(before)
-	r, err := bus.Replay(context.Background(), js, "eu", "room", before, func(tr presence.Transition) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch tr.Kind {
-		case presence.Online:
-			view[tr.User] = true
-		case presence.Offline:
-			delete(view, tr.User)
-		}
-	}, bus.WithResnapshot(func(c context.Context) (presence.Snapshot, error) {
+	view := followRoom(t, js, before, func(c context.Context) (presence.Snapshot, error) {
 		return st.Snapshot(c, "room", 0, bus.MaxLimit)
-	}, applySnap))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Stop()
+	})
 	waitFor(t, 10*time.Second, "the replay to end with the truth", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Equal(slices.Sorted(maps.Keys(view)), truth())
+		return slices.Equal(view.members(), truth())
 	})
 }
