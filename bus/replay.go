@@ -95,7 +95,10 @@ func WithResnapshot(get func(context.Context) (presence.Snapshot, error), apply 
 // the room's numbering restarts (a new epoch) the Replayer takes a new
 // snapshot if WithResnapshot says how; without it, it only follows the
 // new numbering from 1, which is right for a room that was simply empty
-// for a while but leaves the view wrong after Redis lost its data. With snap.StreamSeq == 0 (no transition of the room
+// for a while but leaves the view wrong after Redis lost its data or the
+// stream its store. With WithResnapshot a snapshot older than the stream
+// (snap.At before its creation) is replaced by a fresh one before the
+// replay starts. With snap.StreamSeq == 0 (no transition of the room
 // acknowledged yet) the whole retained stream is read and transitions
 // older than snap.At are skipped.
 func Replay(ctx context.Context, js jetstream.JetStream, region, room string, snap presence.Snapshot, fn func(presence.Transition), opts ...ReplayOption) (*Replayer, error) {
@@ -189,8 +192,10 @@ func (r *Replayer) consume(ctx context.Context, cfg jetstream.OrderedConsumerCon
 // checkStream runs after a consumer error: if the stream was made again
 // (its store lost; the nodes make it again), the ordered consumer would
 // wait for sequences the new stream reaches much later, so the Replayer
-// starts over on the new stream from its first message; room seq and
-// epoch skip what was delivered, and a new epoch takes a new snapshot.
+// starts over on the new stream from its first message, after a fresh
+// snapshot (WithResnapshot: what it had not read of the old stream is
+// gone); room seq and epoch skip what was delivered, and the rooms' new
+// epoch in the new stream takes another snapshot.
 func (r *Replayer) checkStream() {
 	r.ccMu.Lock()
 	if r.checking {
