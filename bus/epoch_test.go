@@ -3,7 +3,6 @@ package bus_test
 import (
 	"context"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -49,33 +48,9 @@ func TestANewEpochAfterDataLossLeavesNoGhost(t *testing.T) {
 	if err != nil || snap.Total != 2 {
 		t.Fatalf("snapshot: %+v %v", snap, err)
 	}
-	var mu sync.Mutex
-	view := map[string]bool{}
-	applySnap := func(s presence.Snapshot) {
-		mu.Lock()
-		defer mu.Unlock()
-		clear(view)
-		for _, m := range s.Members {
-			view[m.User] = true
-		}
-	}
-	applySnap(snap)
-	r, err := bus.Replay(c, e.js, "eu", "room", snap, func(tr presence.Transition) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch tr.Kind {
-		case presence.Online:
-			view[tr.User] = true
-		case presence.Offline:
-			delete(view, tr.User)
-		}
-	}, bus.WithResnapshot(func(ctx context.Context) (presence.Snapshot, error) {
+	view := followRoom(t, e.js, snap, func(ctx context.Context) (presence.Snapshot, error) {
 		return client.Snapshot(ctx, "room", 0, bus.MaxLimit)
-	}, applySnap))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Stop()
+	})
 
 	rs.RestartEmpty(t)
 	// The live node refreshes (restores, silently); someone joins.
@@ -87,13 +62,6 @@ func TestANewEpochAfterDataLossLeavesNoGhost(t *testing.T) {
 	}
 	want := []string{"newbie", "stay"}
 	waitFor(t, 10*time.Second, "the reader's view to be the room's", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		got := make([]string, 0, len(view))
-		for u := range view {
-			got = append(got, u)
-		}
-		slices.Sort(got)
-		return slices.Equal(got, want)
+		return slices.Equal(view.members(), want)
 	})
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -136,4 +139,48 @@ func connectLike(tb testing.TB, e *env) *nats.Conn {
 	}
 	tb.Cleanup(nc.Close)
 	return nc
+}
+
+// roomView follows one room by BUS.md with bus.Replay: the snapshot, the
+// transitions after it, a fresh snapshot (get) on a new epoch or a
+// stream made again.
+type roomView struct {
+	mu    sync.Mutex
+	users map[string]bool
+}
+
+func followRoom(tb testing.TB, js jetstream.JetStream, snap presence.Snapshot, get func(context.Context) (presence.Snapshot, error)) *roomView {
+	tb.Helper()
+	v := &roomView{users: map[string]bool{}}
+	apply := func(s presence.Snapshot) {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		clear(v.users)
+		for _, m := range s.Members {
+			v.users[m.User] = true
+		}
+	}
+	apply(snap)
+	r, err := bus.Replay(context.Background(), js, snap.Region, snap.Room, snap, func(tr presence.Transition) {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		switch tr.Kind {
+		case presence.Online:
+			v.users[tr.User] = true
+		case presence.Offline:
+			delete(v.users, tr.User)
+		}
+	}, bus.WithResnapshot(get, apply))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(r.Stop)
+	return v
+}
+
+// members returns the view's users, sorted.
+func (v *roomView) members() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return slices.Sorted(maps.Keys(v.users))
 }

@@ -40,6 +40,7 @@ type Publisher struct {
 
 	mu      sync.Mutex
 	lastErr error // of the last Publish; nil once one succeeds
+	floor   floor // the stream's creation time, as last read
 }
 
 // PublisherOption configures a Publisher.
@@ -93,15 +94,27 @@ func streamGone(err error) bool {
 // sequence of the last one. Each message carries Nats-Msg-Id: t.ID, so
 // publishing a transition again within DuplicateWindow stores nothing and
 // is acknowledged with the original sequence. On error some of ts may be
-// stored; publishing the whole batch again is safe.
+// stored; publishing the whole batch again is safe. A batch with a
+// transition of an epoch below the stream's creation (EpochFloor) is
+// refused whole: its room starts a new epoch first (the regional store
+// does so for a FlooredSink).
 func (p *Publisher) Publish(ctx context.Context, ts []presence.Transition) (uint64, error) {
-	seq, err := p.publish(ctx, ts)
+	var seq uint64
+	err := errBelowFloor
+	if !p.belowFloor(ts) {
+		seq, err = p.publish(ctx, ts)
+	}
 	if err != nil && streamGone(err) {
 		// The stream is gone (its JetStream store was lost): this node
-		// owns it, so it makes it again, then sends the batch once more.
+		// owns it, so it makes it again, then sends the batch once more,
+		// unless the batch's numbering is older than the new stream.
 		// Nothing of the failed attempt reached any subscriber.
-		if _, eerr := EnsureStream(ctx, p.js, p.config); eerr == nil {
-			seq, err = p.publish(ctx, ts)
+		rec := p.reconnects()
+		if st, eerr := EnsureStream(ctx, p.js, p.config); eerr == nil {
+			p.setFloor(st, rec)
+			if err = errBelowFloor; !p.belowFloor(ts) {
+				seq, err = p.publish(ctx, ts)
+			}
 		} else {
 			err = errors.Join(err, eerr)
 		}

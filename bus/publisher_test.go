@@ -145,8 +145,10 @@ func TestPublisherRejects(t *testing.T) {
 }
 
 // The region's stream is gone (its JetStream store was lost): the
-// publisher makes it again, with its configuration, and stores the batch
-// once; nothing of the failed attempt reaches subscribers.
+// publisher makes it again, with its configuration. A batch numbered
+// before the new stream was made is refused whole (its room starts a new
+// epoch first); one numbered after is stored once; nothing of a failed
+// attempt reaches subscribers.
 func TestPublisherRecreatesAMissingStream(t *testing.T) {
 	e := newEnv(t, "eu")
 	all := record(t, e.nc, "presence.>")
@@ -154,21 +156,61 @@ func TestPublisherRecreatesAMissingStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	pub := bus.NewPublisher(e.js, "eu", bus.WithStreamConfig(bus.StreamConfig{Region: "eu", MaxAge: 3 * time.Hour}))
-	batch := []presence.Transition{tr("eu", "r", "u1", presence.Online, 1), tr("eu", "r", "u2", presence.Online, 2)}
-	seq, err := pub.Publish(t.Context(), batch)
-	if err != nil || seq != 2 || pub.Err() != nil {
-		t.Fatalf("publish with the stream gone: %d %v", seq, err)
+	old := []presence.Transition{tr("eu", "r", "u1", presence.Online, 1), tr("eu", "r", "u2", presence.Online, 2)}
+	if seq, err := pub.Publish(t.Context(), old); err == nil || seq != 0 || pub.Err() == nil {
+		t.Fatalf("a batch numbered before the new stream: %d %v", seq, err)
 	}
 	st, err := e.js.Stream(t.Context(), "PRESENCE_eu")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info := streamInfo(t, st); info.State.Msgs != 2 || info.Config.MaxAge != 3*time.Hour {
+	info := streamInfo(t, st)
+	if info.State.Msgs != 0 || info.Config.MaxAge != 3*time.Hour {
 		t.Fatalf("recreated stream: %+v %+v", info.State, info.Config)
+	}
+	floor, err := pub.EpochFloor(t.Context())
+	if err != nil || floor != info.Created.UnixMilli() {
+		t.Fatalf("epoch floor %d %v, want the stream's creation %d", floor, err, info.Created.UnixMilli())
+	}
+	renumbered := make([]presence.Transition, len(old))
+	for i, t := range old {
+		t.Epoch = floor
+		t.ID = fmt.Sprintf("eu/r/%d/%d", floor, t.Seq)
+		renumbered[i] = t
+	}
+	seq, err := pub.Publish(t.Context(), renumbered)
+	if err != nil || seq != 2 || pub.Err() != nil {
+		t.Fatalf("the batch renumbered: %d %v", seq, err)
 	}
 	waitFor(t, 5*time.Second, "both events", func() bool { return all.Len() >= 2 })
 	if n := all.Len(); n != 2 {
 		t.Fatalf("%d deliveries, want 2", n)
+	}
+}
+
+// EpochFloor is the stream's creation time. A publish that finds the
+// stream gone makes it again and moves the floor to the new stream at
+// once, refusing its batch of the old numbering.
+func TestEpochFloorFollowsTheStream(t *testing.T) {
+	e := newEnv(t, "eu")
+	first, err := e.pub.EpochFloor(t.Context())
+	if err != nil || first != streamInfo(t, e.stream).Created.UnixMilli() {
+		t.Fatalf("floor %d %v", first, err)
+	}
+	if err := e.js.DeleteStream(t.Context(), "PRESENCE_eu"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Millisecond) // a later creation, to the millisecond
+	// The publish finds no stream, makes it again and refuses the batch
+	// numbered before it.
+	b := tr("eu", "r", "u", presence.Online, 1)
+	b.Epoch, b.ID = first, fmt.Sprintf("eu/r/%d/1", first)
+	if _, err := e.pub.Publish(t.Context(), []presence.Transition{b}); err == nil {
+		t.Fatal("a batch of the old numbering was stored in the new stream")
+	}
+	again, err := e.pub.EpochFloor(t.Context())
+	if err != nil || again <= first {
+		t.Fatalf("floor after the stream was made again: %d (was %d) %v", again, first, err)
 	}
 }
 

@@ -95,7 +95,10 @@ func WithResnapshot(get func(context.Context) (presence.Snapshot, error), apply 
 // the room's numbering restarts (a new epoch) the Replayer takes a new
 // snapshot if WithResnapshot says how; without it, it only follows the
 // new numbering from 1, which is right for a room that was simply empty
-// for a while but leaves the view wrong after Redis lost its data. With snap.StreamSeq == 0 (no transition of the room
+// for a while but leaves the view wrong after Redis lost its data or the
+// stream its store. With WithResnapshot a snapshot older than the stream
+// (snap.At before its creation) is replaced by a fresh one before the
+// replay starts. With snap.StreamSeq == 0 (no transition of the room
 // acknowledged yet) the whole retained stream is read and transitions
 // older than snap.At are skipped.
 func Replay(ctx context.Context, js jetstream.JetStream, region, room string, snap presence.Snapshot, fn func(presence.Transition), opts ...ReplayOption) (*Replayer, error) {
@@ -124,12 +127,22 @@ func Replay(ctx context.Context, js jetstream.JetStream, region, room string, sn
 	}
 	info := stream.CachedInfo()
 	r.created = info.Created
+	if snap.At.Before(info.Created) && r.resnapshot != nil {
+		// The snapshot is older than the stream: what happened between
+		// them may have gone with an earlier stream.
+		if snap, err = r.resnapshot(ctx); err != nil {
+			return nil, fmt.Errorf("bus: replay %s/%s: fresh snapshot: %w", region, room, err)
+		}
+		r.apply(snap)
+	}
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{RoomFilter(region, room)}}
 	switch {
-	case snap.StreamSeq > info.State.LastSeq:
-		// The stream is younger than the snapshot's position: it was
-		// made again (its JetStream store lost). Read the room's part of
-		// it whole; room seq and epoch skip what the snapshot has.
+	case snap.StreamSeq > info.State.LastSeq || (snap.StreamSeq > 0 && snap.Epoch < info.Created.UnixMilli()):
+		// The snapshot's position is of an earlier stream (its
+		// JetStream store lost; the room, numbered before this stream
+		// was made, has not been renumbered yet). Read the room's part
+		// of this one whole; room seq and epoch skip what the snapshot
+		// has.
 		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
 		r.seq.Reset(snap.Epoch, snap.RoomSeq)
 	case snap.StreamSeq > 0:
@@ -179,8 +192,10 @@ func (r *Replayer) consume(ctx context.Context, cfg jetstream.OrderedConsumerCon
 // checkStream runs after a consumer error: if the stream was made again
 // (its store lost; the nodes make it again), the ordered consumer would
 // wait for sequences the new stream reaches much later, so the Replayer
-// starts over on the new stream from its first message; room seq and
-// epoch skip what was delivered, and a new epoch takes a new snapshot.
+// starts over on the new stream from its first message, after a fresh
+// snapshot (WithResnapshot: what it had not read of the old stream is
+// gone); room seq and epoch skip what was delivered, and the rooms' new
+// epoch in the new stream takes another snapshot.
 func (r *Replayer) checkStream() {
 	r.ccMu.Lock()
 	if r.checking {
@@ -216,6 +231,9 @@ func (r *Replayer) checkStream() {
 					return // a passing error; the consumer recovers
 				}
 				old.Stop()
+				if !r.restartOnNewStream() {
+					return // stopped
+				}
 				cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{RoomFilter(r.region, r.room)},
 					DeliverPolicy: jetstream.DeliverAllPolicy}
 				if r.consume(r.ctx, cfg) == nil {
@@ -231,6 +249,30 @@ func (r *Replayer) checkStream() {
 			}
 		}
 	}()
+}
+
+// restartOnNewStream prepares the Replayer for a stream made again: what
+// it had not read of the old one is lost, so with WithResnapshot it
+// replaces the view with a fresh snapshot now, rather than at the room's
+// next transition (of a new epoch). It returns false once stopped.
+func (r *Replayer) restartOnNewStream() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.stopped {
+		return false
+	}
+	if r.resnapshot == nil {
+		return true
+	}
+	epoch, _, _ := r.seq.Position()
+	snap, ok := r.freshSnapshot(epoch)
+	if !ok {
+		return false
+	}
+	r.apply(snap)
+	r.seq.Reset(snap.Epoch, snap.RoomSeq)
+	r.syncGap()
+	return true
 }
 
 func (r *Replayer) handle(m jetstream.Msg) {

@@ -139,9 +139,12 @@ type Limits struct {
 	// (joins, leaves, state, pings). Defaults 10/s and 20.
 	FrameRate  float64
 	FrameBurst int
-	// RateStrikes consecutive rate-limited frames close the connection
-	// with 1008. Default 10.
+	// RateStrikes rate-limited frames within RateWindow close the
+	// connection with 1008, the rule in the close frame's reason: a
+	// client over the rate is closed however many of its frames get
+	// through. Defaults 10 and 10s.
 	RateStrikes int
+	RateWindow  time.Duration
 	// SendQueue frames may wait for a slow client before it is closed
 	// with 4000. Default 256.
 	SendQueue int
@@ -219,6 +222,7 @@ const (
 	DefaultFrameRate        = 10
 	DefaultFrameBurst       = 20
 	DefaultRateStrikes      = 10
+	DefaultRateWindow       = 10 * time.Second
 	DefaultSendQueue        = 256
 	DefaultSnapshotMembers  = 1000
 	DefaultPingInterval     = 25 * time.Second
@@ -274,6 +278,7 @@ func (l Limits) withDefaults() Limits {
 	}
 	defI(&l.FrameBurst, DefaultFrameBurst)
 	defI(&l.RateStrikes, DefaultRateStrikes)
+	defD(&l.RateWindow, DefaultRateWindow)
 	defI(&l.SendQueue, DefaultSendQueue)
 	defI(&l.SnapshotMembers, DefaultSnapshotMembers)
 	defD(&l.PingInterval, DefaultPingInterval)
@@ -318,6 +323,7 @@ func (l Limits) validate() error {
 	}{
 		{"ping interval", l.PingInterval}, {"pong timeout", l.PongTimeout},
 		{"write timeout", l.WriteTimeout}, {"close timeout", l.CloseTimeout}, {"admit wait", l.AdmitWait},
+		{"rate window", l.RateWindow},
 	} {
 		if c.d <= 0 {
 			return configError("limits: "+c.name, fmt.Sprintf("must be positive, got %v", c.d))

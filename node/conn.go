@@ -42,8 +42,8 @@ type conn struct {
 	follows []string  // joined without one ("present":false)
 	watches []string  // watched
 	tokens  float64
-	last    int64 // monotonic ns of the last refill
-	strikes int32
+	last    int64    // monotonic ns of the last refill
+	strikes refusals // the abuse rule (abuse.go)
 	// deflate: permessage-deflate was negotiated; shared events frames
 	// go out compressed. Set before the reader and writer start.
 	deflate bool

@@ -24,15 +24,17 @@ func (c *conn) handle(mt int, data []byte) {
 		return
 	}
 	if !c.allow() {
-		if c.strikes++; c.strikes >= int32(c.d.lim.RateStrikes) {
+		if c.strikes.refuse(c.d.mono(), c.d.lim.RateStrikes, c.d.lim.RateWindow) {
+			// The close frame says why: error frames queued before it
+			// are dropped with the close.
 			c.d.metrics.rejectedFrames.WithLabelValues(string(CodeRateLimited)).Inc()
-			c.shutdown(ClosePolicy, "rate limit exceeded", false)
+			c.shutdown(ClosePolicy, policyReason(&c.d.lim), false)
 			return
 		}
-		c.reject(CodeRateLimited, fmt.Sprintf("more than %g frames per second (burst %d); frame dropped", c.d.lim.FrameRate, c.d.lim.FrameBurst), "")
+		c.reject(CodeRateLimited, fmt.Sprintf("more than %g frames per second (burst %d); frame dropped; %d refused within %v close the connection (1008)",
+			c.d.lim.FrameRate, c.d.lim.FrameBurst, c.d.lim.RateStrikes, c.d.lim.RateWindow), "")
 		return
 	}
-	c.strikes = 0
 	if mt != websocket.TextMessage {
 		c.reject(CodeBadFrame, "binary frames are not part of the protocol: send JSON text frames", "")
 		return
@@ -50,7 +52,7 @@ func (c *conn) handle(mt int, data []byte) {
 	case typeJoin, typeLeave, typeState, typeMembers, typeWatch:
 		if !c.d.admission.admit() {
 			if req.Type == typeJoin {
-				c.refuseJoin(req, c.d.joins.refused(), "the node is at capacity")
+				c.refuseJoin(req, c.d.joins.refused(c.ref(req.Room)), "the node is at capacity")
 				return
 			}
 			c.d.metrics.rejectedFrames.WithLabelValues(string(CodeUnavailable)).Inc()
@@ -190,7 +192,7 @@ func (c *conn) join(ctx context.Context, req request) {
 	if err := c.d.sessions.hold(ctx, ref, c); err != nil {
 		c.d.rooms.remove(room, c)
 		c.d.log.Warn("node: join failed", "user", c.user, "session", c.session, "err", err)
-		c.refuseJoin(req, c.d.joins.refused(), "join failed")
+		c.refuseJoin(req, c.d.joins.refused(ref), "join failed")
 		return
 	}
 	c.rooms = append(c.rooms, room)

@@ -170,6 +170,8 @@ type frame struct {
 	User    string            `json:"user"`
 	Session string            `json:"session"`
 	Expires *time.Time        `json:"token_expires"`
+	GraceMS int64             `json:"offline_grace_ms"`
+	RetryMS int64             `json:"retry_after_ms"`
 	raw     string
 }
 

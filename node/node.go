@@ -363,7 +363,8 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 	hello := helloFrame{Type: typeHello, V: ProtocolVersion, Region: n.cfg.Region, User: id.user, Session: session,
 		Limits: helloLimits{MaxRooms: lim.MaxRooms, MaxFrameBytes: lim.MaxFrameBytes, MaxStateBytes: presence.MaxStateBytes,
 			FrameRate: lim.FrameRate, FrameBurst: lim.FrameBurst, PingIntervalMS: lim.PingInterval.Milliseconds(),
-			MaxWatches: lim.MaxWatches, MaxWatchUsers: lim.MaxWatchUsers, TickMS: n.cfg.FanoutTick.Milliseconds()}}
+			MaxWatches: lim.MaxWatches, MaxWatchUsers: lim.MaxWatchUsers, TickMS: n.cfg.FanoutTick.Milliseconds()},
+		OfflineGraceMS: n.cfg.Store.Timing().OfflineGrace.Milliseconds()}
 	if !id.until.IsZero() {
 		hello.TokenExpires = &id.until
 	}

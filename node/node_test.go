@@ -30,7 +30,8 @@ func TestJoinSendsSnapshotThenLiveDiffs(t *testing.T) {
 	all := []string{"*"}
 
 	a := n.dial(t, token(t, "alice", all, time.Hour), "tab1")
-	if a.hello.V != ProtocolVersion || a.hello.User != "alice" || a.hello.Session != "tab1" {
+	if a.hello.V != ProtocolVersion || a.hello.User != "alice" || a.hello.Session != "tab1" ||
+		a.hello.GraceMS != testTiming.OfflineGrace.Milliseconds() {
 		t.Fatalf("hello: %s", a.hello.raw)
 	}
 	snap := a.join("room1").Snapshot

@@ -128,6 +128,10 @@ type helloFrame struct {
 	User    string      `json:"user"`
 	Session string      `json:"session"`
 	Limits  helloLimits `json:"limits"`
+	// OfflineGraceMS is the region's offline grace: a client that
+	// reconnects inside it announces nothing, so it retries often until
+	// the grace is nearly over, and backs off further only then.
+	OfflineGraceMS int64 `json:"offline_grace_ms"`
 	// TokenExpires is when the connection closes with CloseTokenExpired
 	// unless a refresh extends it; absent in dev mode.
 	TokenExpires *time.Time `json:"token_expires,omitempty"`

@@ -15,13 +15,15 @@ import (
 type joinGate struct {
 	limiter  *JoinLimiter
 	extender *Extender
+	appts    *Appointments        // holds refused joins to their hints
 	wait     func() time.Duration // the hint without a limiter
 }
 
 func newJoinGate(cfg Config) *joinGate {
 	l := cfg.Limits
 	g := &joinGate{extender: NewExtender(cfg.Store, ExtendConfig{Every: cfg.extendEvery(), Again: cfg.heartbeat,
-		Batch: l.TouchBatch, Max: maxWaiting, Timeout: cfg.StoreTimeout}, cfg.Logger)}
+		Batch: l.TouchBatch, Max: maxWaiting, Timeout: cfg.StoreTimeout}, cfg.Logger),
+		appts: NewAppointments(maxWaiting, l.MaxRetryAfter)}
 	if l.JoinRate > 0 {
 		g.limiter = NewJoinLimiter(JoinLimit{Rate: l.JoinRate, MinRate: l.JoinRateMin, Latency: l.JoinLatency,
 			MinRetry: minRetryAfter, MaxRetry: l.MaxRetryAfter})
@@ -64,22 +66,32 @@ func (g *joinGate) rate() float64 {
 	return g.limiter.Rate()
 }
 
-// admit takes the limiter's token for a join that claims a session; on
-// false, the hint to send.
-func (g *joinGate) admit() (bool, time.Duration) {
+// admit takes the limiter's token for a join of ref that claims a
+// session; on false, the hint to send. A join back before its
+// appointment is refused with the time left (Appointments).
+func (g *joinGate) admit(ref presence.SessionRef) (bool, time.Duration) {
+	now := time.Now()
+	if left, early := g.appts.Early(ref, now); early {
+		return false, left
+	}
 	if g.limiter == nil {
 		return true, 0
 	}
-	return g.limiter.Admit(time.Now())
+	return g.limiter.Admit(now)
 }
 
-// refused returns the retry hint for a join refused otherwise (the node
-// at capacity, the store failing), counted as a refusal.
-func (g *joinGate) refused() time.Duration {
+// refused returns the retry hint for a join of ref refused otherwise
+// (the node at capacity, the store failing), counted as a refusal; one
+// back before its appointment gets the time left.
+func (g *joinGate) refused(ref presence.SessionRef) time.Duration {
+	now := time.Now()
+	if left, early := g.appts.Early(ref, now); early {
+		return left
+	}
 	if g.limiter == nil {
 		return g.wait()
 	}
-	return g.limiter.Defer(time.Now())
+	return g.limiter.Defer(now)
 }
 
 // waiting queues the session a refused join asked for, to be kept while
@@ -98,6 +110,7 @@ func (c *conn) waiting(req request) {
 // the client retries.
 func (c *conn) refuseJoin(req request, wait time.Duration, msg string) {
 	c.waiting(req)
+	c.d.joins.appts.Set(c.ref(req.Room), time.Now(), wait)
 	c.d.metrics.rejectedFrames.WithLabelValues(string(CodeUnavailable)).Inc()
 	c.send(mustJSON(errorFrame{Type: typeError, Code: CodeUnavailable, Ref: req.Ref,
 		Message: msg + "; nothing changed, retry after retry_after_ms", RetryAfterMS: max(1, wait.Milliseconds())}))
@@ -109,7 +122,7 @@ func (c *conn) refuseJoin(req request, wait time.Duration, msg string) {
 // also holds its wait for a shared call and, in a big room, for the
 // node's fan-out.
 func (c *conn) admitJoin(req request) bool {
-	ok, wait := c.d.joins.admit()
+	ok, wait := c.d.joins.admit(c.ref(req.Room))
 	if !ok {
 		c.refuseJoin(req, wait, "joins are admitted at the store's pace")
 	}

@@ -152,7 +152,11 @@ func TestOverloadIsRefusedWithRetryAdvice(t *testing.T) {
 	if f := busy.expect("snapshot"); f.Ref != "j" {
 		t.Fatalf("first join: %s", f.raw)
 	}
-	late.join("r") // capacity is back
+	// Capacity is back; the refused client comes back after its hint (a
+	// join before it is refused again: it had its attempt).
+	if f, _ := joinRetrying(t, late, "r", 2*time.Second); f.Type != "snapshot" {
+		t.Fatalf("late join: %s", f.raw)
+	}
 }
 
 // joinRetrying sends a join and, while it is refused with unavailable,

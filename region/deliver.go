@@ -69,6 +69,38 @@ func (s *Store) runDeliverer(ctx context.Context) {
 	}
 }
 
+// publishRoom hands one room's entries to the sink, renumbered first if
+// the sink's stream is younger than the room's numbering (aboveFloor). A
+// publish that fails because the stream had to be made again is tried
+// once more, renumbered (the sink refuses transitions below its floor). It returns what it published and the ack's
+// arguments.
+func (s *Store) publishRoom(ctx context.Context, room string, entries []string) ([]presence.Transition, []any, uint64, error) {
+	for try := 0; ; try++ {
+		es, err := s.aboveFloor(ctx, room, entries)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		ts := make([]presence.Transition, 0, len(es))
+		ack := []any{ms(s.opt.PublishLease), room, 0, 0}
+		for _, e := range es {
+			ack = append(ack, e)
+			t, err := decodeEntry(s.opt.Region, room, e)
+			if err != nil {
+				s.log.Error("presence: dropping malformed outbox entry", "room", room, "entry", e, "err", err)
+				continue
+			}
+			ts = append(ts, t)
+		}
+		if len(ts) == 0 {
+			return nil, nil, 0, nil
+		}
+		sseq, err := s.opt.Sink.Publish(ctx, ts)
+		if err == nil || try > 0 || !s.belowFloor(ctx, es) {
+			return ts, ack, sseq, err
+		}
+	}
+}
+
 // ackTimeout bounds the acknowledgement of delivered entries.
 const ackTimeout = 2 * time.Second
 
@@ -105,21 +137,10 @@ func (s *Store) deliverNow(ctx context.Context, pending map[string][]string) []p
 	var acks []call
 	var seen []presence.Transition
 	for room, entries := range pending {
-		ts := make([]presence.Transition, 0, len(entries))
-		ack := []any{ms(s.opt.PublishLease), room, 0, 0}
-		for _, e := range entries {
-			ack = append(ack, e)
-			t, err := decodeEntry(s.opt.Region, room, e)
-			if err != nil {
-				s.log.Error("presence: dropping malformed outbox entry", "room", room, "entry", e, "err", err)
-				continue
-			}
-			ts = append(ts, t)
-		}
-		if len(ts) == 0 {
+		ts, ack, sseq, err := s.publishRoom(ctx, room, entries)
+		if len(ts) == 0 && err == nil {
 			continue
 		}
-		sseq, err := s.opt.Sink.Publish(ctx, ts)
 		if err != nil {
 			s.stats.PublishErrors.Add(1)
 			s.log.Warn("presence: publish failed; a reaper will retry", "room", room, "events", len(ts), "err", err)

@@ -179,7 +179,11 @@
 // removes exactly those entries. If the process dies in between, the reap
 // index brings the room back to some reaper after the publish lease, and it
 // delivers them again with the same ids. A departure therefore never lives
-// only in a process's memory.
+// only in a process's memory. A FlooredSink (the bus publisher) names the
+// creation time of its stream: a room numbered before it, the stream having
+// been made again after its store was lost, starts a new epoch and its
+// waiting entries are numbered again from 1 (renumber.lua) before they are
+// handed over, so no room continues its old numbering in a new stream.
 //
 // # Reaping
 //

@@ -56,9 +56,10 @@ var (
 	scriptUsers    = load("users", true)
 	scriptExtend   = load("extend", false)
 	scriptHold     = load("hold", false)
+	scriptRenumber = load("renumber", false)
 )
 
-var allScripts = []*redis.Script{scriptTouch, scriptRelease, scriptReap, scriptClock, scriptAck, scriptSeen, scriptDue, scriptDueAll, scriptSnapshot, scriptState, scriptCount, scriptSessions, scriptRoster, scriptUsers, scriptExtend, scriptHold}
+var allScripts = []*redis.Script{scriptTouch, scriptRelease, scriptReap, scriptClock, scriptAck, scriptSeen, scriptDue, scriptDueAll, scriptSnapshot, scriptState, scriptCount, scriptSessions, scriptRoster, scriptUsers, scriptExtend, scriptHold, scriptRenumber}
 
 type call struct {
 	script *redis.Script

@@ -285,6 +285,12 @@ export interface Client {
   readonly region: string | undefined;
   readonly limits: Limits;
   readonly tokenExpires: Date | undefined;
+  /**
+   * The region's offline grace in ms, from `hello` (`offline_grace_ms`);
+   * 12000 until a hello says otherwise. Reconnects are retried at most 1 s
+   * apart until 1 s before it ends after a drop.
+   */
+  readonly offlineGraceMs: number;
 
   on<K extends keyof ClientEvents>(type: K, fn: ClientEvents[K]): () => void;
   off<K extends keyof ClientEvents>(type: K, fn: ClientEvents[K]): void;

@@ -17,7 +17,14 @@ const DEFAULT_LIMITS = Object.freeze({
 });
 
 const BACKOFF_BASE_MS = 500;
-const BACKOFF_CAP_MS = 10000; // well inside the 12 s offline grace
+const BACKOFF_CAP_MS = 10000; // once the offline grace is over
+// While the session is inside its offline grace (hello's offline_grace_ms,
+// 12 s until a hello says otherwise) a reconnect announces nothing: tries
+// land at most GRACE_RETRY_MS apart until GRACE_MARGIN_MS before the grace
+// ends, so an outage up to grace - 2 s ends in a reconnect inside it.
+const GRACE_DEFAULT_MS = 12000;
+const GRACE_RETRY_MS = 1000;
+const GRACE_MARGIN_MS = 1000;
 const POLICY_BACKOFF_MS = 5000; // close 1008: at least this long
 const QUICK_RETRY_MS = 250; // close 1001/1012: reconnect at once, tiny jitter
 
@@ -899,6 +906,29 @@ function toWsUrl(url, base) {
   return u;
 }
 
+// reconnectDelay is the wait before the next connect attempt, and counts
+// the attempt. down: ms since the last open connection dropped, or null
+// (never open yet). Inside the offline grace, up to GRACE_MARGIN_MS before
+// its end, the first retry waits random() * 500 ms and the others half to
+// all of min(1 s, 500 ms * 2^attempt): jittered, never more than 1 s
+// apart. Past that (or before the first hello) it is full jitter,
+// random() * min(10 s, base * 2^n): base 1 s and n counted from the
+// grace's end after a drop, base 500 ms and n the attempts before a hello.
+function reconnectDelay(c, down) {
+  const n = c._attempt;
+  if (c._attempt < 30) c._attempt++;
+  if (down !== null && down < c.offlineGraceMs - GRACE_MARGIN_MS) {
+    const cap = Math.min(GRACE_RETRY_MS, BACKOFF_BASE_MS * 2 ** n);
+    const d = n === 0 ? c._random() * cap : cap * (0.5 + 0.5 * c._random());
+    // The last try inside the grace lands before its end.
+    return Math.min(d, Math.max(0, c.offlineGraceMs - GRACE_MARGIN_MS - down) + GRACE_MARGIN_MS / 2);
+  }
+  if (down === null) return c._random() * Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** n);
+  const k = c._lateAttempt;
+  if (c._lateAttempt < 30) c._lateAttempt++;
+  return c._random() * Math.min(BACKOFF_CAP_MS, GRACE_RETRY_MS * 2 ** k);
+}
+
 class Client extends Emitter {
   constructor(opts) {
     super();
@@ -935,6 +965,9 @@ class Client extends Emitter {
     this._ws = null;
     this._helloed = false;
     this._attempt = 0;
+    this._lateAttempt = 0; // attempts since the grace of the last drop ran out
+    this._downSince = null; // when the last open connection dropped
+    this.offlineGraceMs = GRACE_DEFAULT_MS; // from hello; paces reconnects
     this._freshToken = false;
     this._refSeq = 0;
     this._pending = new Map(); // ref -> callback(err, frame)
@@ -1227,6 +1260,8 @@ class Client extends Emitter {
     this._clear(this._helloTimer);
     this._helloed = true;
     this._everOpen = true;
+    this._downSince = null;
+    if (typeof f.offline_grace_ms === "number" && f.offline_grace_ms > 0) this.offlineGraceMs = f.offline_grace_ms;
     const lim = isObject(f.limits) ? f.limits : {};
     const limits = { ...DEFAULT_LIMITS };
     for (const k of Object.keys(DEFAULT_LIMITS)) if (typeof lim[k] === "number" && lim[k] > 0) limits[k] = lim[k];
@@ -1242,7 +1277,7 @@ class Client extends Emitter {
     const conn = this._conn;
     // Backoff resets once a connection has stayed up a while: a node that
     // accepts and drops at once must not be hammered.
-    this._later(this._stableMs, () => { if (conn === this._conn && this._isOpen()) this._attempt = 0; });
+    this._later(this._stableMs, () => { if (conn === this._conn && this._isOpen()) this._attempt = this._lateAttempt = 0; });
     this._scheduleRefresh(f.token_expires);
     this._scheduleKeepalive();
     this._setStatus("open");
@@ -1255,6 +1290,7 @@ class Client extends Emitter {
     const helloed = this._helloed;
     this._drop();
     if (this._closed) return;
+    if (helloed && this._downSince === null) this._downSince = this._now();
     if (code === 4001) {
       // Another connection took this session over: do not fight it.
       this._emit("error", new PresenceError("session_taken", "the session was taken by a newer connection (close 4001)"));
@@ -1277,9 +1313,7 @@ class Client extends Emitter {
   }
 
   _backoff() {
-    const d = this._random() * Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** this._attempt);
-    if (this._attempt < 30) this._attempt++;
-    return d;
+    return reconnectDelay(this, this._downSince === null ? null : this._now() - this._downSince);
   }
 
   _reconnectIn(delay) {

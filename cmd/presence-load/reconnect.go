@@ -57,6 +57,9 @@ type reconnectOpts struct {
 	extend                 bool
 	maxInflight            int
 	batch                  int
+	greedy                 float64       // share of clients that ignore the hint
+	greedyEvery            time.Duration // how often they resend
+	fair                   bool          // node.Appointments hold refused joins to their hints
 }
 
 func reconnectFlags(fs *flag.FlagSet, o *reconnectOpts) {
@@ -76,6 +79,9 @@ func reconnectFlags(fs *flag.FlagSet, o *reconnectOpts) {
 	fs.BoolVar(&o.extend, "extend", true, "keep the sessions of refused clients (false: the code before the extender)")
 	fs.IntVar(&o.maxInflight, "max-inflight", node.DefaultMaxInflight, "joins waiting on the store per stand-in node; past it a join is refused (the node's MaxInflight)")
 	fs.IntVar(&o.batch, "batch", node.DefaultTouchBatch, "sessions per claim and refresh call (the node's TouchBatch)")
+	fs.Float64Var(&o.greedy, "greedy", 0, "share of clients (0..1) that resend their join every --greedy-every whatever retry_after_ms says")
+	fs.DurationVar(&o.greedyEvery, "greedy-every", 120*time.Millisecond, "how often a greedy client resends a refused join")
+	fs.BoolVar(&o.fair, "fair", true, "hold refused joins to their hints, as the node does (node.Appointments; false: the code before)")
 }
 
 // rclient is one reconnecting client.
@@ -86,6 +92,8 @@ type rclient struct {
 	expires  time.Time // when its session expires unless claimed or extended
 	held     atomic.Int64
 	attempts atomic.Int32
+	greedy   bool         // ignores the hint: resends every --greedy-every
+	admitted atomic.Int64 // unix ns of the attempt that was admitted
 }
 
 // rstats are the run's counts, shared by the stand-ins.
@@ -209,7 +217,7 @@ func (r *reconnectRun) setup(ctx context.Context) error {
 	r.clients = make([]*rclient, o.sessions)
 	for i := range r.clients {
 		r.clients[i] = &rclient{idx: i, ref: presence.SessionRef{Room: "room" + strconv.Itoa(i/o.perRoom),
-			User: "u" + strconv.Itoa(i), Session: "s"}}
+			User: "u" + strconv.Itoa(i), Session: "s"}, greedy: float64(i%1000) < o.greedy*1000}
 	}
 	t0 := time.Now()
 	old := make([]*region.Store, o.oldNodes)

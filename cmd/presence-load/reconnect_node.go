@@ -23,8 +23,9 @@ import (
 type standIn struct {
 	r        *reconnectRun
 	store    *region.Store
-	lim      *node.JoinLimiter // nil: the code before the limiter
-	ext      *node.Extender    // nil: the code before the extender
+	lim      *node.JoinLimiter  // nil: the code before the limiter
+	appts    *node.Appointments // nil: --fair=false
+	ext      *node.Extender     // nil: the code before the extender
 	extended *countingExtend
 	queue    chan *rclient  // admitted, waiting for their claim
 	rooms    chan roomJoins // snapshot reads to make
@@ -68,6 +69,9 @@ func (r *reconnectRun) startNodes(ctx context.Context) ([]*standIn, error) {
 			n.lim = node.NewJoinLimiter(node.JoinLimit{Rate: o.joinRate, MinRate: cmpOr(o.joinRateMin, min(node.DefaultJoinRateMin, o.joinRate)),
 				Latency: o.joinLatency, MinRetry: 250 * time.Millisecond, MaxRetry: o.maxRetry})
 		}
+		if o.fair {
+			n.appts = node.NewAppointments(200000, o.maxRetry)
+		}
 		if o.extend {
 			n.extended = &countingExtend{s: s}
 			n.ext = node.NewExtender(n.extended, node.ExtendConfig{Every: min(250*time.Millisecond, t.Heartbeat/4), Again: t.Heartbeat,
@@ -97,6 +101,12 @@ func (n *standIn) arrive(c *rclient, now time.Time) {
 	if c.attempts.Add(1) > 1 {
 		st.retried.Add(1)
 	}
+	if n.appts != nil {
+		if left, early := n.appts.Early(c.ref, now); early {
+			n.refuse(c, now, left)
+			return
+		}
+	}
 	if n.inflight.Load() >= int64(n.r.o.maxInflight) {
 		n.refuse(c, now, n.capacityHint(now))
 		return
@@ -109,6 +119,7 @@ func (n *standIn) arrive(c *rclient, now time.Time) {
 	}
 	n.inflight.Add(1)
 	st.admitted.Add(1)
+	c.admitted.Store(now.UnixNano())
 	n.queue <- c
 }
 
@@ -131,7 +142,14 @@ func (n *standIn) refuse(c *rclient, now time.Time, hint time.Duration) {
 	if n.ext != nil {
 		n.ext.Add(now, c.ref)
 	}
-	time.AfterFunc(jitter(hint), func() { n.arrive(c, time.Now()) })
+	if n.appts != nil {
+		n.appts.Set(c.ref, now, hint)
+	}
+	wait := jitter(hint)
+	if c.greedy {
+		wait = n.r.o.greedyEvery
+	}
+	time.AfterFunc(wait, func() { n.arrive(c, time.Now()) })
 }
 
 // claimer makes one claim call at a time for every join queued.

@@ -130,7 +130,40 @@ func (r *reconnectRun) report(ctx context.Context, nodes []*standIn, t0, converg
 		fmt.Fprintf(out, "retry hints: p10 %v p50 %v p90 %v p99 %v max %v\n", fmtDur(percentile(hints, .1)), fmtDur(percentile(hints, .5)),
 			fmtDur(percentile(hints, .9)), fmtDur(percentile(hints, .99)), fmtDur(hints[len(hints)-1]))
 	}
+	r.reportPopulations()
 	r.reportStore(nodes, conv, cpu, overStorm)
+}
+
+// reportPopulations compares the clients that honour the retry hint with
+// those that resend every --greedy-every (with --greedy > 0): the time
+// from a client's first attempt to the one admitted, and its attempts.
+func (r *reconnectRun) reportPopulations() {
+	if r.o.greedy <= 0 {
+		return
+	}
+	for _, greedy := range []bool{false, true} {
+		var waits []time.Duration
+		var attempts []int
+		for _, c := range r.clients {
+			if c.greedy != greedy || c.admitted.Load() == 0 {
+				continue
+			}
+			waits = append(waits, time.Unix(0, c.admitted.Load()).Sub(c.first))
+			attempts = append(attempts, int(c.attempts.Load()))
+		}
+		if len(waits) == 0 {
+			continue
+		}
+		slices.Sort(waits)
+		sort.Ints(attempts)
+		name := "honouring the hint"
+		if greedy {
+			name = fmt.Sprintf("resending every %v", r.o.greedyEvery)
+		}
+		fmt.Fprintf(r.out, "clients %s (%d, fair %t): first attempt -> admitted p50 %v p90 %v p99 %v max %v; attempts p50 %d max %d\n",
+			name, len(waits), r.o.fair, fmtDur(percentile(waits, .5)), fmtDur(percentile(waits, .9)), fmtDur(percentile(waits, .99)),
+			fmtDur(waits[len(waits)-1]), attempts[len(attempts)/2], attempts[len(attempts)-1])
+	}
 }
 
 func (r *reconnectRun) reportStore(nodes []*standIn, conv time.Duration, cpu []float64, overStorm int64) {

@@ -586,12 +586,28 @@ func TestE2EFaultNATSStoreLost(t *testing.T) {
 	}
 	ids := map[string]int{}
 	msgs := readAll(t, stream)
+	// No room goes on with its old numbering in the new stream: each
+	// opens an epoch from the stream's creation on, and its seqs start at
+	// 1, so a reader of the stream knows to take a fresh snapshot.
+	created := stream.CachedInfo().Created.UnixMilli()
+	first := map[string]uint64{}
 	for _, m := range msgs {
 		tr, err := bus.DecodeEvent(m)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ids[tr.ID]++
+		if tr.Epoch < created {
+			t.Errorf("%s is of epoch %d, older than the new stream (%d)", tr.ID, tr.Epoch, created)
+		}
+		if f, ok := first[tr.Room]; !ok || tr.Seq < f {
+			first[tr.Room] = tr.Seq
+		}
+	}
+	for room, f := range first {
+		if f != 1 {
+			t.Errorf("room %s starts at seq %d in the new stream, want 1", room, f)
+		}
 	}
 	for id, n := range ids {
 		if n > 1 {

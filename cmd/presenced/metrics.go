@@ -66,6 +66,16 @@ func (c countingSink) Publish(ctx context.Context, ts []presence.Transition) (ui
 	return seq, err
 }
 
+// EpochFloor passes on the wrapped sink's floor (region.FlooredSink), so
+// the store renumbers a room before a stream made again takes it; 0 for
+// a sink without one.
+func (c countingSink) EpochFloor(ctx context.Context) (int64, error) {
+	if fs, ok := c.Sink.(region.FlooredSink); ok {
+		return fs.EpochFloor(ctx)
+	}
+	return 0, nil
+}
+
 // registerStoreMetrics exports the regional store's counters
 // (presence_region_*) and its timing (presence_timing_seconds), which
 // the alert on heartbeat latency compares against.

@@ -48,19 +48,106 @@ async function delayAfterClose(h, code) {
   return h.clock.t - t0;
 }
 
-test("backoff: full jitter, delay = random * min(10s, 500ms * 2^attempt)", async () => {
+test("backoff before the first hello: full jitter, delay = random * min(10s, 500ms * 2^attempt)", async () => {
   for (const r of [0.999, 0.3]) {
     const h = setup({ random: () => r });
-    await open(h);
+    await h.clock.advance(0); // the first socket, never opened
     const delays = [];
     for (let i = 0; i < 8; i++) delays.push(await delayAfterClose(h, 1006));
     delays.forEach((d, i) => {
       const bound = r * Math.min(10000, 500 * 2 ** i);
       assert.ok(Math.abs(d - bound) <= 1, `attempt ${i}: ${d} vs ${bound}`);
     });
-    assert.ok(delays.every((d) => d < 10000));
     h.client.close();
   }
+});
+
+test("backoff after a drop: short jittered retries through the grace, then full jitter from 1 s to 10 s", async () => {
+  for (const r of [0.999, 0.001]) {
+    const h = setup({ random: () => r });
+    await open(h, { offline_grace_ms: 12000 });
+    const t0 = h.clock.t;
+    const delays = [];
+    while (h.clock.t - t0 < 60000) delays.push(await delayAfterClose(h, 1006));
+    let at = 0;
+    let late = 0;
+    delays.forEach((d, i) => {
+      if (at < 11000) {
+        // inside the grace, up to 1 s before its end
+        const cap = Math.min(1000, 500 * 2 ** i);
+        const lo = i === 0 ? 0 : cap / 2;
+        assert.ok(d >= lo - 1 && d <= cap + 1, `attempt ${i} at ${at}: ${d} outside [${lo}, ${cap}]`);
+      } else {
+        const bound = r * Math.min(10000, 1000 * 2 ** late++);
+        assert.ok(Math.abs(d - bound) <= 1, `late attempt ${late} at ${at}: ${d} vs ${bound}`);
+      }
+      at += d;
+    });
+    assert.ok(at - delays[delays.length - 1] < 60000 && delays.every((d) => d <= 10000));
+    h.client.close();
+  }
+});
+
+// Closes every socket made before `until`, as a path to the nodes that
+// is down does (the attempt fails at once), and opens the first one made
+// after; returns when that one was made.
+async function outage(h, until) {
+  for (;;) {
+    const n = h.ws.sockets.length;
+    await h.clock.advance(0);
+    for (let i = 0; i < 1000 && h.ws.sockets.length === n; i++) {
+      const next = h.clock.next(); // timer to timer: no need to step every ms
+      if (!next) break;
+      await h.clock.advance(next.at - h.clock.t);
+    }
+    if (h.ws.sockets.length === n) throw new Error("no reconnect attempt");
+    if (h.clock.t >= until) {
+      h.ws.last.open();
+      h.ws.last.recv(hello());
+      await flush();
+      return h.clock.t;
+    }
+    h.ws.last.serverClose(1006);
+  }
+}
+
+// A seeded generator (mulberry32): many jitter draws, reproducible.
+function seeded(seed) {
+  return () => {
+    seed = (seed + 0x6d2b79f5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+test("every outage shorter than grace - 2 s ends in a reconnect inside the grace, within 1 s of its end", async () => {
+  let runs = 0;
+  for (const grace of [3000, 12000, 30000]) {
+    for (const random of [() => 0.999, () => 0.001, seeded(grace), seeded(grace + 1)]) {
+      for (let outageMs = 0; outageMs < grace - 2000; outageMs += 250) {
+        const h = setup({ random });
+        await open(h, { offline_grace_ms: grace });
+        const t0 = h.clock.t;
+        h.ws.last.serverClose(1006);
+        const back = (await outage(h, t0 + outageMs)) - t0;
+        assert.ok(back < grace - 1000, `grace ${grace}, outage ${outageMs}: back at ${back}`);
+        assert.ok(back <= outageMs + 1000, `grace ${grace}, outage ${outageMs}: back at ${back}, over 1 s after the outage`);
+        h.client.close();
+        runs++;
+      }
+    }
+  }
+  assert.ok(runs > 500, String(runs));
+});
+
+test("the grace comes from hello: 12 s until one says otherwise", async () => {
+  const h = setup({ random: () => 0.999 });
+  await open(h); // no offline_grace_ms: the default
+  const t0 = h.clock.t;
+  h.ws.last.serverClose(1006);
+  const back = (await outage(h, t0 + 9900)) - t0;
+  assert.ok(back <= 10900, String(back));
 });
 
 test("backoff resets once a connection stayed open after hello", async () => {
@@ -68,8 +155,8 @@ test("backoff resets once a connection stayed open after hello", async () => {
   await open(h);
   await delayAfterClose(h, 1006);
   await delayAfterClose(h, 1006);
-  const third = await delayAfterClose(h, 1006); // ~2 s
-  assert.ok(third > 1900, String(third));
+  const third = await delayAfterClose(h, 1006); // ~1 s: the grace's short retries
+  assert.ok(third > 900 && third <= 1000, String(third));
   h.ws.last.open();
   h.ws.last.recv(hello());
   await h.clock.advance(5000);

@@ -7,6 +7,8 @@ const client = createClient({
 });
 const offStatus = client.on("status", (s: ClientStatus) => console.log(s));
 client.on("error", (e: PresenceError) => console.log(e.code, e.retryAfterMs));
+const grace: number = client.offlineGraceMs;
+console.log(grace);
 offStatus();
 
 const room: Room = client.room("room42", { detail: "sessions" });
