@@ -94,20 +94,20 @@ func signingMethod(key any) (jwt.SigningMethod, error) {
 	switch k := key.(type) {
 	case []byte:
 		if len(k) < minSecret {
-			return nil, fmt.Errorf("secret: must be at least %d bytes for HS256, got %d", minSecret, len(k))
+			return nil, fmt.Errorf("an HS256 secret must be at least %d bytes, got %d", minSecret, len(k))
 		}
 		return jwt.SigningMethodHS256, nil
 	case *rsa.PrivateKey:
 		return jwt.SigningMethodRS256, nil
 	case *ecdsa.PrivateKey:
 		if k.Curve != elliptic.P256() {
-			return nil, fmt.Errorf("ecdsa key: ES256 needs a P-256 key, got %s", k.Curve.Params().Name)
+			return nil, fmt.Errorf("ES256 needs a P-256 key, got %s", k.Curve.Params().Name)
 		}
 		return jwt.SigningMethodES256, nil
 	case ed25519.PrivateKey:
 		return jwt.SigningMethodEdDSA, nil
 	}
-	return nil, fmt.Errorf("key: %T signs no accepted algorithm (HS256 secret, RSA, P-256 ECDSA or Ed25519 private key)", key)
+	return nil, fmt.Errorf("a %T signs no accepted algorithm (HS256 secret, RSA, P-256 ECDSA or Ed25519 private key)", key)
 }
 
 // ParseRooms splits a comma-separated rooms list ("room42, team7-*"),

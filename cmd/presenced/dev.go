@@ -61,7 +61,7 @@ func runDevCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 	cfg.logEvents = true
 	cfg.routes = demoRoutes
 	cfg.ready = func(addr string) {
-		fmt.Fprintf(stdout, "\npresenced dev is running (region %q).\n  demo:      http://%s/  (open it in several tabs; ?room=NAME picks a room)\n  websocket: ws://%s/v1/ws?session=SID&user=UID\n  nats:      every transition on presence.> (logged below)\nCtrl-C stops it.\n\n", cfg.Region, addr, addr)
+		fmt.Fprintf(stdout, "\npresenced dev is running (region %q).\n  demo:      http://%s/  (open it in several tabs; ?room=NAME picks a room)\n  websocket: ws://%s/v1/ws?session=SID&user=UID\n  tokens:    http://%s/dev/token?user=UID&rooms=ROOM,PREFIX-*  (for getToken; docs/TOKENS.md)\n  nats:      every transition on presence.> (logged below)\nCtrl-C stops it.\n\n", cfg.Region, addr, addr, addr)
 	}
 	return serve(ctx, cfg)
 }

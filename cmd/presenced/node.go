@@ -180,7 +180,7 @@ func runNodeCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.StringVar(&origins, "allowed-origins", "", "comma-separated Origin values accepted on upgrade (empty: any)")
 	fs.BoolVar(&c.insecureDev, "insecure-dev", false, "DEVELOPMENT ONLY: without a token, take the user id from ?user=; serve GET /dev/token, which mints tokens for anyone")
 	var demo bool
-	fs.BoolVar(&demo, "demo", false, "serve the demo page at / (with --insecure-dev: it names users with ?user=)")
+	fs.BoolVar(&demo, "demo", false, "serve the demo page at / (with --insecure-dev: its tokens come from /dev/token)")
 	if err := parseFlags(fs, args); err != nil {
 		if err == flag.ErrHelp {
 			return nil
@@ -210,7 +210,7 @@ func runNodeCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	if demo {
 		if !cfg.Auth.InsecureDev {
-			return &usageError{"--demo needs --insecure-dev: the demo page names its users with ?user="}
+			return &usageError{"--demo needs --insecure-dev: the demo page gets its tokens from /dev/token"}
 		}
 		cfg.routes = demoRoutes
 	}
