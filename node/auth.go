@@ -290,20 +290,7 @@ func (a *authenticator) authenticate(r *http.Request, q url.Values) (*identity, 
 func (a *authenticator) parse(raw string) (*identity, error) {
 	var c Claims
 	if _, err := a.parser.ParseWithClaims(raw, &c, a.key); err != nil {
-		var ae *authError
-		switch {
-		case errors.As(err, &ae):
-			return nil, ae
-		case errors.Is(err, jwt.ErrTokenExpired):
-			return nil, &authError{"token is expired"}
-		case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
-			return nil, &authError{"token has no exp claim"}
-		case errors.Is(err, jwt.ErrTokenMalformed):
-			return nil, &authError{"token is malformed"}
-		case errors.Is(err, jwt.ErrTokenSignatureInvalid), errors.Is(err, jwt.ErrTokenUnverifiable):
-			return nil, &authError{"token signature is invalid or its algorithm is not accepted"}
-		}
-		return nil, &authError{"token rejected: " + err.Error()}
+		return nil, tokenError(err)
 	}
 	if err := presence.ValidateUser(c.Subject); err != nil {
 		return nil, &authError{fmt.Sprintf("token sub is not a valid user id: %v", err)}
@@ -317,6 +304,32 @@ func (a *authenticator) parse(raw string) (*identity, error) {
 		}
 	}
 	return &identity{user: c.Subject, rooms: c.Rooms, observe: c.Observe, until: c.ExpiresAt.Add(a.cfg.Leeway)}, nil
+}
+
+// tokenError says why the parser refused a token.
+func tokenError(err error) *authError {
+	var ae *authError
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return &authError{"token is expired"}
+	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
+		for _, claim := range []string{"exp", "iss", "aud"} {
+			if strings.Contains(err.Error(), claim+" claim is required") {
+				return &authError{"token has no " + claim + " claim"}
+			}
+		}
+	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
+		return &authError{"token iss is not the issuer this node accepts"}
+	case errors.Is(err, jwt.ErrTokenInvalidAudience):
+		return &authError{"token aud does not name this node's audience"}
+	case errors.Is(err, jwt.ErrTokenMalformed):
+		return &authError{"token is malformed"}
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid), errors.Is(err, jwt.ErrTokenUnverifiable):
+		return &authError{"token signature is invalid or its algorithm is not accepted"}
+	}
+	return &authError{"token rejected: " + err.Error()}
 }
 
 // checkRoomPattern accepts a room id, or a prefix of id bytes followed by

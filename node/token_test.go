@@ -176,3 +176,29 @@ func TestPublicKeyPEM(t *testing.T) {
 		}
 	}
 }
+
+// A node that checks iss and aud says which one a token lacks or gets
+// wrong.
+func TestTokenIssuerAudience(t *testing.T) {
+	a := quietAuth(t, AuthConfig{HMACSecret: testSecret, Issuer: "https://app.example", Audience: "presence"})
+	for _, k := range []struct {
+		iss, aud, want string
+	}{
+		{"", "presence", "token has no iss claim"},
+		{"https://evil.example", "presence", "token iss is not the issuer this node accepts"},
+		{"https://app.example", "", "token has no aud claim"},
+		{"https://app.example", "other", "token aud does not name this node's audience"},
+	} {
+		tok, err := Grant{User: "u", Rooms: []string{"r"}, TTL: time.Hour, Issuer: k.iss, Audience: k.aud}.Sign(testSecret, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.parse(tok); err == nil || err.Error() != "node: auth: "+k.want {
+			t.Errorf("iss %q aud %q: got %v, want %q", k.iss, k.aud, err, k.want)
+		}
+	}
+	tok, _ := Grant{User: "u", Rooms: []string{"r"}, TTL: time.Hour, Issuer: "https://app.example", Audience: "presence"}.Sign(testSecret, time.Now())
+	if _, err := a.parse(tok); err != nil {
+		t.Fatalf("the right iss and aud: %v", err)
+	}
+}
