@@ -22,7 +22,7 @@ func presenceTokenHandler(secret []byte, currentUser func(*http.Request) (id, te
 		}
 		now := time.Now()
 		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
-			"sub":   id,                                     // letters, digits, - _ = @ + ~; at most 64 bytes
+			"sub":   id,                                      // letters, digits, - _ = @ + ~; at most 64 bytes
 			"rooms": []string{"team" + team + "-*", "lobby"}, // room ids, or prefixes ending in *
 			"iat":   now.Unix(),
 			"exp":   now.Add(time.Hour).Unix(), // the client fetches a new one before
