@@ -333,11 +333,11 @@ func TestJWKSKeyMismatch(t *testing.T) {
 // key of the token's algorithm.
 func TestJWKSBesideStaticKeys(t *testing.T) {
 	s := newJWKSServer(t)
-	fromIdP := newJWKSKey(t, "rsa", "idp", jwa.RS256())
-	s.publish(t, fromIdP)
+	fromIDP := newJWKSKey(t, "rsa", "idp", jwa.RS256())
+	s.publish(t, fromIDP)
 	pemKey := newTestKey(t, "rsa")
 	a := quietAuth(t, AuthConfig{HMACSecret: testSecret, PublicKeyPEM: pemKey.pubPEM, JWKSURL: s.URL})
-	accepts(t, a, fromIdP.token(t, "idp_user"), "idp_user")
+	accepts(t, a, fromIDP.token(t, "idp_user"), "idp_user")
 	accepts(t, a, (&jwksKey{priv: pemKey.priv}).token(t, "pem_user"), "pem_user")
 	accepts(t, a, (&jwksKey{kid: "backend-1", priv: pemKey.priv}).token(t, "pem_kid"), "pem_kid")
 	accepts(t, a, (&jwksKey{priv: testSecret}).token(t, "hs_user"), "hs_user")

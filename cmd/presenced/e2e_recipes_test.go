@@ -21,7 +21,7 @@ import (
 // tokens a real node takes; the document shows them verbatim.
 
 const (
-	tokensDoc  = "../../docs/TOKENS.md"
+	recipesDoc = "../../docs/TOKENS.md"
 	recipeNode = "../../docs/recipes/presence-token.mjs"
 	recipePy   = "../../docs/recipes/presence_token.py"
 	recipeGo   = "../../node/example_test.go"
@@ -86,7 +86,7 @@ func startNodeRecipe(t *testing.T) string {
 }
 
 // fetchToken asks a /presence-token endpoint as user (none: "").
-func fetchToken(t *testing.T, addr, user, team string) (*http.Response, string) {
+func fetchToken(t *testing.T, addr, user, team string) (int, http.Header, string) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/presence-token", nil)
 	if user != "" {
@@ -99,7 +99,7 @@ func fetchToken(t *testing.T, addr, user, team string) (*http.Response, string) 
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp, string(b)
+	return resp.StatusCode, resp.Header, string(b)
 }
 
 // The Node.js recipe's endpoint answers the logged-in user's token, 401
@@ -108,12 +108,12 @@ func TestRecipeNodeJS(t *testing.T) {
 	skipIfShort(t, "end-to-end test")
 	n := newEnv(t).startNode()
 	addr := startNodeRecipe(t)
-	if resp, body := fetchToken(t, addr, "", ""); resp.StatusCode != http.StatusUnauthorized {
-		t.Fatalf("without a login: %d %q", resp.StatusCode, body)
+	if code, _, body := fetchToken(t, addr, "", ""); code != http.StatusUnauthorized {
+		t.Fatalf("without a login: %d %q", code, body)
 	}
-	resp, tok := fetchToken(t, addr, "alice", "7")
-	if resp.StatusCode != http.StatusOK || resp.Header.Get("Cache-Control") != "no-store" || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
-		t.Fatalf("the token answer: %d %v %q", resp.StatusCode, resp.Header, tok)
+	code, h, tok := fetchToken(t, addr, "alice", "7")
+	if code != http.StatusOK || h.Get("Cache-Control") != "no-store" || !strings.HasPrefix(h.Get("Content-Type"), "text/plain") {
+		t.Fatalf("the token answer: %d %v %q", code, h, tok)
 	}
 	c := dialURL(t, "ws://"+n.addr+"/v1/ws?session=s&access_token="+url.QueryEscape(tok), "alice", "s")
 	c.join("team7-design")
@@ -149,7 +149,7 @@ func TestRecipePython(t *testing.T) {
 // docs/TOKENS.md shows the tested recipes as they are: the Node.js and
 // Python files whole, the Go handler of node's example.
 func TestTokensDocShowsTheRecipes(t *testing.T) {
-	doc, err := os.ReadFile(tokensDoc)
+	doc, err := os.ReadFile(recipesDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestTokensDocShowsTheRecipes(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !strings.Contains(string(doc), string(b)) {
-			t.Errorf("%s does not show %s as it is", tokensDoc, f)
+			t.Errorf("%s does not show %s as it is", recipesDoc, f)
 		}
 	}
 	src, err := os.ReadFile(recipeGo)
@@ -178,6 +178,6 @@ func TestTokensDocShowsTheRecipes(t *testing.T) {
 		}
 	}
 	if handler == "" || !strings.Contains(string(doc), handler) {
-		t.Errorf("%s does not show presenceTokenHandler of %s as it is", tokensDoc, recipeGo)
+		t.Errorf("%s does not show presenceTokenHandler of %s as it is", recipesDoc, recipeGo)
 	}
 }
