@@ -1,24 +1,33 @@
 package node
 
 import (
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/presence-dev/presence/internal/testkit"
 )
 
 // getDevToken asks the node's dev token endpoint with the query.
 func getDevToken(t *testing.T, n *node, query string) (int, http.Header, string) {
 	t.Helper()
-	r, err := http.Get(n.srv.URL + PathDevToken + "?" + query)
-	if err != nil {
-		t.Fatal(err)
+	return testkit.Get(t, n.srv.URL+PathDevToken+"?"+query, nil)
+}
+
+// expectGrant checks that c is user's for about an hour, joins the
+// rooms given, and is refused denied.
+func (c *client) expectGrant(user string, denied string, rooms ...string) {
+	c.t.Helper()
+	if c.hello.User != user || c.hello.Expires == nil || time.Until(*c.hello.Expires) < 59*time.Minute {
+		c.t.Fatalf("hello: %s, want %s's, expiring in an hour", c.hello.raw, user)
 	}
-	defer r.Body.Close()
-	b, _ := io.ReadAll(r.Body)
-	return r.StatusCode, r.Header, string(b)
+	for _, r := range rooms {
+		c.join(r)
+	}
+	c.send(map[string]any{"type": "join", "room": denied, "ref": "denied"})
+	c.expectError(CodeForbidden, "denied")
 }
 
 // A dev node mints real tokens and checks them as a production node
@@ -34,13 +43,7 @@ func TestDevToken(t *testing.T) {
 		t.Fatalf("dev token: %d %v %q", code, h, tok)
 	}
 	c := n.dialWith(t, "session=s", http.Header{"Sec-Websocket-Protocol": {Subprotocol + ", " + TokenSubprotocolPrefix + tok}})
-	if c.hello.User != "alice" || c.hello.Expires == nil || time.Until(*c.hello.Expires) < 59*time.Minute {
-		t.Fatalf("hello: %s", c.hello.raw)
-	}
-	c.join("room42")
-	c.join("team7-x")
-	c.send(map[string]any{"type": "join", "room": "team8", "ref": "no"})
-	c.expectError(CodeForbidden, "no")
+	c.expectGrant("alice", "team8", "room42", "team7-x")
 	c.send(map[string]any{"type": "join", "room": "team7-y", "present": false, "ref": "obs"})
 	c.expectError(CodeForbidden, "obs")
 

@@ -1,11 +1,11 @@
 package node
 
 import (
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
+
+	"github.com/presence-dev/presence/internal/testkit"
 )
 
 // The Go recipe's endpoint (Example_presenceTokenEndpoint) mints tokens
@@ -15,18 +15,6 @@ func TestTokenRecipeJoins(t *testing.T) {
 	n := e.newNode()
 	srv := httptest.NewServer(presenceTokenHandler(testSecret, func(*http.Request) (string, string, bool) { return "alice", "7", true }))
 	t.Cleanup(srv.Close)
-	resp, err := http.Get(srv.URL + "/presence-token")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	c := n.dial(t, string(tok), "s")
-	if c.hello.User != "alice" || c.hello.Expires == nil || time.Until(*c.hello.Expires) < 59*time.Minute {
-		t.Fatalf("hello: %s", c.hello.raw)
-	}
-	c.join("team7-design")
-	c.join("lobby")
-	c.send(map[string]any{"type": "join", "room": "team8-design", "ref": "x"})
-	c.expectError(CodeForbidden, "x")
+	_, _, tok := testkit.Get(t, srv.URL+"/presence-token", nil)
+	n.dial(t, tok, "s").expectGrant("alice", "team8-design", "team7-design", "lobby")
 }

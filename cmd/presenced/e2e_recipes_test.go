@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/presence-dev/presence/internal/testkit"
 )
 
 // The server recipes of docs/TOKENS.md, run as a backend would run them
@@ -88,18 +90,12 @@ func startNodeRecipe(t *testing.T) string {
 // fetchToken asks a /presence-token endpoint as user (none: "").
 func fetchToken(t *testing.T, addr, user, team string) (int, http.Header, string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/presence-token", nil)
+	h := http.Header{}
 	if user != "" {
-		req.Header.Set("X-User", user)
-		req.Header.Set("X-Team", team)
+		h.Set("X-User", user)
+		h.Set("X-Team", team)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, string(b)
+	return testkit.Get(t, "http://"+addr+"/presence-token", h)
 }
 
 // The Node.js recipe's endpoint answers the logged-in user's token, 401

@@ -21,6 +21,8 @@ import (
 
 	"github.com/lestrrat-go/jwx/v3/jwa"
 	"github.com/lestrrat-go/jwx/v3/jwk"
+
+	"github.com/presence-dev/presence/internal/testkit"
 )
 
 // mintToken runs presenced token with args and returns what it printed.
@@ -243,13 +245,8 @@ func TestE2EJWKS(t *testing.T) {
 func TestE2EDevTokenEndpoint(t *testing.T) {
 	skipIfShort(t, "end-to-end test")
 	devTok := func(addr, query string) (int, string) {
-		r, err := http.Get("http://" + addr + "/dev/token?" + query)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer r.Body.Close()
-		b, _ := io.ReadAll(r.Body)
-		return r.StatusCode, string(b)
+		code, _, body := testkit.Get(t, "http://"+addr+"/dev/token?"+query, nil)
+		return code, body
 	}
 	dev := startDev(t)
 	code, tok := devTok(dev.addr, "user=alice&rooms=room42")
