@@ -371,6 +371,9 @@ func TestJWKSNode(t *testing.T) {
 	s.publish(t, old)
 	e := newEnv(t)
 	n := e.newNode(func(c *Config) { c.Auth = AuthConfig{JWKSURL: s.URL, JWKSRefresh: time.Hour} })
+	// A handshake before the first fetch has landed fetches again, and
+	// the rotation's fetch would then wait out the refetch interval.
+	testkit.WaitFor(t, 10*time.Second, "the first JWKS fetch", func() bool { return n.auth.jwks.res.Resource() != nil })
 	oldTok := old.token(t, "alice")
 	c := n.dial(t, oldTok, "s")
 	c.join("r")
