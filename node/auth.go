@@ -1,9 +1,9 @@
 package node
 
 import (
-	"crypto/rsa"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
@@ -15,12 +15,23 @@ import (
 )
 
 // AuthConfig says how clients prove who they are. At least one of
-// HMACSecret, RSAPublicKeyPEM or InsecureDev must be set.
+// HMACSecret, PublicKeyPEM, JWKSURL or InsecureDev must be set; several
+// may be, and a token is checked with the key of its algorithm (and kid).
 type AuthConfig struct {
 	// HMACSecret verifies HS256 tokens; at least 32 bytes.
 	HMACSecret []byte
-	// RSAPublicKeyPEM verifies RS256 tokens (PKIX or PKCS#1 PEM).
-	RSAPublicKeyPEM []byte
+	// PublicKeyPEM verifies tokens signed with its private key, by the
+	// key's type: RSA RS256 (PKIX or PKCS#1 PEM), P-256 ECDSA ES256,
+	// Ed25519 EdDSA (PKIX PEM).
+	PublicKeyPEM []byte
+	// JWKSURL, when set, verifies RS256, ES256 and EdDSA tokens with the
+	// key their kid header names in the JSON Web Key Set at this URL (an
+	// identity provider's jwks_uri). The set is fetched in the
+	// background, again every JWKSRefresh (default 5m), and at once,
+	// at most every 10s, for a kid it lacks. A failed fetch keeps the
+	// last good set; until a first one succeeds, such tokens are refused.
+	JWKSURL     string
+	JWKSRefresh time.Duration
 	// Issuer and Audience, when set, must match the token's iss and aud.
 	Issuer   string
 	Audience string
@@ -31,9 +42,11 @@ type AuthConfig struct {
 	// (not a browser) is accepted. Empty accepts any origin: tokens, not
 	// cookies, authenticate, so a foreign page gains nothing.
 	AllowedOrigins []string
-	// InsecureDev takes the user id from the URL (?user=) with access to
-	// every room and verifies nothing. For local development only; New
-	// logs a warning.
+	// InsecureDev is for local development; New logs a warning. A
+	// handshake without a token takes its user id from the URL (?user=)
+	// with access to every room; tokens are checked as in production, and
+	// GET /dev/token (PathDevToken) mints them for anyone, signed with
+	// HMACSecret or, without one, a random secret of this process.
 	InsecureDev bool
 }
 
@@ -101,37 +114,53 @@ func (e *authError) Error() string { return "node: auth: " + e.reason }
 
 type authenticator struct {
 	cfg    AuthConfig
-	rsa    *rsa.PublicKey
+	keys   map[string]any // static verification key by algorithm
+	jwks   *jwks          // nil without JWKSURL
+	devKey []byte         // signs dev tokens (InsecureDev)
 	parser *jwt.Parser
 }
 
-func newAuthenticator(c AuthConfig) (*authenticator, error) {
-	a := &authenticator{cfg: c}
-	if c.InsecureDev {
-		return a, nil
-	}
-	var methods []string
-	if len(c.HMACSecret) > 0 {
-		if len(c.HMACSecret) < 32 {
-			return nil, configError("auth: hmac secret", fmt.Sprintf("must be at least 32 bytes for HS256, got %d", len(c.HMACSecret)))
-		}
-		methods = append(methods, jwt.SigningMethodHS256.Alg())
-	}
-	if len(c.RSAPublicKeyPEM) > 0 {
-		k, err := jwt.ParseRSAPublicKeyFromPEM(c.RSAPublicKeyPEM)
-		if err != nil {
-			return nil, configError("auth: rsa public key", err.Error())
-		}
-		a.rsa = k
-		methods = append(methods, jwt.SigningMethodRS256.Alg())
-	}
-	if len(methods) == 0 {
-		return nil, configError("auth", "set an HMAC secret, an RSA public key, or InsecureDev")
-	}
+// Validate checks the configuration as New does, without fetching
+// anything: a bad secret, key or JWKS URL is found before a node starts.
+func (c AuthConfig) Validate() error {
 	if c.Leeway < 0 {
-		return nil, configError("auth: leeway", fmt.Sprintf("must not be negative, got %v", c.Leeway))
+		return configError("auth: leeway", fmt.Sprintf("must not be negative, got %v", c.Leeway))
 	}
-	opts := []jwt.ParserOption{jwt.WithValidMethods(methods), jwt.WithExpirationRequired(), jwt.WithLeeway(c.Leeway)}
+	if n := len(c.HMACSecret); n > 0 && n < minSecret {
+		return configError("auth: hmac secret", fmt.Sprintf("must be at least %d bytes for HS256, got %d", minSecret, n))
+	}
+	if len(c.PublicKeyPEM) > 0 {
+		if _, _, err := parsePublicKeyPEM(c.PublicKeyPEM); err != nil {
+			return configError("auth: public key", err.Error())
+		}
+	}
+	if c.JWKSURL != "" {
+		if err := checkJWKS(c.JWKSURL, c.JWKSRefresh); err != nil {
+			return err
+		}
+	}
+	if len(c.HMACSecret) == 0 && len(c.PublicKeyPEM) == 0 && c.JWKSURL == "" && !c.InsecureDev {
+		return configError("auth", "set an HMAC secret, a public key, a JWKS URL, or InsecureDev")
+	}
+	return nil
+}
+
+func newAuthenticator(c AuthConfig, log *slog.Logger) (*authenticator, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	a := &authenticator{cfg: c, keys: map[string]any{}}
+	if err := a.staticKeys(); err != nil {
+		return nil, err
+	}
+	if c.JWKSURL != "" {
+		j, err := newJWKS(c.JWKSURL, c.JWKSRefresh, log)
+		if err != nil {
+			return nil, err
+		}
+		a.jwks = j
+	}
+	opts := []jwt.ParserOption{jwt.WithValidMethods(a.methods()), jwt.WithExpirationRequired(), jwt.WithLeeway(c.Leeway)}
 	if c.Issuer != "" {
 		opts = append(opts, jwt.WithIssuer(c.Issuer))
 	}
@@ -142,18 +171,76 @@ func newAuthenticator(c AuthConfig) (*authenticator, error) {
 	return a, nil
 }
 
-// key picks the verification key by algorithm. WithValidMethods has
-// already refused algorithms not configured, and each key has the type
-// only its own algorithm accepts, so an RS256 key cannot verify an HS256
-// token.
-func (a *authenticator) key(t *jwt.Token) (any, error) {
-	switch t.Method.Alg() {
-	case jwt.SigningMethodHS256.Alg():
-		return a.cfg.HMACSecret, nil
-	case jwt.SigningMethodRS256.Alg():
-		return a.rsa, nil
+// staticKeys reads the configured secret and public key (Validate has
+// checked them), and makes the dev secret in InsecureDev mode.
+func (a *authenticator) staticKeys() error {
+	c := a.cfg
+	if len(c.HMACSecret) > 0 {
+		a.keys[algHS256] = c.HMACSecret
 	}
-	return nil, fmt.Errorf("algorithm %s not accepted", t.Method.Alg())
+	if len(c.PublicKeyPEM) > 0 {
+		alg, k, err := parsePublicKeyPEM(c.PublicKeyPEM)
+		if err != nil {
+			return configError("auth: public key", err.Error())
+		}
+		a.keys[alg] = k
+	}
+	if c.InsecureDev {
+		s, err := devSecret(c.HMACSecret)
+		if err != nil {
+			return err
+		}
+		a.devKey = s
+		a.keys[algHS256] = s
+	}
+	return nil
+}
+
+// methods lists the algorithms some configured key verifies.
+func (a *authenticator) methods() []string {
+	var out []string
+	for _, alg := range []string{algHS256, algRS256, algES256, algEdDSA} {
+		if a.keys[alg] != nil || (a.jwks != nil && alg != algHS256) {
+			out = append(out, alg)
+		}
+	}
+	return out
+}
+
+// close stops the JWKS fetching.
+func (a *authenticator) close() {
+	if a.jwks != nil {
+		a.jwks.close()
+	}
+}
+
+// key picks the verification key by algorithm, and by kid from the
+// JWKS. WithValidMethods has already refused the algorithms no key
+// verifies, and each key has the type only its own algorithm accepts,
+// so an RS256 key cannot verify an HS256 token. A token with a kid the
+// JWKS lacks is still checked with a configured public key of its
+// algorithm, if there is one.
+func (a *authenticator) key(t *jwt.Token) (any, error) {
+	alg := t.Method.Alg()
+	kid, _ := t.Header["kid"].(string)
+	static := a.keys[alg]
+	if alg == algHS256 || a.jwks == nil {
+		if static == nil {
+			return nil, fmt.Errorf("algorithm %s not accepted", alg)
+		}
+		return static, nil
+	}
+	if kid == "" {
+		if static != nil {
+			return static, nil
+		}
+		return nil, &authError{"token has no kid header: the node picks its key from the JWKS by kid"}
+	}
+	k, err := a.jwks.key(kid, alg)
+	if err != nil && static != nil {
+		return static, nil
+	}
+	return k, err
 }
 
 // tokenFrom finds a token: Authorization header, then subprotocol, then
@@ -185,14 +272,14 @@ func websocketSubprotocols(r *http.Request) []string {
 
 // authenticate checks the handshake's credentials.
 func (a *authenticator) authenticate(r *http.Request, q url.Values) (*identity, error) {
-	if a.cfg.InsecureDev {
+	raw := tokenFrom(r, q)
+	if raw == "" && a.cfg.InsecureDev {
 		u := q.Get(UserQueryParam)
 		if err := presence.ValidateUser(u); err != nil {
-			return nil, &authError{fmt.Sprintf("dev mode needs ?%s=<user id>: %v", UserQueryParam, err)}
+			return nil, &authError{fmt.Sprintf("dev mode needs a token (GET %s?user=) or ?%s=<user id>: %v", PathDevToken, UserQueryParam, err)}
 		}
 		return &identity{user: u, rooms: []string{"*"}, observe: true}, nil
 	}
-	raw := tokenFrom(r, q)
 	if raw == "" {
 		return nil, &authError{fmt.Sprintf("no token: send Authorization: Bearer <jwt>, a %q subprotocol entry, or ?%s=", TokenSubprotocolPrefix+"<jwt>", TokenQueryParam)}
 	}
@@ -203,17 +290,7 @@ func (a *authenticator) authenticate(r *http.Request, q url.Values) (*identity, 
 func (a *authenticator) parse(raw string) (*identity, error) {
 	var c Claims
 	if _, err := a.parser.ParseWithClaims(raw, &c, a.key); err != nil {
-		switch {
-		case errors.Is(err, jwt.ErrTokenExpired):
-			return nil, &authError{"token is expired"}
-		case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
-			return nil, &authError{"token has no exp claim"}
-		case errors.Is(err, jwt.ErrTokenMalformed):
-			return nil, &authError{"token is malformed"}
-		case errors.Is(err, jwt.ErrTokenSignatureInvalid), errors.Is(err, jwt.ErrTokenUnverifiable):
-			return nil, &authError{"token signature is invalid or its algorithm is not accepted"}
-		}
-		return nil, &authError{"token rejected: " + err.Error()}
+		return nil, tokenError(err)
 	}
 	if err := presence.ValidateUser(c.Subject); err != nil {
 		return nil, &authError{fmt.Sprintf("token sub is not a valid user id: %v", err)}
@@ -227,6 +304,32 @@ func (a *authenticator) parse(raw string) (*identity, error) {
 		}
 	}
 	return &identity{user: c.Subject, rooms: c.Rooms, observe: c.Observe, until: c.ExpiresAt.Add(a.cfg.Leeway)}, nil
+}
+
+// tokenError says why the parser refused a token.
+func tokenError(err error) *authError {
+	var ae *authError
+	switch {
+	case errors.As(err, &ae):
+		return ae
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return &authError{"token is expired"}
+	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
+		for _, claim := range []string{"exp", "iss", "aud"} {
+			if strings.Contains(err.Error(), claim+" claim is required") {
+				return &authError{"token has no " + claim + " claim"}
+			}
+		}
+	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
+		return &authError{"token iss is not the issuer this node accepts"}
+	case errors.Is(err, jwt.ErrTokenInvalidAudience):
+		return &authError{"token aud does not name this node's audience"}
+	case errors.Is(err, jwt.ErrTokenMalformed):
+		return &authError{"token is malformed"}
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid), errors.Is(err, jwt.ErrTokenUnverifiable):
+		return &authError{"token signature is invalid or its algorithm is not accepted"}
+	}
+	return &authError{"token rejected: " + err.Error()}
 }
 
 // checkRoomPattern accepts a room id, or a prefix of id bytes followed by

@@ -63,7 +63,7 @@ func refused(t *testing.T, n *node, query string, h http.Header) (int, string) {
 func TestAuth(t *testing.T) {
 	e := newEnv(t)
 	priv, pubPEM := rsaKey(t)
-	n := e.newNode(func(c *Config) { c.Auth.RSAPublicKeyPEM = pubPEM })
+	n := e.newNode(func(c *Config) { c.Auth.PublicKeyPEM = pubPEM })
 	hour := time.Now().Add(time.Hour)
 	bearer := func(tok string) http.Header { return http.Header{"Authorization": {"Bearer " + tok}} }
 

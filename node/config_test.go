@@ -33,9 +33,9 @@ func TestConfigValidation(t *testing.T) {
 		{func(c *Config) { c.Limits.JoinLatency = -1 }, "limits: join latency", "must be positive"},
 		{func(c *Config) { c.Limits.MaxRetryAfter = 1500 * time.Millisecond }, "limits: max retry after", "session TTL 2s"},
 		{func(c *Config) { c.StoreTimeout = -1 }, "store timeout", "must be positive"},
-		{func(c *Config) { c.Auth = AuthConfig{} }, "auth", "HMAC secret, an RSA public key, or InsecureDev"},
+		{func(c *Config) { c.Auth = AuthConfig{} }, "auth", "HMAC secret, a public key, a JWKS URL, or InsecureDev"},
 		{func(c *Config) { c.Auth.HMACSecret = []byte("short") }, "auth: hmac secret", "at least 32 bytes"},
-		{func(c *Config) { c.Auth.RSAPublicKeyPEM = []byte("not pem") }, "auth: rsa public key", ""},
+		{func(c *Config) { c.Auth.PublicKeyPEM = []byte("not pem") }, "auth: public key", "no PEM block"},
 		{func(c *Config) { c.Auth.Leeway = -time.Second }, "auth: leeway", "must not be negative"},
 	}
 	for _, k := range cases {

@@ -347,7 +347,7 @@ func (c *conn) members(ctx context.Context, req request) {
 // (released, grace applies) with an unasked left, reason revoked.
 func (c *conn) refresh(ctx context.Context, req request) {
 	if c.expiry == nil {
-		// Dev mode checks no tokens; a client written for production
+		// A dev connection without a token (?user=); a client written for production
 		// still gets the reply it waits for.
 		c.send(mustJSON(refreshedFrame{Type: typeRefreshed, Ref: req.Ref}))
 		return

@@ -89,7 +89,7 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	auth, err := newAuthenticator(cfg.Auth)
+	auth, err := newAuthenticator(cfg.Auth, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -99,6 +99,7 @@ func New(cfg Config) (*Node, error) {
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	if err := n.wire(); err != nil {
 		n.cancel()
+		auth.close()
 		return nil, err
 	}
 	n.upgrader = websocket.Upgrader{
@@ -127,9 +128,10 @@ func New(cfg Config) (*Node, error) {
 	if n.gatherer != nil {
 		mux.Handle(PathMetrics, promhttp.HandlerFor(n.gatherer, promhttp.HandlerOpts{}))
 	}
+	auth.routes(mux)
 	n.handler = mux
 	if cfg.Auth.InsecureDev {
-		n.log.Warn("node: INSECURE DEV AUTH: any client may claim any user id with ?user= and join any room; never use this in production")
+		n.log.Warn("node: INSECURE DEV AUTH: any client may claim any user id with ?user= and join any room, and " + PathDevToken + " mints tokens for anyone; never use this in production")
 	}
 	return n, nil
 }
@@ -283,6 +285,7 @@ func (n *Node) Close() error {
 	}
 	n.cancel()
 	n.wg.Wait()
+	n.auth.close()
 	n.hub.close()
 	n.takeovers.close()
 	return nil

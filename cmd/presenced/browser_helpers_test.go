@@ -366,6 +366,7 @@ type testPage struct {
 	tokenUser string        // whom /token mints for ("": no tokens)
 	tokenTTL  time.Duration // how long they live
 	minted    []time.Time   // expiry of each token served
+	fixed     string        // served by /token as it is, when set
 }
 
 // newTestPage serves the test page for the node at nodeAddr.
@@ -396,9 +397,21 @@ func (p *testPage) serveTokens(user string, ttl time.Duration) {
 	p.tokenUser, p.tokenTTL = user, ttl
 }
 
+// serveToken makes /token serve tok, minted elsewhere.
+func (p *testPage) serveToken(tok string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.fixed = tok
+}
+
 func (p *testPage) token(w http.ResponseWriter, _ *http.Request) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.fixed != "" {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte(p.fixed))
+		return
+	}
 	if p.tokenUser == "" {
 		http.Error(w, "no tokens in this test", http.StatusNotFound)
 		return
@@ -437,6 +450,9 @@ type pageOpts struct {
 	room   string
 	user   string // dev mode: the client's user option
 	tokens bool   // secured: getToken fetches /token (see serveTokens)
+	// tokenURL: getToken fetches this URL (another origin: the dev node's
+	// /dev/token).
+	tokenURL string
 }
 
 // url is the test page's address for a client whose WebSocket goes
@@ -450,6 +466,9 @@ func (p *testPage) url(proxy *tcpproxy.Proxy, o pageOpts) string {
 	}
 	if o.tokens {
 		q.Set("tokens", "1")
+	}
+	if o.tokenURL != "" {
+		q.Set("token_url", o.tokenURL)
 	}
 	return p.srv.URL + "/?" + q.Encode()
 }
@@ -490,7 +509,8 @@ func (e *env) startBrowserNode() *proc {
 
 // testPageHTML drives one client: the room of ?room= joined with detail
 // "sessions", its WebSocket at ?ws=, dev mode's ?user= or (?tokens=1)
-// tokens from /token. window.view() returns what the test reads.
+// tokens from /token, or from ?token_url=. window.view() returns what
+// the test reads.
 const testPageHTML = `<!doctype html>
 <html lang="en">
 <meta charset="utf-8">
@@ -512,10 +532,10 @@ class RecordingWebSocket extends WebSocket {
 }
 const opts = { url: q.get("ws"), WebSocket: RecordingWebSocket };
 if (q.has("user")) opts.user = q.get("user");
-if (q.has("tokens")) {
+if (q.has("tokens") || q.has("token_url")) {
   opts.getToken = async () => {
     log.tokens++;
-    const r = await fetch("/token", { cache: "no-store" });
+    const r = await fetch(q.get("token_url") || "/token", { cache: "no-store" });
     if (!r.ok) throw new Error("token: " + r.status);
     return r.text();
   };

@@ -33,7 +33,7 @@ func TestNodeEmbeddedClusterFlagsAreChecked(t *testing.T) {
 	} {
 		expectUsageError(t, append(append([]string{}, base...), tc.args...), tc.want)
 	}
-	// The demo page names users with ?user=: only without authentication.
+	// The demo page gets its tokens from /dev/token: only a dev node has it.
 	expectUsageError(t, []string{"node", "--demo", "--jwt-secret", e2eSecret}, "--demo needs --insecure-dev")
 }
 

@@ -72,6 +72,7 @@ func devBanner(cfg serverConfig, addr, natsURL string) string {
 presenced dev is running (region %q).
   demo:      http://%[2]s/  (open it in several tabs; ?room=NAME picks a room)
   websocket: ws://%[2]s/v1/ws?session=SID&user=UID
+  tokens:    http://%[2]s/dev/token?user=UID&rooms=ROOM,PREFIX-*  (for getToken; docs/TOKENS.md)
   nats:      %[3]s  (embedded nats-server; every transition is logged below)
              nats sub --server %[3]s 'presence.>'
   timing:    session TTL %[4]v, heartbeat %[5]v, offline grace %[6]v

@@ -166,13 +166,17 @@ func runNodeCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	var secret, secretFile, pubKeyFile, issuer, audience, origins string
 	fs.StringVar(&secret, "jwt-secret", "", "HS256 secret for client tokens (at least 32 bytes)")
 	fs.StringVar(&secretFile, "jwt-secret-file", "", "file holding the HS256 secret")
-	fs.StringVar(&pubKeyFile, "jwt-public-key-file", "", "PEM RSA public key for RS256 client tokens")
+	fs.StringVar(&pubKeyFile, "jwt-public-key-file", "", "PEM public key for client tokens: RSA (RS256), P-256 EC (ES256) or Ed25519 (EdDSA)")
+	var jwksURL string
+	var jwksRefresh time.Duration
+	fs.StringVar(&jwksURL, "jwks-url", "", "JWKS URL of an identity provider: RS256, ES256 and EdDSA tokens are checked with the key their kid names (docs/TOKENS.md)")
+	fs.DurationVar(&jwksRefresh, "jwks-refresh", node.DefaultJWKSRefresh, "how often the JWKS is fetched again (a token with an unknown kid fetches it at once, at most every 10s)")
 	fs.StringVar(&issuer, "jwt-issuer", "", "required token issuer (iss), if set")
 	fs.StringVar(&audience, "jwt-audience", "", "required token audience (aud), if set")
 	fs.StringVar(&origins, "allowed-origins", "", "comma-separated Origin values accepted on upgrade (empty: any)")
-	fs.BoolVar(&c.insecureDev, "insecure-dev", false, "DEVELOPMENT ONLY: take the user id from ?user= and verify nothing")
+	fs.BoolVar(&c.insecureDev, "insecure-dev", false, "DEVELOPMENT ONLY: without a token, take the user id from ?user=; serve GET /dev/token, which mints tokens for anyone")
 	var demo bool
-	fs.BoolVar(&demo, "demo", false, "serve the demo page at / (with --insecure-dev: it names users with ?user=)")
+	fs.BoolVar(&demo, "demo", false, "serve the demo page at / (with --insecure-dev: its tokens come from /dev/token)")
 	if err := parseFlags(fs, args); err != nil {
 		if err == flag.ErrHelp {
 			return nil
@@ -192,21 +196,25 @@ func runNodeCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	} else if fileSecret != nil {
 		cfg.Auth.HMACSecret = []byte(strings.TrimSpace(string(fileSecret)))
 	}
-	if cfg.Auth.RSAPublicKeyPEM, err = readFileFlag("jwt-public-key-file", pubKeyFile); err != nil {
+	if cfg.Auth.PublicKeyPEM, err = readFileFlag("jwt-public-key-file", pubKeyFile); err != nil {
 		return err
 	}
+	cfg.Auth.JWKSURL, cfg.Auth.JWKSRefresh = jwksURL, jwksRefresh
 	cfg.Auth.Issuer, cfg.Auth.Audience = issuer, audience
 	if origins != "" {
 		cfg.Auth.AllowedOrigins = strings.Split(origins, ",")
 	}
 	if demo {
 		if !cfg.Auth.InsecureDev {
-			return &usageError{"--demo needs --insecure-dev: the demo page names its users with ?user="}
+			return &usageError{"--demo needs --insecure-dev: the demo page gets its tokens from /dev/token"}
 		}
 		cfg.routes = demoRoutes
 	}
-	if !cfg.Auth.InsecureDev && cfg.Auth.HMACSecret == nil && cfg.Auth.RSAPublicKeyPEM == nil {
-		return &usageError{"no client authentication: set --jwt-secret, --jwt-secret-file or --jwt-public-key-file (or --insecure-dev on a laptop)"}
+	if !cfg.Auth.InsecureDev && cfg.Auth.HMACSecret == nil && cfg.Auth.PublicKeyPEM == nil && cfg.Auth.JWKSURL == "" {
+		return &usageError{"no client authentication: set --jwt-secret, --jwt-secret-file, --jwt-public-key-file or --jwks-url (or --insecure-dev on a laptop)"}
+	}
+	if err := cfg.Auth.Validate(); err != nil {
+		return &usageError{err.Error()}
 	}
 	return serve(ctx, cfg)
 }

@@ -20,6 +20,8 @@ const usage = `usage: presenced <command> [flags]
 commands:
   node        run an edge node (WebSocket + regional Redis + NATS)
   aggregator  run a cross-region aggregator (the global view)
+  token       print a client token (JWT) for a user and rooms, signed with
+              the nodes' secret or key (docs/TOKENS.md)
   dev         run everything on this machine: embedded NATS, a local
               redis-server, one node and a demo page
   version     print the version, commit, Go, protocol and data format
@@ -41,6 +43,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runDevCommand(ctx, args[1:], stdout, stderr)
 	case "aggregator":
 		return runAggregatorCommand(ctx, args[1:], stderr)
+	case "token":
+		return runTokenCommand(args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, versionLine(buildInfo()))
 		return nil
