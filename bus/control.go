@@ -28,7 +28,9 @@ const EndpointDisconnect = "disconnect"
 
 // DisconnectSubject is where region's disconnect requests go (the global
 // view's too, with GlobalRegion).
-func DisconnectSubject(region string) string { return CtlRoot + "." + region + "." + EndpointDisconnect }
+func DisconnectSubject(region string) string {
+	return CtlRoot + "." + region + "." + EndpointDisconnect
+}
 
 // DropSubject is where a region's nodes are told to close a user's
 // connections.
