@@ -3,8 +3,6 @@ package region
 import (
 	"context"
 	"fmt"
-	"sort"
-	"strings"
 
 	"github.com/presence-dev/presence/presence"
 )
@@ -64,7 +62,7 @@ func (s *Store) ListRooms(ctx context.Context, prefix, after string, limit int) 
 	if err != nil {
 		return nil, "", &OpError{"list rooms", err}
 	}
-	page, more := pageOfRooms(all, prefix, after, limit)
+	page, more := presence.PageOfRooms(all, prefix, after, limit)
 	counts, err := s.Counts(ctx, page)
 	if err != nil {
 		return nil, "", &OpError{"list rooms", err}
@@ -79,21 +77,4 @@ func (s *Store) ListRooms(ctx context.Context, prefix, after string, limit int) 
 		next = page[len(page)-1]
 	}
 	return rooms, next, nil
-}
-
-// pageOfRooms takes from sorted the first limit rooms that start with
-// prefix and sort after after; more says whether any further room does.
-func pageOfRooms(sorted []string, prefix, after string, limit int) (page []string, more bool) {
-	from := max(prefix, after)
-	i := sort.SearchStrings(sorted, from)
-	if i < len(sorted) && sorted[i] == after {
-		i++
-	}
-	for ; i < len(sorted) && strings.HasPrefix(sorted[i], prefix); i++ {
-		if len(page) == limit {
-			return page, true
-		}
-		page = append(page, sorted[i])
-	}
-	return page, false
 }
