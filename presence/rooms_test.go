@@ -33,4 +33,3 @@ func TestPageOfRooms(t *testing.T) {
 		}
 	}
 }
-
