@@ -43,6 +43,7 @@ const (
 	CodeForbidden    = "403" // HTTP: the key's scope does not allow the endpoint
 	CodeNotFound     = "404" // HTTP: no such endpoint, or the HTTP API is off
 	CodeMethod       = "405" // HTTP: the endpoint does not take that method
+	CodeTimeout      = "408" // HTTP: the request body did not arrive in time
 	CodeTooLarge     = "413" // HTTP: the request body is over its limit
 	CodeTooMany      = "429" // HTTP: the key's rate limit; Retry-After says when to try again
 	CodeInternal     = "500" // the backend failed or timed out
