@@ -47,7 +47,6 @@ func TestTheDocumentListsEveryEndpoint(t *testing.T) {
 	}
 }
 
-
 // docs/openapi.yaml is an OpenAPI 3.1 document kin-openapi loads and
 // validates whole (apitest.Document checks the version and runs its
 // validator).
