@@ -58,7 +58,7 @@ func (f *apiFlags) mount(ctx context.Context, mux *http.ServeMux, keys *httpapi.
 	a.Mount(mux)
 	go keys.Watch(ctx, f.reload)
 	if keys.Len() == 0 {
-		lg.Warn("presenced: HTTP API off: no API key configured (--api-keys-file, --api-keys or PRESENCE_API_KEYS); its endpoints answer 404", "view", q.Region())
+		lg.Info("presenced: HTTP API off: no API key configured (--api-keys-file, --api-keys or PRESENCE_API_KEYS); its endpoints answer 404", "view", q.Region())
 		return nil
 	}
 	lg.Info("presenced: HTTP API on", "view", q.Region(), "keys", keys.Len(), "keys_file", f.keysFile, "rate", f.rate, "burst", f.burst, "cors", f.cors)
