@@ -34,7 +34,7 @@ const (
 // store, its micro service, the API on a real HTTP server in front of
 // them, and what the region's nodes are told.
 type fixture struct {
-	t     *testing.T
+	t     testing.TB
 	store *region.Store
 	nc    *nats.Conn
 	api   *API
@@ -44,12 +44,18 @@ type fixture struct {
 	drops *testkit.Recorder[bus.Drop]
 }
 
-func newFixture(t *testing.T, edit ...func(*Config)) *fixture {
+func newFixture(t testing.TB, edit ...func(*Config)) *fixture {
+	t.Helper()
+	return newFixtureWith(t, testkit.Timing, edit...)
+}
+
+// newFixtureWith is newFixture with the region's timing.
+func newFixtureWith(t testing.TB, timing presence.Timing, edit ...func(*Config)) *fixture {
 	t.Helper()
 	rdb, _ := testredis.Client(t)
 	ns := testnats.Start(t)
 	nc := testnats.Connect(t, ns)
-	st, err := region.New(rdb, region.Options{Region: "eu", Timing: testkit.Timing, Logger: quiet,
+	st, err := region.New(rdb, region.Options{Region: "eu", Timing: timing, Logger: quiet,
 		Sink: region.SinkFunc(func(context.Context, []presence.Transition) (uint64, error) { return 0, nil })})
 	if err != nil {
 		t.Fatal(err)
