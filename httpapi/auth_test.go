@@ -171,6 +171,7 @@ func TestSlowBodyTimesOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer resp.Body.Close()
 	body := make([]byte, 512)
 	n, _ := resp.Body.Read(body)
 	took := time.Since(start)
