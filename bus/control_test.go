@@ -10,6 +10,7 @@ import (
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/region"
 )
 
 // drops records what the region's nodes are told.
@@ -26,9 +27,10 @@ func drops(tb testing.TB, e *env) *testkit.Recorder[bus.Drop] {
 	return got
 }
 
-// A disconnect through the service records the revocation in the store,
-// then tells every node; one without revoke_until writes nothing.
-func TestDisconnectRevokesThenTellsTheNodes(t *testing.T) {
+// disconnectEnv is a region's bus and store, its service with the
+// disconnect endpoint, and what its nodes are told.
+func disconnectEnv(t *testing.T) (*env, *region.Store, *testkit.Recorder[bus.Drop]) {
+	t.Helper()
 	e := newEnv(t, "eu")
 	st := newStore(t, e.pub)
 	d, err := bus.NewRegionDisconnect(e.nc, "eu", st)
@@ -36,7 +38,13 @@ func TestDisconnectRevokesThenTellsTheNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	startService(t, e, st, bus.WithDisconnect(d))
-	got := drops(t, e)
+	return e, st, drops(t, e)
+}
+
+// A disconnect through the service records the revocation in the store,
+// then tells every node; one without revoke_until writes nothing.
+func TestDisconnectRevokesThenTellsTheNodes(t *testing.T) {
+	e, st, got := disconnectEnv(t)
 	cl := bus.NewClient(connectLike(t, e), "eu")
 
 	until := time.Now().Add(time.Hour).Truncate(time.Millisecond)
@@ -63,14 +71,7 @@ func TestDisconnectRevokesThenTellsTheNodes(t *testing.T) {
 }
 
 func TestDisconnectRefusesBadRequests(t *testing.T) {
-	e := newEnv(t, "eu")
-	st := newStore(t, e.pub)
-	d, err := bus.NewRegionDisconnect(e.nc, "eu", st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	startService(t, e, st, bus.WithDisconnect(d))
-	got := drops(t, e)
+	e, st, got := disconnectEnv(t)
 	past := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
 	far := time.Now().Add(presence.MaxRevocation + time.Hour).UTC().Format(time.RFC3339)
 	for _, c := range []struct{ body, want string }{
