@@ -123,10 +123,7 @@ func BenchmarkQueries(b *testing.B) {
 // members, each with a session and a state.
 func newBenchFixture(b *testing.B) *fixture {
 	b.Helper()
-	// Sessions outlive the run: nothing refreshes them.
-	long := presence.Timing{SessionTTL: 10 * time.Minute, Heartbeat: 3 * time.Minute, OfflineGrace: time.Minute,
-		ReapInterval: time.Second, LastSeenInterval: 3 * time.Minute}
-	f := newFixtureWith(b, long)
+	f := newFixture(b)
 	ctx := context.Background()
 	var refs []presence.SessionRef
 	for i := range benchRoomSize {

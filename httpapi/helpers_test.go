@@ -44,18 +44,18 @@ type fixture struct {
 	drops *testkit.Recorder[bus.Drop]
 }
 
-func newFixture(t testing.TB, edit ...func(*Config)) *fixture {
-	t.Helper()
-	return newFixtureWith(t, testkit.Timing, edit...)
-}
 
-// newFixtureWith is newFixture with the region's timing.
-func newFixtureWith(t testing.TB, timing presence.Timing, edit ...func(*Config)) *fixture {
+// longTiming outlasts a test or benchmark: nothing refreshes the
+// fixture's sessions.
+var longTiming = presence.Timing{SessionTTL: 10 * time.Minute, Heartbeat: 3 * time.Minute, OfflineGrace: time.Minute,
+	ReapInterval: time.Second, LastSeenInterval: 3 * time.Minute}
+
+func newFixture(t testing.TB, edit ...func(*Config)) *fixture {
 	t.Helper()
 	rdb, _ := testredis.Client(t)
 	ns := testnats.Start(t)
 	nc := testnats.Connect(t, ns)
-	st, err := region.New(rdb, region.Options{Region: "eu", Timing: timing, Logger: quiet,
+	st, err := region.New(rdb, region.Options{Region: "eu", Timing: longTiming, Logger: quiet,
 		Sink: region.SinkFunc(func(context.Context, []presence.Transition) (uint64, error) { return 0, nil })})
 	if err != nil {
 		t.Fatal(err)

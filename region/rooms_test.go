@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -27,7 +28,11 @@ func TestListRoomsOnACluster(t *testing.T) {
 }
 
 func listRoomsOn(t *testing.T, rdb redis.UniversalClient) {
-	s := newStore(t, rdb, &collector{})
+	// Nothing refreshes the sessions: the timing outlasts a slow run.
+	s := newStore(t, rdb, &collector{}, func(o *Options) {
+		o.Timing = presence.Timing{SessionTTL: time.Minute, Heartbeat: 15 * time.Second, OfflineGrace: 30 * time.Second,
+			ReapInterval: time.Second, LastSeenInterval: 15 * time.Second}
+	})
 	ctx := context.Background()
 	var refs []presence.SessionRef
 	want := map[string]int{}
