@@ -14,7 +14,9 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/internal/testredis"
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/region"
 )
 
 func startService(tb testing.TB, e *env, r bus.Reader, opts ...bus.ServiceOption) micro.Service {
@@ -179,13 +181,32 @@ func TestServiceEndpoints(t *testing.T) {
 	if u.Online || u.Member != nil || u.LastSeen == nil {
 		t.Fatalf("u1 in room7: %+v", u)
 	}
+}
+
+// last_seen, rooms and counts read the store as the other endpoints do.
+func TestServiceRoomsCountsAndLastSeen(t *testing.T) {
+	e := newEnv(t, "eu")
+	rdb, _ := testredis.Client(t)
+	// Nothing refreshes the sessions: the timing outlasts a slow run.
+	st, err := region.New(rdb, region.Options{Region: "eu", Sink: e.pub, Timing: presence.Timing{SessionTTL: time.Minute,
+		Heartbeat: 15 * time.Second, OfflineGrace: 30 * time.Second, ReapInterval: time.Second, LastSeenInterval: 15 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startService(t, e, st)
+	c := t.Context()
+	if _, err := st.Claim(c, []presence.SessionRef{ref("room42", "u1", "tab1"), ref("room42", "u2", "tab1"), ref("room42", "u3", "tab1")}); err != nil {
+		t.Fatal(err)
+	}
+	var u bus.UserReply
+	query(t, e.nc, "user", `{"room":"room42","user":"u1"}`, &u)
 
 	var ls bus.LastSeenReply
 	query(t, e.nc, "last_seen", `{"user":"u1"}`, &ls)
 	if ls.Region != "eu" || ls.User != "u1" || ls.LastSeen == nil || !ls.LastSeen.Equal(*u.LastSeen) {
 		t.Fatalf("last seen: %+v, user reply %v", ls, u.LastSeen)
 	}
-	data, _, _ = request(t, e.nc, bus.APISubject("eu", "last_seen"), `{"user":"nobody"}`)
+	data, _, _ := request(t, e.nc, bus.APISubject("eu", "last_seen"), `{"user":"nobody"}`)
 	if !strings.Contains(string(data), `"last_seen":null`) {
 		t.Fatalf("nobody's last seen: %s", data)
 	}
