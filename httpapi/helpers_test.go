@@ -44,7 +44,6 @@ type fixture struct {
 	drops *testkit.Recorder[bus.Drop]
 }
 
-
 // longTiming outlasts a test or benchmark: nothing refreshes the
 // fixture's sessions.
 var longTiming = presence.Timing{SessionTTL: 10 * time.Minute, Heartbeat: 3 * time.Minute, OfflineGrace: time.Minute,
