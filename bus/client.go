@@ -23,18 +23,13 @@ type Client struct {
 // NewClient returns a Client of region's query service on nc.
 func NewClient(nc *nats.Conn, region string) *Client { return &Client{nc: nc, region: region} }
 
-// QueryError is an error reply of a query service.
-type QueryError struct {
-	Code        string // CodeBadRequest or CodeInternal
-	Description string
-}
-
-// Error implements error.
-func (e *QueryError) Error() string {
-	return fmt.Sprintf("bus: query: %s %s", e.Code, e.Description)
-}
-
 func (c *Client) request(ctx context.Context, endpoint string, req, out any) error {
+	return c.requestOn(ctx, APISubject(c.region, endpoint), req, out)
+}
+
+// requestOn sends req on subject and decodes the reply into out; an error
+// reply is a *QueryError.
+func (c *Client) requestOn(ctx context.Context, subject string, req, out any) error {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return err
@@ -44,15 +39,15 @@ func (c *Client) request(ctx context.Context, endpoint string, req, out any) err
 		ctx, cancel = context.WithTimeout(ctx, DefaultRequestTimeout)
 		defer cancel()
 	}
-	m, err := c.nc.RequestWithContext(ctx, APISubject(c.region, endpoint), body)
+	m, err := c.nc.RequestWithContext(ctx, subject, body)
 	if err != nil {
-		return fmt.Errorf("bus: query %s %s: %w", c.region, endpoint, err)
+		return fmt.Errorf("bus: query %s: %w", subject, err)
 	}
 	if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
 		return &QueryError{Code: code, Description: m.Header.Get(micro.ErrorHeader)}
 	}
 	if err := json.Unmarshal(m.Data, out); err != nil {
-		return fmt.Errorf("bus: query %s %s: reply: %w", c.region, endpoint, err)
+		return fmt.Errorf("bus: query %s: reply: %w", subject, err)
 	}
 	return nil
 }
@@ -76,5 +71,19 @@ func (c *Client) Count(ctx context.Context, room string) (int, error) {
 func (c *Client) User(ctx context.Context, room, user string) (UserReply, error) {
 	var rep UserReply
 	err := c.request(ctx, EndpointUser, UserRequest{Room: room, User: user}, &rep)
+	return rep, err
+}
+
+// LastSeen returns when a user was last active in the region, in any room.
+func (c *Client) LastSeen(ctx context.Context, user string) (LastSeenReply, error) {
+	var rep LastSeenReply
+	err := c.request(ctx, EndpointLastSeen, LastSeenRequest{User: user}, &rep)
+	return rep, err
+}
+
+// Disconnect asks the region to disconnect a user (see DisconnectRequest).
+func (c *Client) Disconnect(ctx context.Context, req DisconnectRequest) (DisconnectReply, error) {
+	var rep DisconnectReply
+	err := c.requestOn(ctx, DisconnectSubject(c.region), req, &rep)
 	return rep, err
 }

@@ -28,13 +28,21 @@
 //	presence-api.<region>.members    one page of a room's members (a snapshot)
 //	presence-api.<region>.count      a room's number of members
 //	presence-api.<region>.user       one user's presence in a room
+//	presence-api.<region>.last_seen  when a user was last active, in any room
+//	presence-api.<region>.rooms      a page of the rooms with members, with counts
+//	presence-api.<region>.counts     the counts of up to 100 rooms
+//
+// Disconnecting a user is not a query: it is served on a control
+// subject, presence-ctl.<region>.disconnect, which readers cannot reach
+// (control.go).
 //
 // # Pieces
 //
 // EnsureStream creates the stream PRESENCE_<region> on presence.<region>.>;
 // Publisher stores a region's transitions in it, deduplicated on the
-// Nats-Msg-Id header (the transition id); StartService answers queries from
-// a Reader; WatchRoom follows a room live over core NATS; Replay follows it
+// Nats-Msg-Id header (the transition id); Query is the one implementation
+// of each query's answer, which StartService serves on NATS (and package
+// httpapi on HTTP); WatchRoom follows a room live over core NATS; Replay follows it
 // from a snapshot through the stream, each transition once and in order.
 // docs/BUS.md describes the wire formats and the snapshot + replay
 // contract.

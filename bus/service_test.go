@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,7 +14,9 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/internal/testredis"
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/region"
 )
 
 func startService(tb testing.TB, e *env, r bus.Reader, opts ...bus.ServiceOption) micro.Service {
@@ -61,6 +64,14 @@ func (f *fakeReader) LastSeen(ctx context.Context, user string) (time.Time, bool
 	return time.Time{}, false, f.do(ctx)
 }
 
+func (f *fakeReader) ListRooms(ctx context.Context, prefix, after string, limit int) ([]presence.RoomCount, string, error) {
+	return nil, "", f.do(ctx)
+}
+
+func (f *fakeReader) Counts(ctx context.Context, rooms []string) ([]int, error) {
+	return make([]int, len(rooms)), f.do(ctx)
+}
+
 func TestServiceDiscoverable(t *testing.T) {
 	e := newEnv(t, "eu")
 	startService(t, e, &fakeReader{})
@@ -85,7 +96,9 @@ func TestServiceDiscoverable(t *testing.T) {
 	for _, ep := range info.Endpoints {
 		subjects[ep.Name] = ep.Subject
 	}
-	if len(subjects) != 3 || subjects["members"] != "presence-api.eu.members" || subjects["count"] != "presence-api.eu.count" || subjects["user"] != "presence-api.eu.user" {
+	want := map[string]string{"members": "presence-api.eu.members", "count": "presence-api.eu.count", "user": "presence-api.eu.user",
+		"last_seen": "presence-api.eu.last_seen", "rooms": "presence-api.eu.rooms", "counts": "presence-api.eu.counts"}
+	if !maps.Equal(subjects, want) {
 		t.Fatalf("endpoints: %+v", info.Endpoints)
 	}
 	if _, err := bus.StartService(e.nc, "e.u", &fakeReader{}); err == nil {
@@ -170,6 +183,57 @@ func TestServiceEndpoints(t *testing.T) {
 	}
 }
 
+// last_seen, rooms and counts read the store as the other endpoints do.
+func TestServiceRoomsCountsAndLastSeen(t *testing.T) {
+	e := newEnv(t, "eu")
+	rdb, _ := testredis.Client(t)
+	// Nothing refreshes the sessions: the timing outlasts a slow run.
+	st, err := region.New(rdb, region.Options{Region: "eu", Sink: e.pub, Timing: presence.Timing{SessionTTL: time.Minute,
+		Heartbeat: 15 * time.Second, OfflineGrace: 30 * time.Second, ReapInterval: time.Second, LastSeenInterval: 15 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startService(t, e, st)
+	c := t.Context()
+	if _, err := st.Claim(c, []presence.SessionRef{ref("room42", "u1", "tab1"), ref("room42", "u2", "tab1"), ref("room42", "u3", "tab1")}); err != nil {
+		t.Fatal(err)
+	}
+	var u bus.UserReply
+	query(t, e.nc, "user", `{"room":"room42","user":"u1"}`, &u)
+
+	var ls bus.LastSeenReply
+	query(t, e.nc, "last_seen", `{"user":"u1"}`, &ls)
+	if ls.Region != "eu" || ls.User != "u1" || ls.LastSeen == nil || !ls.LastSeen.Equal(*u.LastSeen) {
+		t.Fatalf("last seen: %+v, user reply %v", ls, u.LastSeen)
+	}
+	data, _, _ := request(t, e.nc, bus.APISubject("eu", "last_seen"), `{"user":"nobody"}`)
+	if !strings.Contains(string(data), `"last_seen":null`) {
+		t.Fatalf("nobody's last seen: %s", data)
+	}
+
+	if _, err := st.Claim(c, []presence.SessionRef{ref("room7", "u9", "tab1"), ref("lobby", "u9", "tab1")}); err != nil {
+		t.Fatal(err)
+	}
+	var rooms bus.RoomsReply
+	query(t, e.nc, "rooms", `{"limit":2}`, &rooms)
+	if len(rooms.Rooms) != 2 || rooms.Rooms[0] != (presence.RoomCount{Room: "lobby", Count: 1}) || rooms.Rooms[1].Room != "room42" || rooms.NextCursor != "room42" {
+		t.Fatalf("rooms: %+v", rooms)
+	}
+	query(t, e.nc, "rooms", `{"cursor":"room42"}`, &rooms)
+	if len(rooms.Rooms) != 1 || rooms.Rooms[0] != (presence.RoomCount{Room: "room7", Count: 1}) || rooms.NextCursor != "" {
+		t.Fatalf("rooms after room42: %+v", rooms)
+	}
+	query(t, e.nc, "rooms", `{"prefix":"zzz"}`, &rooms)
+	if rooms.Rooms == nil || len(rooms.Rooms) != 0 {
+		t.Fatalf("rooms of no prefix: %+v", rooms)
+	}
+	var counts bus.CountsReply
+	query(t, e.nc, "counts", `{"rooms":["room42","empty","room7"]}`, &counts)
+	if len(counts.Rooms) != 3 || counts.Rooms[0].Count != 3 || counts.Rooms[1] != (presence.RoomCount{Room: "empty"}) || counts.Rooms[2].Count != 1 {
+		t.Fatalf("counts: %+v", counts)
+	}
+}
+
 func TestServiceBadRequests(t *testing.T) {
 	e := newEnv(t, "eu")
 	r := &fakeReader{}
@@ -193,6 +257,16 @@ func TestServiceBadRequests(t *testing.T) {
 		{"user", `{"room":"r"}`, "invalid user id"},
 		{"user", `{"room":"r>","user":"u u"}`, "invalid room id"},
 		{"user", `{"room":"r","user":"` + strings.Repeat("u", 65) + `"}`, "longer than 64 bytes"},
+		{"last_seen", `{}`, "invalid user id"},
+		{"last_seen", `{"user":"u","room":"r"}`, `unknown field "room"`},
+		{"rooms", `{"prefix":"a.b"}`, "prefix and cursor must be empty or room ids"},
+		{"rooms", `{"cursor":"a b"}`, "prefix and cursor must be empty or room ids"},
+		{"rooms", `{"limit":1001}`, "limit must be between 1 and 1000"},
+		{"rooms", `{"limit":-1}`, "limit must be between 1 and 1000"},
+		{"counts", `{"rooms":[]}`, "rooms must hold 1 to 100 room ids, got 0"},
+		{"counts", `{}`, "rooms must hold 1 to 100 room ids, got 0"},
+		{"counts", `{"rooms":[` + strings.Repeat(`"r",`, 100) + `"r"]}`, "got 101"},
+		{"counts", `{"rooms":["ok","r*"]}`, "rooms[1]: presence: invalid room id"},
 	} {
 		t.Run(c.endpoint+" "+c.body, func(t *testing.T) {
 			data, code, desc := request(t, e.nc, bus.APISubject("eu", c.endpoint), c.body)
@@ -221,6 +295,7 @@ func TestServiceBackendErrors(t *testing.T) {
 			svc := startService(t, e, c.r, bus.WithRequestTimeout(200*time.Millisecond), bus.WithLogger(slog.New(slog.DiscardHandler)))
 			for _, q := range []struct{ endpoint, body string }{
 				{"members", `{"room":"r"}`}, {"count", `{"room":"r"}`}, {"user", `{"room":"r","user":"u"}`},
+				{"last_seen", `{"user":"u"}`}, {"rooms", `{}`}, {"counts", `{"rooms":["r"]}`},
 			} {
 				start := time.Now()
 				data, code, desc := request(t, e.nc, bus.APISubject("eu", q.endpoint), q.body)

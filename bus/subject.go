@@ -14,13 +14,16 @@ import (
 //	presence.<region>.<room>.<kind>.<user>        a region's stored transitions (republished by its stream)
 //	presence.global.<room>.<kind>.<user>          the cross-region view's stored transitions
 //	presence-in.<region>.<room>.<kind>.<user>     nodes publish transitions here; only PRESENCE_<region> listens
-//	presence-api.<region>.members|count|user      the query service of a region (or of global)
+//	presence-api.<region>.<endpoint>              the query service of a region (or of global):
+//	                                              members, count, user, last_seen, rooms, counts
 //	presence-sync.<region>.delta                  a region's deltas and liveness, to the aggregators
 //	presence-sync.<region>.full                   a region's full snapshots, in parts
 //	presence-sync.<region>.resync                 asks that region's active publisher for a full
 //	presence-sync.resync                          asks every region for one (an aggregator starting)
 //	presence-sync.global.<room>.<kind>.<user>     the leading aggregator's writes into PRESENCE_global
 //	presence-ctl.<region>.takeover                a node of the region took a session over
+//	presence-ctl.<region>.disconnect              disconnect a user (the service's admin endpoint)
+//	presence-ctl.<region>.drop                    every node: close a user's connections
 //
 // Only presence.> carries transitions: a subscriber to it sees nothing
 // else. kind is online, offline or update; ids are single tokens (package

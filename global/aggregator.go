@@ -172,7 +172,8 @@ func (a *Aggregator) StreamConfig() jetstream.StreamConfig {
 // Start reaches JetStream (the global stream and the lease bucket,
 // created if missing), reads the announced view, subscribes to the
 // regions' publications, asks every region for a full snapshot and
-// starts the query service (presence-api.global.*) and the engine. It
+// starts the query service (presence-api.global.*, and the disconnect
+// endpoint presence-ctl.global.disconnect) and the engine. It
 // runs until ctx is done or Close is called.
 //
 // JetStream may not answer yet: the stream's cluster is cut off, or
@@ -217,7 +218,7 @@ func (a *Aggregator) Start(ctx context.Context) error {
 	a.next = through
 
 	ctx, a.cancel = context.WithCancel(ctx)
-	if a.svc, err = bus.StartService(nc, bus.GlobalRegion, a, bus.WithLogger(a.log)); err != nil {
+	if a.svc, err = bus.StartService(nc, bus.GlobalRegion, a, bus.WithLogger(a.log), bus.WithDisconnect(a)); err != nil {
 		a.cancel()
 		a.unsubscribe()
 		return err

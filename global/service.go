@@ -104,10 +104,51 @@ func (a *Aggregator) Sessions(ctx context.Context, room, user string) (presence.
 	return a.memberLocked(room, user, time.Now()), true, nil
 }
 
-// LastSeen is not tracked globally; it reports nothing. With Snapshot,
-// Count and Sessions it makes the Aggregator a bus.Reader.
-func (a *Aggregator) LastSeen(context.Context, string) (time.Time, bool, error) {
-	return time.Time{}, false, nil
+// ListRooms returns a page of the global view's rooms with members,
+// ordered by id, with their global counts (see bus.Reader).
+func (a *Aggregator) ListRooms(ctx context.Context, prefix, after string, limit int) ([]presence.RoomCount, string, error) {
+	if limit <= 0 {
+		return nil, "", fmt.Errorf("global: list rooms: limit must be > 0, got %d", limit)
+	}
+	if err := a.current(ctx); err != nil {
+		return nil, "", err
+	}
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	rooms := a.c.ann.rooms
+	page, more := presence.PageOfRooms(sortedKeys(rooms), prefix, after, limit)
+	out := make([]presence.RoomCount, 0, len(page))
+	for _, room := range page {
+		if n := len(rooms[room].members); n > 0 {
+			out = append(out, presence.RoomCount{Room: room, Count: n})
+		}
+	}
+	next := ""
+	if more {
+		next = page[len(page)-1]
+	}
+	return out, next, nil
+}
+
+// Counts returns the global counts of rooms, in their order.
+func (a *Aggregator) Counts(ctx context.Context, rooms []string) ([]int, error) {
+	for _, room := range rooms {
+		if err := presence.ValidateRoom(room); err != nil {
+			return nil, err
+		}
+	}
+	if err := a.current(ctx); err != nil {
+		return nil, err
+	}
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	out := make([]int, len(rooms))
+	for i, room := range rooms {
+		if r := a.c.ann.rooms[room]; r != nil {
+			out[i] = len(r.members)
+		}
+	}
+	return out, nil
 }
 
 // Regions returns the user's regions in a room, sorted.

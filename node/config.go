@@ -68,6 +68,11 @@ type Config struct {
 	Auth   AuthConfig
 	Limits Limits
 
+	// Revocations, when set, is read at Start and every heartbeat for the
+	// users the server API revoked (see revoke.go); nil: the node keeps
+	// only the revocations it is told of while it runs.
+	Revocations Revocations
+
 	// HeartbeatSlots spreads the refreshes: slot i of N is touched every
 	// Heartbeat, Heartbeat/N after slot i-1. Default 10.
 	HeartbeatSlots int

@@ -74,6 +74,7 @@ type connDeps struct {
 	tokens       tokenParser
 	admission    *admission
 	joins        *joinGate
+	revoked      *revocations
 	registry     connRegistry
 	counts       *connCounts
 	metrics      *metrics

@@ -151,6 +151,10 @@ func (c *conn) join(ctx context.Context, req request) {
 		c.reject(CodeForbidden, fmt.Sprintf("the token does not grant room %q", room), req.Ref)
 		return
 	}
+	if until, revoked := c.d.revoked.join(c.user, room); revoked {
+		c.reject(CodeRevoked, fmt.Sprintf("revoked from room %q until %s", room, until.UTC().Format(time.RFC3339)), req.Ref)
+		return
+	}
 	if !present && !c.grant.observe {
 		c.reject(CodeForbidden, `joining without presence ("present":false) needs the token's observe claim`, req.Ref)
 		return

@@ -63,6 +63,7 @@ type Node struct {
 	metrics   *metrics
 	admission *admission
 	joins     *joinGate
+	drops     *dropper
 	conns     *connDeps // shared by every connection
 	counts    connCounts
 	upgrader  websocket.Upgrader
@@ -175,8 +176,10 @@ func (n *Node) wire() error {
 		views = newViews(cfg, n.log)
 	}
 	n.hub = newHub(n.ctx, cfg, views, n.log, n.metrics, &n.wg)
+	n.drops = &dropper{region: cfg.Region, nc: cfg.NATS, store: cfg.Revocations, revs: newRevocations(), wheel: &n.wheel, hub: n.hub,
+		every: cfg.heartbeat, timeout: cfg.StoreTimeout, log: n.log}
 	n.conns = &connDeps{lim: cfg.Limits, storeTimeout: cfg.StoreTimeout, global: cfg.Global != nil, rooms: n.hub, sessions: n.keeper, tokens: n.auth,
-		admission: n.admission, joins: n.joins, registry: &n.wheel, counts: &n.counts, metrics: n.metrics, log: n.log, ctx: n.ctx,
+		admission: n.admission, joins: n.joins, revoked: n.drops.revs, registry: &n.wheel, counts: &n.counts, metrics: n.metrics, log: n.log, ctx: n.ctx,
 		wg: &n.connWG, mono: n.mono}
 	return nil
 }
@@ -202,6 +205,10 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.takeovers.subscribe(); err != nil {
 		return err
 	}
+	if err := n.drops.start(); err != nil {
+		n.takeovers.close()
+		return err
+	}
 	run, cancel := context.WithCancel(ctx)
 	n.runCancel = cancel
 	for _, loop := range []func(context.Context){
@@ -210,6 +217,7 @@ func (n *Node) Start(ctx context.Context) error {
 		n.hub.dispatch,
 		n.hub.watch,
 		n.joins.extender.Run,
+		n.drops.run,
 	} {
 		n.wg.Add(1)
 		go func() {
@@ -288,6 +296,7 @@ func (n *Node) Close() error {
 	n.auth.close()
 	n.hub.close()
 	n.takeovers.close()
+	n.drops.close()
 	return nil
 }
 
@@ -349,6 +358,11 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		n.metrics.rejectedConns.WithLabelValues("bad_request").Inc()
 		return // the upgrader has answered
+	}
+	if until, revoked := n.drops.revs.connect(id.user); revoked {
+		n.metrics.rejectedConns.WithLabelValues("revoked").Inc()
+		refuseRevoked(ws, until)
+		return
 	}
 	c := newConn(n.conns, ws, id, session)
 	c.deflate = !n.cfg.NoCompression && offersDeflate(r.Header)

@@ -22,6 +22,8 @@ const (
 	CloseSlowConsumer = 4000 // the client read too slowly; reconnect
 	CloseSessionMoved = 4001 // the session was accepted on a newer connection (another node); the session lives on
 	CloseTokenExpired = 4002 // the token expired without a refresh; reconnect with a fresh one
+	CloseDisconnected = 4003 // the server API disconnected the user; reconnect with a fresh token, after a backoff
+	CloseRevoked      = 4004 // the server API revoked the user until the time the reason names; do not reconnect before it
 )
 
 // ErrorCode is the stable code of an error frame.
@@ -43,6 +45,7 @@ const (
 	CodeInvalidWatch  ErrorCode = "invalid_watch"  // watch without users, too many, an invalid or repeated id, or on the global view
 	CodeRateLimited   ErrorCode = "rate_limited"   // frame dropped by the rate limit; slow down
 	CodeUnavailable   ErrorCode = "unavailable"    // the store or NATS failed; nothing changed, retry later
+	CodeRevoked       ErrorCode = "revoked"        // join of a room the server API revoked the user from, until the time the message names
 )
 
 // Frame types.

@@ -82,6 +82,11 @@
 //	presence:seen:{N}     HASH  user -> last seen, unix seconds (N = crc32(user)
 //	                          mod buckets).
 //	presence:schema       STRING the format of the region's data, "2" (schema.go).
+//	presence:revoked      ZSET  "user:room" ("user:" for every room) -> until, unix
+//	                          ms: the users the server API barred (revoke.go);
+//	                          written with the ended ones dropped, and expires
+//	                          when the latest written ends. On a cluster, in
+//	                          whichever slot it hashes to.
 //
 // "presence" is Options.Prefix. Room, user and session ids cannot contain
 // ':' or '|'.

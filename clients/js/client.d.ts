@@ -49,6 +49,8 @@ export class PresenceError extends Error {
   readonly ref?: string;
   /** The room the error is about, when known. */
   readonly room?: string;
+  /** From `revoked` errors of a close 4004: until when the server refuses this user. */
+  readonly revokedUntil?: Date;
   readonly cause?: unknown;
 }
 

@@ -1166,7 +1166,7 @@ class Client extends Emitter {
     this._ws = ws;
     this._helloed = false;
     ws.onmessage = (e) => this._onMessage(ws, e);
-    ws.onclose = (e) => this._onClose(ws, e && typeof e.code === "number" ? e.code : 1006);
+    ws.onclose = (e) => this._onClose(ws, e && typeof e.code === "number" ? e.code : 1006, e && e.reason);
     ws.onerror = () => {}; // a close follows
     this._helloTimer = this._later(this._helloTimeoutMs, () => {
       if (this._ws === ws && !this._helloed) this._abandon(ws);
@@ -1285,12 +1285,13 @@ class Client extends Emitter {
     for (const w of [...this._watches.values()]) w._push();
   }
 
-  _onClose(ws, code) {
+  _onClose(ws, code, reason) {
     if (ws !== this._ws) return;
     const helloed = this._helloed;
     this._drop();
     if (this._closed) return;
     if (helloed && this._downSince === null) this._downSince = this._now();
+    if (this._serverDisconnect(code, reason)) return;
     if (code === 4001) {
       // Another connection took this session over: do not fight it.
       this._emit("error", new PresenceError("session_taken", "the session was taken by a newer connection (close 4001)"));
@@ -1310,6 +1311,21 @@ class Client extends Emitter {
       delay = this._backoff();
     }
     this._reconnectIn(delay);
+  }
+
+  // Closes by the server API (docs/PROTOCOL.md, close codes): 4004, revoked
+  // until a time, is final; 4003 reconnects, with a fresh token, after the
+  // usual backoff. Returns true when the client stopped.
+  _serverDisconnect(code, reason) {
+    if (code === 4003) this._freshToken = true;
+    if (code !== 4004) return false;
+    const m = /^revoked until (\S+)$/.exec(typeof reason === "string" ? reason : "");
+    const until = m ? new Date(m[1]) : null;
+    const extra = until && !isNaN(until) ? { revokedUntil: until } : {};
+    this._emit("error", new PresenceError("revoked", "the server revoked this user" + (m ? " until " + m[1] : "") + " (close 4004)", extra));
+    this._closed = true;
+    this._stop();
+    return true;
   }
 
   _backoff() {

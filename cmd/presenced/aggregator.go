@@ -20,7 +20,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/global"
+	"github.com/presence-dev/presence/httpapi"
 	"github.com/presence-dev/presence/node"
 )
 
@@ -48,8 +50,10 @@ type aggregatorCommand struct {
 	natsCreds, natsCA                                      string
 	cadence, grace, downAfter, dropAfter                   time.Duration
 	replicas, maxFullBytes                                 int
+	api                                                    apiFlags
 
 	lg      *slog.Logger
+	apiKeys *httpapi.Keys
 	nc      *nats.Conn
 	agg     *global.Aggregator
 	reg     *prometheus.Registry
@@ -71,16 +75,26 @@ func (c *aggregatorCommand) parse(args []string, stderr io.Writer) error {
 	fs.IntVar(&c.maxFullBytes, "max-full-bytes", global.DefaultMaxFullBytes, "largest full snapshot of one region, in bytes; a larger one is dropped")
 	fs.StringVar(&c.cluster, "stream-cluster", "", "NATS cluster that holds the global stream (optional)")
 	fs.IntVar(&c.replicas, "replicas", 1, "replicas of the global stream and lease")
-	fs.StringVar(&c.listen, "listen", "", "serve /metrics and /healthz on this address (e.g. :9090); off when empty")
+	fs.StringVar(&c.listen, "listen", "", "serve /metrics, /healthz and the HTTP API (global view) on this address (e.g. :9090); off when empty")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
+	c.api.register(fs)
 	fs.Usage = groupedUsage(fs, commandIntro[fs.Name()], "")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	lg, err := newLogger(stderr, c.logLevel, c.logFormat)
 	c.lg = lg
-	return err
+	if err != nil {
+		return err
+	}
+	if c.apiKeys, err = c.api.loadKeys(lg); err != nil {
+		return err
+	}
+	if c.listen == "" && c.apiKeys.Len() > 0 {
+		return &usageError{"API keys are given but no --listen: the HTTP API is served on --listen"}
+	}
+	return nil
 }
 
 // run connects NATS, makes the aggregator and its metrics, serves health
@@ -204,7 +218,16 @@ func (c *aggregatorCommand) serveHTTP() error {
 	mux.HandleFunc(node.PathHealth, func(w http.ResponseWriter, _ *http.Request) {
 		serveAggregatorHealth(w, c.nc, c.agg, c.started.Load())
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	q, err := bus.NewQuery(bus.GlobalRegion, c.agg, bus.WithLogger(c.lg))
+	if err != nil {
+		return err
+	}
+	actx, stopAPI := context.WithCancel(context.Background())
+	c.onClose(stopAPI)
+	if err := c.api.mount(actx, mux, c.apiKeys, q, c.agg, c.lg); err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: c.api.headerTimeout, IdleTimeout: idleTimeout}
 	go func() { _ = srv.Serve(ln) }()
 	c.onClose(func() { _ = srv.Close() })
 	c.lg.Info("presenced: aggregator http", "addr", ln.Addr().String())

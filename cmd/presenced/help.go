@@ -18,8 +18,10 @@ type flagGroup struct {
 // command shows the groups that hold one of its flags. Every flag of
 // every command is in exactly one group (TestHelpGroupsEveryFlag).
 var helpGroups = []flagGroup{
-	{"Region and listener", []string{"region", "listen", "drain-timeout", "demo"}},
-	{"Auth (client tokens)", []string{"jwt-secret-file", "jwt-secret", "jwt-public-key-file", "jwt-issuer", "jwt-audience", "allowed-origins"}},
+	{"Region and listener", []string{"region", "listen", "http-header-timeout", "drain-timeout", "demo"}},
+	{"Auth (client tokens)", []string{"jwt-secret-file", "jwt-secret", "jwt-public-key-file", "jwks-url", "jwks-refresh",
+		"jwt-issuer", "jwt-audience", "allowed-origins"}},
+	{"HTTP server API (off without keys)", []string{"api-keys-file", "api-keys", "api-keys-reload", "api-rate", "api-burst", "api-cors-origins"}},
 	{"Timing (rules below)", []string{"session-ttl", "heartbeat", "offline-grace", "reap-interval", "last-seen-interval"}},
 	{"Redis (the region's store)", []string{"redis", "redis-cluster", "redis-prefix"}},
 	{"NATS", []string{"nats", "nats-creds", "nats-ca", "stream-max-age", "stream-cluster", "replicas"}},
@@ -50,6 +52,9 @@ var flagExamples = map[string]string{
 	"jwt-secret-file":     "/etc/presence/jwt-secret",
 	"jwt-public-key-file": "/etc/presence/jwt-rs256.pub",
 	"jwt-issuer":          "https://auth.example.com/",
+	"jwks-url":            "https://auth.example.com/.well-known/jwks.json",
+	"api-keys-file":       "/etc/presence/api-keys",
+	"api-cors-origins":    "https://admin.example.com",
 	"jwt-audience":        "presence",
 	"allowed-origins":     "https://app.example.com,https://admin.example.com",
 	"session-ttl":         "45s",

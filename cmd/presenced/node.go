@@ -37,6 +37,7 @@ type commonFlags struct {
 	natsGatewayListen, natsGateways           string
 	global                                    bool
 	globalCadence                             time.Duration
+	api                                       apiFlags
 }
 
 func (c *commonFlags) register(fs *flag.FlagSet, listen string) {
@@ -83,6 +84,7 @@ func (c *commonFlags) register(fs *flag.FlagSet, listen string) {
 	fs.StringVar(&c.tlsKey, "tls-key-file", "", "PEM private key of --tls-cert-file")
 	fs.BoolVar(&c.global, "global", false, "this region is one of several: publish it to the aggregators and show clients the global view")
 	fs.DurationVar(&c.globalCadence, "global-cadence", global.DefaultCadence, "how often the region publishes to the aggregators (with --global)")
+	c.api.register(fs)
 }
 
 // timingRules closes the --help of commands that take the timing flags.
@@ -155,6 +157,7 @@ func (c *commonFlags) config(stderr io.Writer) (serverConfig, error) {
 		StreamMaxAge: c.streamMaxAge, DrainTimeout: c.drainTimeout, Log: lg,
 		PprofListen: c.pprofListen, Global: c.global, GlobalCadence: c.globalCadence,
 		TLSCert: c.tlsCert, TLSKey: c.tlsKey, NATSCreds: c.natsCreds, NATSCA: c.natsCA,
+		API: c.api,
 	}, nil
 }
 

@@ -25,6 +25,7 @@ import (
 
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/global"
+	"github.com/presence-dev/presence/httpapi"
 	"github.com/presence-dev/presence/internal/embedded"
 	"github.com/presence-dev/presence/node"
 	"github.com/presence-dev/presence/presence"
@@ -66,6 +67,8 @@ type serverConfig struct {
 	// active) and shows clients the global view.
 	Global        bool
 	GlobalCadence time.Duration
+	// API configures the HTTP server API (--api-*), served on Listen.
+	API apiFlags
 
 	routes    func(*http.ServeMux)       // extra HTTP routes (dev's demo page)
 	logEvents bool                       // log every transition (dev)
@@ -182,6 +185,9 @@ type nodeServer struct {
 	store     *region.Store
 	reg       *prometheus.Registry
 	global    node.Snapshotter
+	apiKeys   *httpapi.Keys
+	query     *bus.Query
+	discon    *bus.RegionDisconnect
 	node      *node.Node
 	running   atomic.Pointer[node.Node] // node, for the server's goroutines
 }
@@ -210,6 +216,11 @@ func (s *nodeServer) run(ctx context.Context) error {
 	s.waiting.Store(nil)
 	mux := http.NewServeMux()
 	mux.Handle("/", s.node.Handler())
+	actx, stopAPI := context.WithCancel(context.Background())
+	s.onClose(stopAPI)
+	if err := s.cfg.API.mount(actx, mux, s.apiKeys, s.query, s.discon, s.lg); err != nil {
+		return err
+	}
 	if s.cfg.routes != nil {
 		s.cfg.routes(mux)
 	}
@@ -247,7 +258,9 @@ func (s *nodeServer) check() error {
 	if err := cfg.Timing.Validate(); err != nil {
 		return &usageError{err.Error()}
 	}
-	return nil
+	keys, err := cfg.API.loadKeys(s.lg)
+	s.apiKeys = keys
+	return err
 }
 
 // idleTimeout closes keep-alive HTTP connections idle this long.
@@ -268,7 +281,7 @@ func (s *nodeServer) listen() error {
 	s.ln = node.WrapListener(ln)
 	s.srv = &http.Server{
 		Handler:           http.HandlerFunc(s.serveHTTP),
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: s.cfg.API.headerTimeout,
 		IdleTimeout:       idleTimeout,
 		ConnState: func(c net.Conn, st http.ConnState) {
 			if n := s.running.Load(); n != nil {
@@ -447,7 +460,13 @@ func (s *nodeServer) openStore(ctx context.Context) error {
 	// after the node, which is closed first.
 	store.Start()
 	s.onClose(store.Close)
-	svc, err := bus.StartService(s.nc, s.cfg.Region, store, bus.WithLogger(s.lg))
+	if s.discon, err = bus.NewRegionDisconnect(s.nc, s.cfg.Region, store, bus.WithLogger(s.lg)); err != nil {
+		return err
+	}
+	if s.query, err = bus.NewQuery(s.cfg.Region, store, bus.WithLogger(s.lg)); err != nil {
+		return err
+	}
+	svc, err := bus.StartService(s.nc, s.cfg.Region, store, bus.WithLogger(s.lg), bus.WithDisconnect(s.discon))
 	if err != nil {
 		return fmt.Errorf("query service: %w", err)
 	}
@@ -492,7 +511,7 @@ func (s *nodeServer) startGlobal(ctx context.Context) error {
 // context: the heartbeat must keep refreshing sessions while it drains.
 func (s *nodeServer) startNode(context.Context) error {
 	n, err := node.New(node.Config{
-		Region: s.cfg.Region, Store: s.store, NATS: s.nc, Global: s.global,
+		Region: s.cfg.Region, Store: s.store, NATS: s.nc, Global: s.global, Revocations: s.store,
 		Auth: s.cfg.Auth, Limits: s.cfg.Limits, Logger: s.lg, Metrics: s.reg, Build: buildInfo(),
 		FanoutTick: s.cfg.FanoutTick, BatchFrom: s.cfg.BatchFrom, FanoutBudget: s.cfg.FanoutBudget, NoCompression: s.cfg.NoCompression,
 		Checks: map[string]func() error{"stream": s.publisher.Err},

@@ -63,7 +63,7 @@ export function fakeSockets() {
     // -- the server's side --
     open() { this.readyState = 1; if (this.onopen) this.onopen({}); }
     recv(obj) { if (this.onmessage) this.onmessage({ data: typeof obj === "string" ? obj : JSON.stringify(obj) }); }
-    serverClose(code) { this.readyState = 3; if (this.onclose) this.onclose({ code }); }
+    serverClose(code, reason = "") { this.readyState = 3; if (this.onclose) this.onclose({ code, reason }); }
     frames(type) { return this.sent.map((s) => s.frame).filter((f) => !type || f.type === type); }
     last(type) { const f = this.frames(type); return f[f.length - 1]; }
   }
