@@ -169,7 +169,11 @@ func (p *Publisher) publish(ctx context.Context, ts []presence.Transition) (uint
 		for i := start; i < end; i++ {
 			// One connection sends in call order, so the stream stores a
 			// room's transitions in Seq order.
-			f, err := p.js.PublishMsgAsync(msgs[i], jetstream.WithMsgID(ts[i].ID), jetstream.WithExpectStream(p.stream))
+			// No client-side retry on "no responders": a retry still
+			// pending when Publish remakes a lost stream would store this
+			// batch's old numbering in the new one. Publish retries itself.
+			f, err := p.js.PublishMsgAsync(msgs[i], jetstream.WithMsgID(ts[i].ID), jetstream.WithExpectStream(p.stream),
+				jetstream.WithRetryAttempts(0))
 			if err != nil {
 				return 0, fmt.Errorf("bus: publish %s: %w", ts[i].ID, err)
 			}
@@ -183,6 +187,7 @@ func (p *Publisher) publish(ctx context.Context, ts []presence.Transition) (uint
 				// stored already (duplicates ack their first sequence).
 				last = max(last, ack.Sequence)
 			case err := <-f.Err():
+				settle(ctx, futs[j+1:])
 				return 0, fmt.Errorf("bus: publish %s: %w", ts[start+j].ID, err)
 			case <-ctx.Done():
 				return 0, fmt.Errorf("bus: publish %s: waiting for ack: %w", ts[start+j].ID, ctx.Err())
@@ -190,4 +195,18 @@ func (p *Publisher) publish(ctx context.Context, ts []presence.Transition) (uint
 		}
 	}
 	return last, nil
+}
+
+// settle waits until every future has its answer or ctx ends, so that
+// nothing of a failed attempt is still in flight when Publish decides
+// what to do next.
+func settle(ctx context.Context, futs []jetstream.PubAckFuture) {
+	for _, f := range futs {
+		select {
+		case <-f.Ok():
+		case <-f.Err():
+		case <-ctx.Done():
+			return
+		}
+	}
 }
