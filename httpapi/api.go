@@ -162,7 +162,7 @@ func (a *API) endpoint(rt route) http.Handler {
 		}
 		if r.Method != rt.method {
 			w.Header().Set("Allow", rt.method)
-			writeError(w, &bus.QueryError{Code: bus.CodeMethod, Description: fmt.Sprintf("%s takes %s, not %s", cut(r.URL.Path), rt.method, cut(r.Method))})
+			writeError(w, &bus.QueryError{Code: bus.CodeMethod, Description: fmt.Sprintf("%.200s takes %s, not %.12q", r.URL.Path, rt.method, r.Method)})
 			return
 		}
 		key, qe := a.authorize(w, r, rt.scope)

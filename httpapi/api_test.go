@@ -122,7 +122,7 @@ func TestBadInputIsRefusedAndChangesNothing(t *testing.T) {
 		{"GET", "/v1/rooms/room42", "", 404, "no such endpoint"},
 		{"GET", "/v1/rooms/room42/users", "", 404, "no such endpoint"},
 		{"GET", "/v1/users/alice/rooms", "", 404, "no such endpoint"},
-		{"DELETE", "/v1/rooms/room42/count", "", 405, "takes GET"},
+		{"DELETE", "/v1/rooms/room42/count", "", 405, "/v1/rooms/room42/count takes GET, not \"DELETE\""},
 		{"GET", "/v1/users/alice/disconnect", "", 405, "takes POST"},
 		{"POST", "/v1/rooms", "", 405, "takes GET"},
 	} {
