@@ -23,7 +23,7 @@ import (
 const (
 	DefaultBatchSize  = 100
 	DefaultMaxWait    = 500 * time.Millisecond
-	DefaultTimeout    = 15 * time.Second
+	DefaultTimeout    = 10 * time.Second
 	DefaultMinBackoff = time.Second
 	DefaultMaxBackoff = 5 * time.Minute
 	DefaultMaxPending = 10000
@@ -53,7 +53,7 @@ type Endpoint struct {
 
 	BatchSize    int      `yaml:"batch_size"`    // items per delivery, 1..1000 (default 100)
 	MaxWait      Duration `yaml:"max_wait"`      // a batch waits at most this for more (default 500ms)
-	Timeout      Duration `yaml:"timeout"`       // one attempt, connect to last byte (default 15s)
+	Timeout      Duration `yaml:"timeout"`       // one attempt, connect to last byte (default 10s)
 	RetryHorizon Duration `yaml:"retry_horizon"` // age of the oldest event past which a failed batch is dead-lettered (default: the stream's max age)
 	MinBackoff   Duration `yaml:"min_backoff"`   // first retry delay (default 1s)
 	MaxBackoff   Duration `yaml:"max_backoff"`   // longest retry delay (default 5m)

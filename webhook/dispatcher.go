@@ -19,8 +19,11 @@ import (
 )
 
 // DefaultLeaseTTL is how long a dead dispatcher's lanes wait for
-// another: the lease of a lane outlives its holder by at most this.
-const DefaultLeaseTTL = 10 * time.Second
+// another: the lease of a lane outlives its holder by at most this. An
+// attempt starts only while the lease holds for its whole timeout, and a
+// lease is refreshed every quarter TTL, so the TTL is at least twice the
+// longest endpoint timeout.
+const DefaultLeaseTTL = 30 * time.Second
 
 // Options configure a Dispatcher. JetStream and Config are required.
 type Options struct {
@@ -85,6 +88,9 @@ func New(opts Options) (*Dispatcher, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if err := checkTimeouts(opts.Config, opts.LeaseTTL); err != nil {
+		return nil, err
+	}
 	m, err := newMetrics(opts.Registerer)
 	if err != nil {
 		return nil, err
@@ -112,8 +118,8 @@ func (d *Dispatcher) rnd() float64 {
 }
 
 // Start makes the state bucket and the dead-letter stream (waiting while
-// JetStream does not answer) and starts taking lanes. It runs until ctx
-// ends or Close.
+// JetStream does not answer, until ctx ends) and starts taking lanes.
+// The dispatcher then runs until Close.
 func (d *Dispatcher) Start(ctx context.Context) error {
 	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 2*time.Second) {
 		err := d.prepare(ctx)
@@ -127,7 +133,7 @@ func (d *Dispatcher) Start(ctx context.Context) error {
 		case <-time.After(wait):
 		}
 	}
-	lctx, cancel := context.WithCancel(ctx)
+	lctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
 	d.started.Store(true)
 	go d.loop(lctx)
@@ -160,13 +166,30 @@ func (d *Dispatcher) Close() {
 // Reload swaps the configuration in: lanes of removed endpoints or
 // sources are given up, new ones taken, running ones take the new
 // settings, and endpoints stopped by a 410 Gone deliver again.
-func (d *Dispatcher) Reload(cfg *Config) {
+func (d *Dispatcher) Reload(cfg *Config) error {
+	if err := checkTimeouts(cfg, d.opts.LeaseTTL); err != nil {
+		d.ReloadFailed()
+		return err
+	}
 	d.cfg.Store(cfg)
 	d.m.reloads.WithLabelValues("ok").Inc()
 	select {
 	case d.updates <- true:
 	default:
 	}
+	return nil
+}
+
+// checkTimeouts refuses an endpoint whose attempts could outlast a lease
+// refreshed a quarter TTL ago.
+func checkTimeouts(c *Config, leaseTTL time.Duration) error {
+	for _, e := range c.Endpoints {
+		if time.Duration(e.Timeout) > leaseTTL/2 {
+			return fmt.Errorf("webhook: config: endpoint %s: timeout %v must be at most half the lease TTL (%v): raise --lease-ttl",
+				e.Name, time.Duration(e.Timeout), leaseTTL)
+		}
+	}
+	return nil
 }
 
 // ReloadFailed counts a configuration that could not be used: the

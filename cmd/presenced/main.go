@@ -1,6 +1,6 @@
 // Command presenced runs the presence service: an edge node (node), an
 // all-in-one development setup (dev), the cross-region aggregator
-// (aggregator). main only maps signals and errors to exit codes; the work
+// (aggregator), the webhook dispatcher (webhooks). main only maps signals and errors to exit codes; the work
 // is in Run.
 package main
 

@@ -23,6 +23,7 @@ const usage = `usage: presenced <command> [flags]
 commands:
   node        run an edge node (WebSocket + regional Redis + NATS)
   aggregator  run a cross-region aggregator (the global view)
+  webhooks    run a webhook dispatcher: the streams to HTTP endpoints
   dev         run everything on this machine: embedded NATS, a local
               redis-server, one node and a demo page
   version     print the version
@@ -44,6 +45,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runDevCommand(ctx, args[1:], stdout, stderr)
 	case "aggregator":
 		return runAggregatorCommand(ctx, args[1:], stderr)
+	case "webhooks":
+		return runWebhooksCommand(ctx, args[1:], stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, "presenced", version)
 		return nil
