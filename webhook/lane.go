@@ -47,7 +47,7 @@ type lane struct {
 	d      *Dispatcher
 	ep     atomic.Pointer[endpointRT]
 	until  atomic.Int64 // the lease holds until (unix ns)
-	enable chan bool // a new configuration; true: lift a 410 too
+	enable chan bool    // a new configuration; true: lift a 410 too
 
 	cancel   context.CancelFunc // ends the lane
 	abort    context.CancelFunc // ends an attempt in flight (lease lost)

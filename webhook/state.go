@@ -35,7 +35,9 @@ func tok(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s
 
 func laneKey(prefix string, l LaneID) string { return prefix + "." + l.Endpoint + "." + tok(l.Source) }
 
-func roomKey(prefix string, l LaneID, room string) string { return laneKey(prefix, l) + "." + tok(room) }
+func roomKey(prefix string, l LaneID, room string) string {
+	return laneKey(prefix, l) + "." + tok(room)
+}
 
 // stateConfig sets the bucket up.
 type stateConfig struct {
