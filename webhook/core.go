@@ -65,7 +65,7 @@ type batch struct {
 	visible  int
 	attempts int
 	next     time.Time // when to attempt it (again)
-	oldest   time.Time // the oldest stored item: the horizon counts from it
+	oldest   time.Time // the oldest stored message: the horizon counts from it; zero for markers only
 	last     result
 }
 
@@ -100,6 +100,9 @@ type core struct {
 	disabled   bool      // the endpoint answered 410 Gone
 	resetSince time.Time // non-zero: the stream was made again; unknown rooms get a stream_reset marker
 	rnd        func() float64
+	// A dissolved batch's retry schedule, for the batch formed next.
+	next     time.Time
+	attempts int
 }
 
 func newCore(region string, lim coreLimits, rnd func() float64) *core {

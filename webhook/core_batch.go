@@ -29,6 +29,9 @@ func (c *core) tick(now time.Time) {
 // (only messages the filter leaves out) needs no request: settle it.
 func (c *core) due(now time.Time) (*batch, time.Time) {
 	wake := c.gapDeadline()
+	if b := c.batch; b != nil && b.oldest.IsZero() && len(c.ready) > 0 && !c.disabled {
+		c.dissolve() // only markers: they take what is ready along
+	}
 	if b := c.batch; b != nil {
 		if c.disabled {
 			return nil, wake
@@ -48,6 +51,17 @@ func (c *core) due(now time.Time) (*batch, time.Time) {
 	}
 	c.batch = c.form(now)
 	return c.batch, time.Time{}
+}
+
+// dissolve puts a batch of markers only back in the queue, to be formed
+// again with what became ready behind it, on the same retry schedule:
+// the receiver never accepted it, and the markers keep their ids.
+func (c *core) dissolve() {
+	b := c.batch
+	c.ready = append(b.items, c.ready...)
+	c.visible += b.visible
+	c.batch = nil
+	c.next, c.attempts = b.next, b.attempts
 }
 
 func (c *core) firstVisible() *item {
@@ -78,7 +92,8 @@ func earliest(a, b time.Time) time.Time {
 // form takes the queue's head: up to batch size visible items and the
 // silent ones among and after them.
 func (c *core) form(now time.Time) *batch {
-	b := &batch{next: now}
+	b := &batch{next: later(now, c.next), attempts: c.attempts}
+	c.next, c.attempts = time.Time{}, 0
 	var ids []string
 	var datas [][]byte
 	var latest time.Time
@@ -93,7 +108,9 @@ func (c *core) form(now time.Time) *batch {
 			ids, datas = append(ids, it.id), append(datas, it.data)
 			latest = later(latest, it.at)
 		}
-		b.oldest = earliest(b.oldest, it.stored)
+		if it.sseq != 0 {
+			b.oldest = earliest(b.oldest, it.stored)
+		}
 		n++
 	}
 	b.items = append([]*item(nil), c.ready[:n]...)
@@ -132,7 +149,9 @@ func (c *core) failed(r result, now time.Time) verdict {
 		return disable
 	}
 	end := b.oldest.Add(c.lim.horizon)
-	if !now.Before(end) {
+	if b.oldest.IsZero() {
+		end = time.Time{} // markers only: no horizon, they wait for events or the endpoint
+	} else if !now.Before(end) {
 		return deadLetter
 	}
 	next := now.Add(retryDelay(b.attempts, c.lim.minBackoff, c.lim.maxBkf, r.retryAfter, c.rnd()))
