@@ -227,4 +227,3 @@ func gauge(reg *prometheus.Registry, name, endpoint string) float64 {
 	}
 	return sum
 }
-
