@@ -29,6 +29,8 @@ deps:
 	  { echo "installing redis-server"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
 	@command -v node >/dev/null 2>&1 || \
 	  { echo "installing nodejs"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs >/dev/null; }
+	@command -v python3 >/dev/null 2>&1 || \
+	  { echo "installing python3 (the webhook receiver recipe's test)"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 >/dev/null; }
 
 # Built, then run, rather than `go run`: the go command exits 1 when it is
 # interrupted, whatever its child does, and make would print "Error 1" for
