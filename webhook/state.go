@@ -85,8 +85,7 @@ func (s *state) do(ctx context.Context, f func(jetstream.KeyValue) error) error 
 			return err
 		}
 		err = f(kv)
-		if try == 0 && (errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) ||
-			errors.Is(err, nats.ErrNoResponders)) {
+		if try == 0 && bucketGone(err) {
 			s.mu.Lock()
 			s.kv = nil
 			s.mu.Unlock()
@@ -94,6 +93,12 @@ func (s *state) do(ctx context.Context, f func(jetstream.KeyValue) error) error 
 		}
 		return err
 	}
+}
+
+// bucketGone reports whether err says the bucket's stream is not there.
+func bucketGone(err error) bool {
+	return errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
 }
 
 // position reads room's persisted position; nil if none.
