@@ -97,7 +97,7 @@ func New(opts Options) (*Dispatcher, error) {
 	}
 	st := newState(opts.JetStream, stateConfig{MaxAge: opts.StateMaxAge, Replicas: opts.Replicas, LeaseTTL: opts.LeaseTTL, Storage: opts.Storage})
 	d := &Dispatcher{opts: opts, js: opts.JetStream, st: st, m: m, lg: opts.Logger,
-		leases: newLeases(st, opts.Instance, opts.LeaseTTL), lanes: map[LaneID]*lane{}, releasing: map[LaneID]*lane{},
+		leases: newLeases(st, opts.Instance, opts.LeaseTTL, opts.Logger), lanes: map[LaneID]*lane{}, releasing: map[LaneID]*lane{},
 		created: map[LaneID]time.Time{}, rndSrc: mrand.New(mrand.NewPCG(mrand.Uint64(), mrand.Uint64())),
 		updates: make(chan bool, 1), gone: make(chan LaneID, 16), done: make(chan struct{})}
 	d.cfg.Store(opts.Config)

@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"math"
 	"time"
 
@@ -23,6 +24,10 @@ type leases struct {
 	id   string
 	ttl  time.Duration
 	held map[LaneID]*lease
+	lg   *slog.Logger
+	// failures counts takes that failed other than on a lease held by
+	// another, for the log.
+	failures int
 }
 
 type lease struct {
@@ -30,8 +35,8 @@ type lease struct {
 	until time.Time // act as holder until then without a refresh
 }
 
-func newLeases(st *state, id string, ttl time.Duration) *leases {
-	return &leases{st: st, id: id, ttl: ttl, held: map[LaneID]*lease{}}
+func newLeases(st *state, id string, ttl time.Duration, lg *slog.Logger) *leases {
+	return &leases{st: st, id: id, ttl: ttl, held: map[LaneID]*lease{}, lg: lg}
 }
 
 func (ls *leases) subject(key string) string { return "$KV." + StateBucket + "." + key }
@@ -90,8 +95,15 @@ func (ls *leases) acquire(ctx context.Context, l LaneID, now time.Time) bool {
 		return err
 	})
 	if err != nil {
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			ls.failures++
+			if ls.failures%20 == 1 {
+				ls.lg.Warn("webhook: cannot take a lane's lease", "lane", l.String(), "err", err, "failures", ls.failures)
+			}
+		}
 		return false
 	}
+	ls.failures = 0
 	ls.held[l] = &lease{rev: rev, until: now.Add(ls.ttl - ls.ttl/4)}
 	return true
 }

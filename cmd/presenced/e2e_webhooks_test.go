@@ -43,6 +43,7 @@ type hookSink struct {
 	accepted []hookItem
 	requests int
 	hold     func(n int) // runs before the answer of request n
+	fail     func() bool // true: answer this request 500
 }
 
 func newHookSink(t *testing.T) *hookSink {
@@ -71,6 +72,10 @@ func newHookSink(t *testing.T) *hookSink {
 		}
 		if r.Context().Err() != nil {
 			return // the dispatcher is gone: this answer reaches nobody
+		}
+		if h.fail != nil && h.fail() {
+			w.WriteHeader(http.StatusInternalServerError)
+			return
 		}
 		h.mu.Lock()
 		h.accepted = append(h.accepted, b.Events...)
