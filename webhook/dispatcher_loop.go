@@ -44,7 +44,9 @@ func (d *Dispatcher) tick(ctx context.Context) {
 	tctx, cancel := context.WithTimeout(ctx, d.opts.LeaseTTL/4)
 	defer cancel()
 	d.refresh(tctx, now)
-	want := share(len(all), d.leases.members(tctx))
+	mctx, mcancel := context.WithTimeout(ctx, d.opts.LeaseTTL/8)
+	want := share(len(all), d.leases.members(mctx))
+	mcancel()
 	d.mu.Lock()
 	var extra []LaneID
 	for id := range d.lanes {

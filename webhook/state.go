@@ -78,6 +78,8 @@ func (s *state) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 }
 
 // do runs f on the bucket, making the bucket again once if it is gone.
+// A timeout can hide a missing bucket (a lookup that waits for a stream
+// that is not there), so one is checked with a lookup of its own.
 func (s *state) do(ctx context.Context, f func(jetstream.KeyValue) error) error {
 	for try := 0; ; try++ {
 		kv, err := s.bucket(ctx)
@@ -85,14 +87,24 @@ func (s *state) do(ctx context.Context, f func(jetstream.KeyValue) error) error 
 			return err
 		}
 		err = f(kv)
-		if try == 0 && bucketGone(err) {
-			s.mu.Lock()
-			s.kv = nil
-			s.mu.Unlock()
-			continue
+		if err == nil || try > 0 || !(bucketGone(err) || errors.Is(err, context.DeadlineExceeded) && s.missing()) {
+			return err
 		}
-		return err
+		s.mu.Lock()
+		s.kv = nil
+		s.mu.Unlock()
+		if ctx.Err() != nil {
+			return err
+		}
 	}
+}
+
+// missing reports whether the bucket's stream is known to be gone.
+func (s *state) missing() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := s.js.Stream(ctx, "KV_"+StateBucket)
+	return errors.Is(err, jetstream.ErrStreamNotFound)
 }
 
 // bucketGone reports whether err says the bucket's stream is not there.
