@@ -37,7 +37,7 @@ type hookItem struct {
 // hookSink is a real HTTP receiver of a dispatcher process: it checks
 // signatures, answers as hold says and keeps what it answered 2xx.
 type hookSink struct {
-	t        *testing.T
+	t        testing.TB
 	srv      *httptest.Server
 	mu       sync.Mutex
 	accepted []hookItem
@@ -46,7 +46,7 @@ type hookSink struct {
 	fail     func() bool // true: answer this request 500
 }
 
-func newHookSink(t *testing.T) *hookSink {
+func newHookSink(t testing.TB) *hookSink {
 	h := &hookSink{t: t}
 	sec, err := webhook.ParseSecret(hookSecret)
 	if err != nil {
