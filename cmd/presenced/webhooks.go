@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
-	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -18,9 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/presence-dev/presence/node"
 	"github.com/presence-dev/presence/webhook"
 )
 
@@ -92,13 +88,9 @@ func (c *webhooksCommand) parse(args []string, stderr io.Writer) error {
 // reloads its configuration on SIGHUP or a change of the file until ctx
 // is done.
 func (c *webhooksCommand) run(ctx context.Context) error {
-	opts, err := natsAuth(c.natsCreds, c.natsCA)
+	nc, err := connectForever(c.natsURL, c.natsCreds, c.natsCA, "presenced webhooks")
 	if err != nil {
 		return err
-	}
-	nc, err := nats.Connect(c.natsURL, append(opts, nats.Name("presenced webhooks"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))...)
-	if err != nil {
-		return fmt.Errorf("nats %s: %w", c.natsURL, err)
 	}
 	c.nc = nc
 	c.onClose(nc.Close)
@@ -145,17 +137,11 @@ func (c *webhooksCommand) serveHTTP() error {
 	if c.listen == "" {
 		return nil
 	}
-	ln, err := net.Listen("tcp", c.listen)
+	stop, err := serveOps(c.listen, c.reg, c.health, c.lg, "webhooks")
 	if err != nil {
-		return fmt.Errorf("--listen %s: %w", c.listen, err)
+		return err
 	}
-	mux := http.NewServeMux()
-	mux.Handle(node.PathMetrics, promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc(node.PathHealth, c.health)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	c.onClose(func() { _ = srv.Close() })
-	c.lg.Info("presenced: webhooks http", "addr", ln.Addr().String())
+	c.onClose(stop)
 	return nil
 }
 
