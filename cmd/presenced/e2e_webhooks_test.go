@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -292,3 +293,22 @@ func foldHooks(t *testing.T, c *bus.Client, items []hookItem, room string) []str
 // hooksListening matches the line a dispatcher logs once it serves
 // /healthz and /metrics.
 var hooksListening = regexp.MustCompile(`msg="presenced: webhooks http" addr=(\S+)`)
+
+// A configuration that does not load stops the dispatcher at start with
+// exit code 2 and the field named; nothing connects.
+func TestE2EWebhookBadConfigIsAUsageError(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "webhooks.yaml")
+	if err := os.WriteFile(cfg, []byte("endpoints:\n  - name: a\n    url: ftp://h/x\n    secrets: [whsec_x]\n    sources: [eu]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t}
+	p := e.start([]string{"webhooks", "--nats", "nats://127.0.0.1:1", "--config", cfg}, false)
+	if code := p.exit(t, 10*time.Second); code != 2 {
+		t.Fatalf("exit %d, want 2\n%s", code, p.out.String())
+	}
+	for _, want := range []string{"url", "ftp://h/x", "secret"} {
+		if !strings.Contains(p.out.String(), want) {
+			t.Errorf("the error does not name %q: %s", want, p.out.String())
+		}
+	}
+}
