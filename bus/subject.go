@@ -24,6 +24,7 @@ import (
 //	presence-ctl.<region>.takeover                a node of the region took a session over
 //	presence-ctl.<region>.disconnect              disconnect a user (the service's admin endpoint)
 //	presence-ctl.<region>.drop                    every node: close a user's connections
+//	presence-webhooks.dlq.<endpoint>.<source>     webhook batches not delivered within their horizon
 //
 // Only presence.> carries transitions: a subscriber to it sees nothing
 // else. kind is online, offline or update; ids are single tokens (package
@@ -52,6 +53,18 @@ const SyncRoot = "presence-sync"
 
 // CtlRoot is the first token of the nodes' control subjects.
 const CtlRoot = "presence-ctl"
+
+// WebhookRoot is the first token of the webhook dispatchers' subjects.
+const WebhookRoot = "presence-webhooks"
+
+// WebhookDeadLetterFilter matches every dead-lettered webhook batch.
+const WebhookDeadLetterFilter = WebhookRoot + ".dlq.>"
+
+// WebhookDeadLetterSubject is where a batch for endpoint from source (a
+// region, or global) goes once its retry horizon has passed.
+func WebhookDeadLetterSubject(endpoint, source string) string {
+	return WebhookRoot + ".dlq." + endpoint + "." + source
+}
 
 // Last tokens of the sync subjects of a region.
 const (

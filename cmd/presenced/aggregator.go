@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -18,12 +17,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/global"
 	"github.com/presence-dev/presence/httpapi"
-	"github.com/presence-dev/presence/node"
 )
 
 // runAggregatorCommand runs one aggregator until ctx is done. Run two or
@@ -133,13 +130,9 @@ func (c *aggregatorCommand) run(ctx context.Context) error {
 // compose file, a pod), an aggregator must not exit and back off;
 // once connected, reconnects are forever.
 func (c *aggregatorCommand) connectNATS() error {
-	opts, err := natsAuth(c.natsCreds, c.natsCA)
+	nc, err := connectForever(c.natsURL, c.natsCreds, c.natsCA, "presenced aggregator")
 	if err != nil {
 		return err
-	}
-	nc, err := nats.Connect(c.natsURL, append(opts, nats.Name("presenced aggregator"), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))...)
-	if err != nil {
-		return fmt.Errorf("nats %s: %w", c.natsURL, err)
 	}
 	c.nc = nc
 	c.onClose(nc.Close)
@@ -209,28 +202,20 @@ func (c *aggregatorCommand) serveHTTP() error {
 	if c.listen == "" {
 		return nil
 	}
-	ln, err := net.Listen("tcp", c.listen)
-	if err != nil {
-		return fmt.Errorf("--listen %s: %w", c.listen, err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle(node.PathMetrics, promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc(node.PathHealth, func(w http.ResponseWriter, _ *http.Request) {
-		serveAggregatorHealth(w, c.nc, c.agg, c.started.Load())
-	})
 	q, err := bus.NewQuery(bus.GlobalRegion, c.agg, bus.WithLogger(c.lg))
 	if err != nil {
 		return err
 	}
 	actx, stopAPI := context.WithCancel(context.Background())
 	c.onClose(stopAPI)
-	if err := c.api.mount(actx, mux, c.apiKeys, q, c.agg, c.lg); err != nil {
+	mount := func(mux *http.ServeMux) error { return c.api.mount(actx, mux, c.apiKeys, q, c.agg, c.lg) }
+	stop, err := serveOps(c.listen, c.reg, func(w http.ResponseWriter, _ *http.Request) {
+		serveAggregatorHealth(w, c.nc, c.agg, c.started.Load())
+	}, mount, c.api.headerTimeout, c.lg, "aggregator")
+	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: c.api.headerTimeout, IdleTimeout: idleTimeout}
-	go func() { _ = srv.Serve(ln) }()
-	c.onClose(func() { _ = srv.Close() })
-	c.lg.Info("presenced: aggregator http", "addr", ln.Addr().String())
+	c.onClose(stop)
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -18,16 +19,21 @@ import (
 // what the service exports. Together: every query names a real metric.
 const dashboardMetrics = "../../deploy/grafana/metrics.txt"
 
-// A node (--global) and an aggregator, on a real Redis and NATS, are
-// scraped after a client joined, left, joined and hung up, and the
-// aggregator heard the region: every metric the dashboard and the alerts
-// query must be in their expositions.
+// A node (--global), an aggregator and a webhook dispatcher, on a real
+// Redis and NATS, are scraped after a client joined, left, joined and
+// hung up, the aggregator heard the region and the dispatcher's endpoint
+// failed once and then took the events: every metric the dashboard and
+// the alerts query must be in their expositions.
 func TestDashboardMetricsAreExported(t *testing.T) {
 	skipIfShort(t, "dashboard: scrapes a node and an aggregator")
 	e := newEnv(t)
 	agg := e.start([]string{"aggregator", "--nats", e.nats, "--cadence", "300ms", "--regions", "eu", "--listen", "127.0.0.1:0"}, false)
 	aggAddr := waitAggregatorOK(t, agg)
 	n := e.startNodeIn("eu", "--global", "--global-cadence", "300ms")
+	sink := newHookSink(t)
+	var failed atomic.Bool
+	sink.fail = func() bool { return !failed.Swap(true) }
+	hooks := e.startHooks(e.nats, sink)
 
 	c := dial(t, n.addr, "alice", "tab")
 	c.join("lobby")
@@ -45,14 +51,16 @@ func TestDashboardMetricsAreExported(t *testing.T) {
 	var missing []string
 	ok := poll(20*time.Second, 100*time.Millisecond, func() bool {
 		have := scrapeNames(n.addr)
-		for name := range scrapeNames(aggAddr) {
-			have[name] = true
+		for _, addr := range []string{aggAddr, hooks.addr} {
+			for name := range scrapeNames(addr) {
+				have[name] = true
+			}
 		}
 		missing = slices.DeleteFunc(slices.Clone(want), func(m string) bool { return have[m] })
 		return len(missing) == 0
 	})
 	if !ok {
-		t.Fatalf("%s names metrics neither the node nor the aggregator exports: %v", dashboardMetrics, missing)
+		t.Fatalf("%s names metrics none of the node, the aggregator and the dispatcher exports: %v", dashboardMetrics, missing)
 	}
 }
 

@@ -53,7 +53,7 @@ const e2eSecret = "0123456789abcdef0123456789abcdef-e2e"
 
 // env is one region: a redis-server, a nats-server, nodes started on demand.
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	redis string
 	nats  string
 	nc    *nats.Conn

@@ -34,6 +34,8 @@ var helpGroups = []flagGroup{
 		"regions", "max-full-bytes"}},
 	{"TLS", []string{"tls-cert-file", "tls-key-file"}},
 	{"Logs and profiling", []string{"log-level", "log-format", "pprof-listen"}},
+	{"Webhooks", []string{"config", "config-poll", "instance", "lease-ttl", "state-max-age", "dead-letter-max-age"}},
+	{"The token (presenced token)", []string{"user", "rooms", "ttl", "observe", "jwt-private-key-file", "kid"}},
 	{"Development", []string{"insecure-dev"}},
 }
 
@@ -42,6 +44,8 @@ var commandIntro = map[string]string{
 	"presenced node":       "Runs an edge node: WebSocket clients, the region's Redis, NATS.",
 	"presenced dev":        "Runs everything on this machine: an embedded nats-server, a throwaway redis-server\n(or REDIS_URL), one node with --insecure-dev and the demo page.",
 	"presenced aggregator": "Runs a cross-region aggregator: the global view (run two or more).",
+	"presenced webhooks":   "Runs a webhook dispatcher: the region and global streams, delivered to HTTP endpoints\n(docs/WEBHOOKS.md).",
+	"presenced token":      "Prints a client token (JWT) for a user and rooms, signed as the nodes check it\n(docs/TOKENS.md).",
 }
 
 // flagExamples are the values --help shows a flag with; flags whose
@@ -72,6 +76,10 @@ var flagExamples = map[string]string{
 	"nats-gateways":       "eu=nats://eu-1:7222,us=nats://us-1:7222",
 	"max-connections":     "15000",
 	"regions":             "eu,us",
+	"config":              "/etc/presence/webhooks.yaml",
+	"user":                "alice",
+	"rooms":               "'room42,team7-*'",
+	"ttl":                 "1h",
 	"tls-cert-file":       "/etc/presence/tls.crt",
 	"tls-key-file":        "/etc/presence/tls.key",
 	"pprof-listen":        "127.0.0.1:6060",

@@ -14,7 +14,7 @@ import (
 func TestHelpGroupsEveryFlag(t *testing.T) {
 	seen := map[string]bool{}
 	flagLine := regexp.MustCompile(`(?m)^  --([a-z0-9-]+)(?: \S+)?\s+(PRESENCE_[A-Z0-9_]+)$`)
-	for _, cmd := range []string{"node", "dev", "aggregator"} {
+	for _, cmd := range []string{"node", "dev", "aggregator", "webhooks", "token"} {
 		var out bytes.Buffer
 		if err := Run(context.Background(), []string{cmd, "-h"}, io.Discard, &out); err != nil {
 			t.Fatalf("%s -h: %v", cmd, err)
@@ -33,7 +33,7 @@ func TestHelpGroupsEveryFlag(t *testing.T) {
 			}
 			seen[m[1]] = true
 		}
-		if cmd != "aggregator" && !strings.Contains(help, "heartbeat <= session-ttl / 3") {
+		if (cmd == "node" || cmd == "dev") && !strings.Contains(help, "heartbeat <= session-ttl / 3") {
 			t.Errorf("%s -h lacks the timing rules", cmd)
 		}
 	}

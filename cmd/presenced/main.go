@@ -1,7 +1,7 @@
 // Command presenced runs the presence service: an edge node (node), an
 // all-in-one development setup (dev), the cross-region aggregator
-// (aggregator). main only maps signals and errors to exit codes; the work
-// is in Run.
+// (aggregator), the webhook dispatcher (webhooks). main only maps
+// signals and errors to exit codes; the work is in Run.
 package main
 
 import (

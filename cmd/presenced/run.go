@@ -22,6 +22,7 @@ commands:
   aggregator  run a cross-region aggregator (the global view)
   token       print a client token (JWT) for a user and rooms, signed with
               the nodes' secret or key (docs/TOKENS.md)
+  webhooks    run a webhook dispatcher: the streams to HTTP endpoints
   dev         run everything on this machine: embedded NATS, a local
               redis-server, one node and a demo page
   version     print the version, commit, Go, protocol and data format
@@ -45,6 +46,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runAggregatorCommand(ctx, args[1:], stderr)
 	case "token":
 		return runTokenCommand(args[1:], stdout, stderr)
+	case "webhooks":
+		return runWebhooksCommand(ctx, args[1:], stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, versionLine(buildInfo()))
 		return nil

@@ -43,6 +43,7 @@ func runTokenCommand(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var f tokenFlags
 	f.register(fs)
+	fs.Usage = groupedUsage(fs, commandIntro[fs.Name()], "")
 	if err := parseFlags(fs, args); err != nil {
 		if err == flag.ErrHelp {
 			return nil

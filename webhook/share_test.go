@@ -1,0 +1,92 @@
+package webhook
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/presence-dev/presence/presence"
+)
+
+// Two dispatchers share the lanes (one each of two), and when one stops
+// the other takes its lane over: nothing is lost, and a graceful handover
+// delivers nothing twice.
+func TestDispatchersShareAndTakeOver(t *testing.T) {
+	e := newEnv(t, "eu")
+	ra, rb := newReceiver(t), newReceiver(t)
+	cfg := func() *Config { return config(t, endpoint("a", ra.srv.URL), endpoint("b", rb.srv.URL)) }
+	d1, _ := e.dispatcher(cfg())
+	d2, _ := e.dispatcher(cfg())
+	waitFor(t, 20*time.Second, "one lane each", func() bool { return len(d1.Status()) == 1 && len(d2.Status()) == 1 })
+	want := e.churn("eu", 4, 40)
+	waitEvents(t, ra, len(want), 10*time.Second)
+	waitEvents(t, rb, len(want), 10*time.Second)
+	d1.Close()
+	waitFor(t, 20*time.Second, "both lanes on the second", func() bool { return len(d2.Status()) == 2 })
+	more := e.churn("eu", 4, 40)
+	want = append(want, more...)
+	waitEvents(t, ra, len(want), 10*time.Second)
+	waitEvents(t, rb, len(want), 10*time.Second)
+	checkContract(t, ra, want, false)
+	checkContract(t, rb, want, false)
+}
+
+// A changed file is reloaded without a restart; a bad one is refused and
+// the dispatcher keeps delivering with the configuration it has.
+func TestConfigFileReloads(t *testing.T) {
+	e := newEnv(t, "eu")
+	r1, r2 := newReceiver(t), newReceiver(t)
+	path := filepath.Join(t.TempDir(), "webhooks.yaml")
+	write := func(body string) {
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file := func(url string) string {
+		return fmt.Sprintf("sources: [eu]\nendpoints:\n  - name: a\n    url: %s\n    secrets: [%s]\n    max_wait: 10ms\n    timeout: 1s\n    allow_networks: [127.0.0.0/8]\n", url, testSecret)
+	}
+	write(file(r1.srv.URL))
+	cfg, err := LoadConfigFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, reg := e.dispatcher(cfg)
+	go WatchConfig(t.Context(), path, 20*time.Millisecond, nil, d)
+	waitLanes(t, e, "a", "eu")
+	e.publish(e.transition("eu", "r", "u1", presence.Online))
+	waitEvents(t, r1, 1, 10*time.Second)
+
+	write("endpoints: [{name: a, url: nope}]\n")
+	waitFor(t, 5*time.Second, "a refused reload", func() bool { return errorReloads(reg) == 1 })
+	e.publish(e.transition("eu", "r", "u2", presence.Online))
+	waitEvents(t, r1, 2, 10*time.Second)
+
+	time.Sleep(30 * time.Millisecond) // a new modification time
+	write(file(r2.srv.URL))
+	waitFor(t, 5*time.Second, "the reload", func() bool { return gauge(reg, "presence_webhook_config_reloads_total", "") >= 2 })
+	e.publish(e.transition("eu", "r", "u3", presence.Online))
+	waitEvents(t, r2, 1, 10*time.Second)
+	if len(r1.events()) != 2 {
+		t.Errorf("the old URL got %d events after the reload", len(r1.events())-2)
+	}
+}
+
+// errorReloads is config_reloads_total{result="error"}.
+func errorReloads(reg *prometheus.Registry) float64 {
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "presence_webhook_config_reloads_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == "error" {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
