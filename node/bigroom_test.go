@@ -203,7 +203,9 @@ func TestASlowBatchMemberIsResyncedWithABoundedQueue(t *testing.T) {
 	}
 	for round := 0; !behind(); round++ {
 		if round == 40 {
-			t.Fatal("24,000 updates of 900 bytes did not make the member fall behind")
+			// On a loaded machine the events may still be on their way.
+			waitFor(t, 20*time.Second, "24,000 updates of 900 bytes to make the member fall behind", behind)
+			break
 		}
 		if _, err := e.store.Claim(ctx, refs); err != nil { // keeps them alive
 			t.Fatal(err)
