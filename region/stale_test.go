@@ -1,0 +1,159 @@
+package region
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/presence-dev/presence/internal/testredis"
+	"github.com/presence-dev/presence/presence"
+)
+
+// A user's last live session closes cleanly while another session of
+// theirs, on a node that has stopped writing, is still fresh: refreshed
+// less than Unrefreshed before the close, more than Unrefreshed before
+// the grace's end, and not expired by then. The user leaves at the
+// grace's end in one transition, offline (left), never through a member
+// with no session and never at the dead session's expiry.
+
+// staleTiming goes stale (Unrefreshed 1.5s) well inside the TTL (3s),
+// with a grace of 1.5s: the oracle's timing A, with a faster reaper.
+var staleTiming = presence.Timing{SessionTTL: 3 * time.Second, Heartbeat: time.Second,
+	OfflineGrace: 1500 * time.Millisecond, ReapInterval: 100 * time.Millisecond, LastSeenInterval: time.Second}
+
+func withTiming(t presence.Timing) func(*Options) { return func(o *Options) { o.Timing = t } }
+
+// staleCase is one run of the interleaving: the stores, the user's two
+// sessions and when things happened by Redis's clock.
+type staleCase struct {
+	live             *Store // whose reaper runs
+	c                *collector
+	refreshed, close time.Time // the dead session's last write; the release
+	deadExpiry       time.Time
+	room, user       string
+}
+
+func TestCleanCloseBesideAStaleSessionLeavesAtTheGrace(t *testing.T) {
+	slow(t)
+	for _, order := range []string{"holder silent before the close", "holder silent after the close"} {
+		t.Run(order, func(t *testing.T) {
+			sc := runStaleCase(t, staleTiming, order == "holder silent after the close")
+			off := sc.waitDeparture(t, 10*time.Second)
+			if lag := off.At.Sub(sc.close); lag < staleTiming.OfflineGrace-50*time.Millisecond ||
+				lag > staleTiming.OfflineGrace+staleTiming.ReapInterval+400*time.Millisecond {
+				t.Fatalf("offline %v after the close, want at the grace's end (%v) within a reap interval", lag, staleTiming.OfflineGrace)
+			}
+			sc.nothingAfter(t)
+		})
+	}
+}
+
+// The freshness rule is exact: a session whose holder last wrote at w stops
+// holding its user at w + Unrefreshed, to the reaper's interval, although
+// its expiry (whole seconds, rounded up) reads up to a second later. Timing
+// B of the oracle: the heartbeat longer than the grace, so the departure
+// comes when the session goes stale, after the grace's end.
+func TestAStaleSessionStopsHoldingItsUserToTheMillisecond(t *testing.T) {
+	slow(t)
+	tm := presence.Timing{SessionTTL: 4500 * time.Millisecond, Heartbeat: 1500 * time.Millisecond,
+		OfflineGrace: 1200 * time.Millisecond, ReapInterval: 100 * time.Millisecond, LastSeenInterval: 2 * time.Second}
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	dead, live := newStore(t, rdb, c, withTiming(tm)), newStore(t, rdb, c, withTiming(tm))
+	startReaper(t, live)
+	onDead, onLive := ref("r1", "kim", "laptop"), ref("r1", "kim", "phone")
+	touch(t, live, onLive)
+	// Written half a second into a Redis second, the entry's expiry
+	// (refresh + 4.5s, rounded up) reads almost a second late.
+	waitRedisFraction(t, live, 500*time.Millisecond, 650*time.Millisecond)
+	touch(t, dead, onDead)
+	refreshed := redisNow(t, rdb)
+	release(t, live, onLive)
+	sc := staleCase{live: live, c: c, refreshed: refreshed, close: redisNow(t, rdb),
+		deadExpiry: expiryOf(t, dead, onDead), room: "r1", user: "kim"}
+	off := sc.waitDeparture(t, 10*time.Second)
+	if d := off.At.Sub(refreshed.Add(tm.Unrefreshed())); d < -50*time.Millisecond || d > tm.ReapInterval+400*time.Millisecond {
+		t.Fatalf("offline %v after the laptop's session went stale (%v after its last write), want within a reap interval",
+			d, tm.Unrefreshed())
+	}
+	sc.nothingAfter(t)
+}
+
+// runStaleCase sets the interleaving up with timing tm. With silentAfter,
+// the dead session's holder still writes (another room) after the close,
+// and only then stops.
+func runStaleCase(t *testing.T, tm presence.Timing, silentAfter bool) staleCase {
+	t.Helper()
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	dead, live := newStore(t, rdb, c, withTiming(tm)), newStore(t, rdb, c, withTiming(tm))
+	startReaper(t, live)
+	onDead, onLive := ref("r1", "ida", "laptop"), ref("r1", "ida", "phone")
+	touch(t, live, onLive)
+	touch(t, dead, onDead)
+	refreshed := redisNow(t, rdb)
+	// The phone's node refreshes it a second later (the user's until is
+	// now past the laptop's expiry), and the phone closes: the laptop's
+	// session, written a second ago, is fresh at the close, and stale
+	// at the grace's end.
+	waitRedisPast(t, rdb, refreshed.Add(tm.Heartbeat+50*time.Millisecond))
+	if _, err := live.Refresh(context.Background(), []presence.SessionRef{onLive}); err != nil {
+		t.Fatal(err)
+	}
+	release(t, live, onLive)
+	closed := redisNow(t, rdb)
+	if silentAfter {
+		touch(t, dead, ref("r2", "jo", "tab"))
+	}
+	if age := closed.Sub(refreshed); age >= tm.Unrefreshed() {
+		t.Fatalf("the close came %v after the laptop's last refresh, not within %v: the machine is too slow for this test", age, tm.Unrefreshed())
+	}
+	return staleCase{live: live, c: c, refreshed: refreshed, close: closed, deadExpiry: expiryOf(t, dead, onDead), room: "r1", user: "ida"}
+}
+
+// waitDeparture waits for the user's offline, checking every snapshot
+// meanwhile for a member with no session, and returns it: the one
+// transition of the user since the close, reason left.
+func (sc staleCase) waitDeparture(t *testing.T, timeout time.Duration) presence.Transition {
+	t.Helper()
+	before := len(sc.c.Of("", sc.room, sc.user))
+	waitFor(t, timeout, sc.user+"'s departure", func() bool {
+		if n, ok := members(t, sc.live, sc.room)[sc.user]; ok && n == 0 {
+			t.Fatalf("a snapshot lists %s as a member with no session; transitions: %v", sc.user, sc.c.Of("", sc.room, sc.user))
+		}
+		return len(sc.c.Of(presence.Offline, sc.room, sc.user)) > 0
+	})
+	after := sc.c.Of("", sc.room, sc.user)[before:]
+	if len(after) != 1 || after[0].Kind != presence.Offline || after[0].Reason != presence.Left {
+		t.Fatalf("transitions of %s since the close: %v, want one offline (left)", sc.user, after)
+	}
+	return after[0]
+}
+
+// nothingAfter checks that nothing more comes for the user once the dead
+// session's expiry has passed, and that no update ever left a member with
+// no session.
+func (sc staleCase) nothingAfter(t *testing.T) {
+	t.Helper()
+	n := len(sc.c.Of("", sc.room, sc.user))
+	waitRedisPast(t, sc.live.rdb, sc.deadExpiry.Add(sc.live.readSlack()))
+	reap(t, sc.live)
+	if got := sc.c.Of("", sc.room, sc.user); len(got) != n {
+		t.Fatalf("transitions of %s after the departure: %v", sc.user, got[n:])
+	}
+	for _, tr := range sc.c.All() {
+		if tr.Kind == presence.Update && tr.Sessions == 0 {
+			t.Fatalf("update %v leaves a member with no session", tr)
+		}
+	}
+}
+
+// waitRedisFraction waits until Redis's clock is between lo and hi into a
+// second.
+func waitRedisFraction(t *testing.T, s *Store, lo, hi time.Duration) {
+	t.Helper()
+	waitFor(t, 5*time.Second, "the redis clock's fraction of a second", func() bool {
+		f := time.Duration(redisNow(t, s.rdb).Nanosecond())
+		return f >= lo && f < hi
+	})
+}
