@@ -117,8 +117,8 @@ type Period struct {
 	Kind  EndKind       // how its last span ended
 	// Killed: its last span ended with its node's death.
 	Killed bool
-	K     time.Duration
-	Spans []int // indexes into the key's spans
+	K      time.Duration
+	Spans  []int // indexes into the key's spans
 }
 
 // Periods merges the certain spans of one key.
