@@ -38,7 +38,11 @@ func TestCleanCloseBesideAStaleSessionLeavesAtTheGrace(t *testing.T) {
 	for _, order := range []string{"holder silent before the close", "holder silent after the close"} {
 		t.Run(order, func(t *testing.T) {
 			sc := runStaleCase(t, staleTiming, order == "holder silent after the close")
-			off := sc.waitDeparture(t, 10*time.Second)
+			after := sc.waitDeparture(t, 10*time.Second)
+			if len(after) != 1 {
+				t.Fatalf("transitions of ida since the close: %v, want one offline (left)", after)
+			}
+			off := after[0]
 			if lag := off.At.Sub(sc.close); lag < staleTiming.OfflineGrace-50*time.Millisecond ||
 				lag > staleTiming.OfflineGrace+staleTiming.ReapInterval+400*time.Millisecond {
 				t.Fatalf("offline %v after the close, want at the grace's end (%v) within a reap interval", lag, staleTiming.OfflineGrace)
@@ -52,7 +56,8 @@ func TestCleanCloseBesideAStaleSessionLeavesAtTheGrace(t *testing.T) {
 // holding its user at w + Unrefreshed, to the reaper's interval, although
 // its expiry (whole seconds, rounded up) reads up to a second later. Timing
 // B of the oracle: the heartbeat longer than the grace, so the departure
-// comes when the session goes stale, after the grace's end.
+// comes when the session goes stale, after the grace's end (the closed
+// session ends at the grace's end, the stale one still listed).
 func TestAStaleSessionStopsHoldingItsUserToTheMillisecond(t *testing.T) {
 	slow(t)
 	tm := presence.Timing{SessionTTL: 4500 * time.Millisecond, Heartbeat: 1500 * time.Millisecond,
@@ -71,7 +76,11 @@ func TestAStaleSessionStopsHoldingItsUserToTheMillisecond(t *testing.T) {
 	release(t, live, onLive)
 	sc := staleCase{live: live, c: c, refreshed: refreshed, close: redisNow(t, rdb),
 		deadExpiry: expiryOf(t, dead, onDead), room: "r1", user: "kim"}
-	off := sc.waitDeparture(t, 10*time.Second)
+	after := sc.waitDeparture(t, 10*time.Second)
+	if len(after) != 2 || after[0].Kind != presence.Update || after[0].Reason != presence.Left || after[0].Session != "phone" {
+		t.Fatalf("transitions of kim since the close: %v, want the phone's update (left), then the offline (left)", after)
+	}
+	off := after[1]
 	if d := off.At.Sub(refreshed.Add(tm.Unrefreshed())); d < -50*time.Millisecond || d > tm.ReapInterval+400*time.Millisecond {
 		t.Fatalf("offline %v after the laptop's session went stale (%v after its last write), want within a reap interval",
 			d, tm.Unrefreshed())
@@ -112,9 +121,9 @@ func runStaleCase(t *testing.T, tm presence.Timing, silentAfter bool) staleCase 
 }
 
 // waitDeparture waits for the user's offline, checking every snapshot
-// meanwhile for a member with no session, and returns it: the one
-// transition of the user since the close, reason left.
-func (sc staleCase) waitDeparture(t *testing.T, timeout time.Duration) presence.Transition {
+// meanwhile for a member with no session, and returns the user's
+// transitions since the close, the offline (reason left) last.
+func (sc staleCase) waitDeparture(t *testing.T, timeout time.Duration) []presence.Transition {
 	t.Helper()
 	before := len(sc.c.Of("", sc.room, sc.user))
 	waitFor(t, timeout, sc.user+"'s departure", func() bool {
@@ -124,10 +133,10 @@ func (sc staleCase) waitDeparture(t *testing.T, timeout time.Duration) presence.
 		return len(sc.c.Of(presence.Offline, sc.room, sc.user)) > 0
 	})
 	after := sc.c.Of("", sc.room, sc.user)[before:]
-	if len(after) != 1 || after[0].Kind != presence.Offline || after[0].Reason != presence.Left {
-		t.Fatalf("transitions of %s since the close: %v, want one offline (left)", sc.user, after)
+	if last := after[len(after)-1]; last.Kind != presence.Offline || last.Reason != presence.Left {
+		t.Fatalf("transitions of %s since the close: %v, want the offline (left) last", sc.user, after)
 	}
-	return after[0]
+	return after
 }
 
 // nothingAfter checks that nothing more comes for the user once the dead
@@ -156,4 +165,53 @@ func waitRedisFraction(t *testing.T, s *Store, lo, hi time.Duration) {
 		f := time.Duration(redisNow(t, s.rdb).Nanosecond())
 		return f >= lo && f < hi
 	})
+}
+
+// A session whose holder died but whose client waits to be admitted
+// elsewhere (Extend, a reconnect storm) is not stale: it holds its user
+// against a clean close of their other session for as long as the client
+// keeps waiting, and the user leaves (left) once it gives up.
+func TestAnExtendedSessionHoldsItsUserAgainstAClose(t *testing.T) {
+	slow(t)
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	dead, live := newStore(t, rdb, c), newStore(t, rdb, c)
+	startReaper(t, live)
+	waiting, onLive := ref("r1", "lee", "laptop"), ref("r1", "lee", "phone")
+	touch(t, live, onLive)
+	touch(t, dead, waiting) // then its node dies; the laptop waits to get in elsewhere
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			_, _ = live.Extend(ctx, []presence.SessionRef{waiting})
+			time.Sleep(testTiming.Heartbeat / 2)
+		}
+	}()
+	defer func() { cancel(); <-done }()
+	release(t, live, onLive)
+	// Longer than the TTL: only the extensions keep the user.
+	waitRedisPast(t, rdb, redisNow(t, rdb).Add(testTiming.SessionTTL+testTiming.OfflineGrace))
+	if off := c.Of(presence.Offline, "r1", "lee"); len(off) != 0 {
+		t.Fatalf("offline %v while the laptop's client waits", off)
+	}
+	cancel()
+	<-done
+	gaveUp := redisNow(t, rdb)
+	waitFor(t, testTiming.SessionTTL+testTiming.OfflineGrace+3*time.Second, "lee's departure", func() bool {
+		return len(c.Of(presence.Offline, "r1", "lee")) > 0
+	})
+	off := c.Of(presence.Offline, "r1", "lee")
+	if len(off) != 1 || off[0].Reason != presence.Left {
+		t.Fatalf("offline %v, want one, reason left", off)
+	}
+	if d := off[0].At.Sub(gaveUp); d > testTiming.SessionTTL+time.Second+testTiming.ReapInterval+400*time.Millisecond {
+		t.Fatalf("offline %v after the client gave up, want within its last extension (a TTL, rounded up)", d)
+	}
+	for _, tr := range c.All() {
+		if tr.Kind == presence.Update && tr.Sessions == 0 {
+			t.Fatalf("update %v leaves a member with no session", tr)
+		}
+	}
 }

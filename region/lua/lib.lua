@@ -17,12 +17,15 @@
 -- it, and it never counts as a fresh session of its user.
 --
 -- Invariants: until >= every expiry of the user's sessions (both in whole
--- seconds) unless the grace runs (g), so a settle
--- that announces an expiry also drops all of that user's entries; a settle
--- that announces a departure after the grace drops the user's entries
--- left (sessions whose holder stopped refreshing them). A member with no
--- fresh session is in g. Time is Redis TIME, never the caller's clock, so
--- node clock skew cannot expire a live session.
+-- seconds) unless a departure is pending (g), so a settle that announces
+-- an expiry also drops all of that user's entries; a settle that announces
+-- a departure after the grace drops the user's entries left (sessions
+-- whose holder stopped refreshing them). Since the user's last clean close
+-- (if no session of theirs was touched since) g holds when they leave: the
+-- grace's end, or later when a session of theirs goes stale later (see
+-- release.lua). So a member always lists a session: the user leaves, in
+-- one offline, before their last entry ends. Time is Redis TIME, never the
+-- caller's clock, so node clock skew cannot expire a live session.
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -349,6 +352,38 @@ local function listed(r, u, t)
   return n
 end
 
+-- refreshed_by is the latest a held entry can have been refreshed (ms):
+-- its expiry sc (whole seconds, rounded up) less the TTL, or its holder's
+-- last write in the slot (w, ms: the holder's touches write it, see
+-- touch.lua; nil when unknown) if earlier. An entry whose expiry is past
+-- what its holder's last write gave it was extended since (extend.lua,
+-- for a waiting client): its expiry dates it.
+local function refreshed_by(sc, w, ttl)
+  local by = sc * 1000 - ttl
+  if w and sc <= math.ceil((w + ttl) / 1000) and w < by then by = w end
+  return by
+end
+
+-- holders_writes returns a function giving a holder code's last write
+-- in the slot (ms) from the hash key w, or nil; each code is read once.
+local function holders_writes(w)
+  local cache = {}
+  return function(h)
+    if cache[h] == nil then cache[h] = tonumber(redis.call('HGET', w, h) or '') or false end
+    return cache[h] or nil
+  end
+end
+
+-- held_at reports whether the user has an entry held by some node (not
+-- released) that lives at cut (ms).
+local function held_at(r, u, cut)
+  for e, sc in pairs(user_entries(r, u)) do
+    local _, _, h = parse(e)
+    if h ~= '' and sc >= live_s(cut) then return true end
+  end
+  return false
+end
+
 -- moved reports whether the session of entry m (user u, session sid) is
 -- held by another holder now, or was taken from this one.
 local function moved(r, u, sid, m)
@@ -370,6 +405,32 @@ local function grace_due(r)
   return tonumber(first[2]) + 1
 end
 
+-- held_departure reports whether the pending departure of u (in g) waits
+-- for the region's hold (cut < now, see settle): it came due after the
+-- outage began, and a node's session of the user lived then.
+local function held_departure(r, u, now, cut)
+  if cut >= now then return false end
+  local g = redis.call('ZSCORE', r.g, u)
+  return g ~= false and tonumber(g) >= cut and held_at(r, u, cut)
+end
+
+-- depart announces u's offline, left (after the grace: the user's
+-- entries go with it) or expired, and forgets u.
+local function depart(r, u, left, now, maxo)
+  redis.call('ZREM', r.z, u)
+  local reason = 'expired'
+  if left then
+    reason = 'left'
+    for m in pairs(user_entries(r, u)) do
+      local uu, sid = parse(m)
+      redis.call('ZREM', r.s, m)
+      redis.call('HDEL', r.st, uu .. ':' .. sid)
+    end
+  end
+  index_drop(r, u)
+  emit(r, now, 'offline', reason, u, 0, nil, nil, maxo)
+end
+
 -- settle announces the departures that are due and drops dead session
 -- entries, at most limit of each. It returns true when work is left over.
 --
@@ -385,6 +446,9 @@ end
 -- A user whose grace ended may still have entries whose holder stopped
 -- refreshing them (not dead yet, but not holding the user either, see
 -- release.lua): they go with the departure, so the user's state does too.
+-- While the region holds expiries, a departure of a user with such an
+-- entry waits too: its holder may not have had its heartbeat's chance to
+-- refresh it since Redis answered again, which would cancel it.
 local function settle(r, now, cut, maxo, limit)
   local lim = limit
   if cut < now then lim = -1 end
@@ -405,21 +469,12 @@ local function settle(r, now, cut, maxo, limit)
       return true
     end
     local u = over[i]
-    local left = redis.call('ZREM', r.g, u) == 1
-    if left or tonumber(over[i + 1]) < live_s(cut) then
-      redis.call('ZREM', r.z, u)
-      if left then
-        for m in pairs(user_entries(r, u)) do
-          local uu, sid = parse(m)
-          redis.call('ZREM', r.s, m)
-          redis.call('HDEL', r.st, uu .. ':' .. sid)
-        end
+    if not held_departure(r, u, now, cut) then
+      local left = redis.call('ZREM', r.g, u) == 1
+      if left or tonumber(over[i + 1]) < live_s(cut) then
+        depart(r, u, left, now, maxo)
+        n = n + 1
       end
-      index_drop(r, u)
-      local reason = 'expired'
-      if left then reason = 'left' end
-      emit(r, now, 'offline', reason, u, 0, nil, nil, maxo)
-      n = n + 1
     end
   end
   if n >= limit then

@@ -1,6 +1,7 @@
 -- reap: settle one room whose index entry is due.
 -- KEYS[1] reap index; KEYS[2..9] the room's keys (see lib.lua); KEYS[10] the
--- slot's change log; KEYS[11] the slot's rooms with a grace (unused here)
+-- slot's change log; KEYS[11] the slot's rooms with a grace (unused here);
+-- KEYS[12] the slot's holders' last writes
 -- ARGV[1] publish lease ms, ARGV[2] outbox cap, ARGV[3] room, ARGV[4] limit,
 -- ARGV[5] cut ms and ARGV[6] hold-until ms from clock.lua (0: no hold),
 -- ARGV[7] when the sweep read the clock (Redis ms), ARGV[8] outage gap ms
