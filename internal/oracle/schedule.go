@@ -128,7 +128,8 @@ var states = []string{`{"s":"away"}`, `{"s":"busy"}`, `{"s":"typing"}`, ""}
 // progress, and it plans no return and no clean close that a correct
 // service could answer in two ways: every return is acknowledged before
 // the window it meets opens, or sent after it closed, and no clean close
-// comes soon after a kill of another of the user's sessions in the room.
+// comes shortly before a kill of another of the user's sessions in the
+// room.
 // The same scenario always gives the same plan.
 func Generate(sc Scenario) *Plan {
 	g := &gen{sc: sc, t: sc.Timing, rng: rand.New(rand.NewPCG(uint64(sc.Seed), 0x9e3779b97f4a7c15)), keys: map[Key]*gkey{}}
