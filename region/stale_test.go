@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/presence-dev/presence/internal/testredis"
 	"github.com/presence-dev/presence/presence"
 )
@@ -62,12 +64,8 @@ func TestAStaleSessionStopsHoldingItsUserToTheMillisecond(t *testing.T) {
 	slow(t)
 	tm := presence.Timing{SessionTTL: 4500 * time.Millisecond, Heartbeat: 1500 * time.Millisecond,
 		OfflineGrace: 1200 * time.Millisecond, ReapInterval: 100 * time.Millisecond, LastSeenInterval: 2 * time.Second}
-	rdb, _ := testredis.Client(t)
-	c := &collector{}
-	dead, live := newStore(t, rdb, c, withTiming(tm)), newStore(t, rdb, c, withTiming(tm))
-	startReaper(t, live)
-	onDead, onLive := ref("r1", "kim", "laptop"), ref("r1", "kim", "phone")
-	touch(t, live, onLive)
+	tt := newTwoTabs(t, tm, "kim")
+	rdb, c, dead, live, onDead, onLive := tt.rdb, tt.c, tt.dead, tt.live, tt.onDead, tt.onLive
 	// Written half a second into a Redis second, the entry's expiry
 	// (refresh + 4.5s, rounded up) reads almost a second late.
 	waitRedisFraction(t, live, 500*time.Millisecond, 650*time.Millisecond)
@@ -88,17 +86,34 @@ func TestAStaleSessionStopsHoldingItsUserToTheMillisecond(t *testing.T) {
 	sc.nothingAfter(t)
 }
 
+// twoTabs is a user's two sessions in room r1, each held by its own
+// store: the phone's (live, whose reaper runs) is claimed; the laptop's
+// holder (dead) is about to go silent, and its caller claims it.
+type twoTabs struct {
+	rdb            redis.UniversalClient
+	c              *collector
+	dead, live     *Store
+	onDead, onLive presence.SessionRef
+}
+
+func newTwoTabs(t *testing.T, tm presence.Timing, user string) twoTabs {
+	t.Helper()
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	tt := twoTabs{rdb: rdb, c: c, dead: newStore(t, rdb, c, withTiming(tm)), live: newStore(t, rdb, c, withTiming(tm)),
+		onDead: ref("r1", user, "laptop"), onLive: ref("r1", user, "phone")}
+	startReaper(t, tt.live)
+	touch(t, tt.live, tt.onLive)
+	return tt
+}
+
 // runStaleCase sets the interleaving up with timing tm. With silentAfter,
 // the dead session's holder still writes (another room) after the close,
 // and only then stops.
 func runStaleCase(t *testing.T, tm presence.Timing, silentAfter bool) staleCase {
 	t.Helper()
-	rdb, _ := testredis.Client(t)
-	c := &collector{}
-	dead, live := newStore(t, rdb, c, withTiming(tm)), newStore(t, rdb, c, withTiming(tm))
-	startReaper(t, live)
-	onDead, onLive := ref("r1", "ida", "laptop"), ref("r1", "ida", "phone")
-	touch(t, live, onLive)
+	tt := newTwoTabs(t, tm, "ida")
+	rdb, c, dead, live, onDead, onLive := tt.rdb, tt.c, tt.dead, tt.live, tt.onDead, tt.onLive
 	touch(t, dead, onDead)
 	refreshed := redisNow(t, rdb)
 	// The phone's node refreshes it a second later (the user's until is
@@ -173,13 +188,9 @@ func waitRedisFraction(t *testing.T, s *Store, lo, hi time.Duration) {
 // keeps waiting, and the user leaves (left) once it gives up.
 func TestAnExtendedSessionHoldsItsUserAgainstAClose(t *testing.T) {
 	slow(t)
-	rdb, _ := testredis.Client(t)
-	c := &collector{}
-	dead, live := newStore(t, rdb, c), newStore(t, rdb, c)
-	startReaper(t, live)
-	waiting, onLive := ref("r1", "lee", "laptop"), ref("r1", "lee", "phone")
-	touch(t, live, onLive)
-	touch(t, dead, waiting) // then its node dies; the laptop waits to get in elsewhere
+	tt := newTwoTabs(t, testTiming, "lee")
+	rdb, c, live, waiting, onLive := tt.rdb, tt.c, tt.live, tt.onDead, tt.onLive
+	touch(t, tt.dead, waiting) // then its node dies; the laptop waits to get in elsewhere
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
