@@ -67,10 +67,9 @@
 //	                          expire after that; a step finds no log and writes
 //	                          none when nobody reads it.
 //	presence:reap:g       SET   the z keys (presence:{R}) of the rooms that may have a
-//	                          grace running (on a cluster, one per slot:
-//	                          presence:reap:{tag}:g). A release that starts a
-//	                          grace adds its room; a refresh that finds the room's
-//	                          g empty removes it. Every room with a non-empty g is
+//	                          departure pending in g (on a cluster, one per slot:
+//	                          presence:reap:{tag}:g). A release adds its room; a
+//	                          refresh that finds the room's g empty removes it. Every room with a non-empty g is
 //	                          in it, so the heartbeat looks at g only for those:
 //	                          one lookup per script call.
 //	presence:reap:w       HASH  holder code -> when that holder's last touch
