@@ -2,11 +2,11 @@
 -- joins, refreshes for the heartbeat).
 -- KEYS[1]   reap index of the rooms' slot
 -- KEYS[2]   the slot's change log (see mark in lib.lua)
--- KEYS[3]   the z keys of the slot's rooms that may have a grace running
---           (release.lua adds a room when it starts one; this script
---           drops a room whose g it finds empty): every room with a
---           non-empty g is in it, so a room not in it has no grace to
---           look at
+-- KEYS[3]   the z keys of the slot's rooms that may have a departure
+--           pending in g (release.lua adds a room at every release; this
+--           script drops a room whose g it finds empty): every room with
+--           a non-empty g is in it, so a room not in it has no g to look
+--           at
 -- KEYS[4]   the slot's holders' last writes: holder code -> ms, set to
 --           now for the caller (see refreshed_by in lib.lua)
 -- KEYS[5..] two keys per room, in ARGV order: z and s (the others, and
