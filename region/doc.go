@@ -75,11 +75,10 @@
 //	presence:reap:w       HASH  holder code -> when that holder's last touch
 //	                          (heartbeat or join) ran in the slot, Redis ms (on
 //	                          a cluster, one per slot: presence:reap:{tag}:w).
-//	                          A session it holds there was refreshed no later:
-//	                          releases and the reaper date a session's last
-//	                          refresh by it to the ms (an expiry in whole
-//	                          seconds only dates it to the second). One field
-//	                          per code ever used, never removed.
+//	                          Releases and the reaper judge by it, to the ms,
+//	                          whether a session's holder has gone silent (see
+//	                          Transitions). One field per code ever used,
+//	                          never removed.
 //	presence:reap:{tag}:swept  STRING, cluster only: a master's sweep is
 //	                          claimed (PX 4/5 of the reap interval).
 //	presence:clock        HASH  seen, hold, from: the region's clock (clock.lua).
@@ -173,9 +172,11 @@
 // session, else the user's offline (left). A session whose holder stops
 // refreshing it while its user stays a member ends with update (expired).
 // A clean close of the last session keeps the user a member for the grace.
-// A session whose holder has not refreshed it for
+// A session whose holder has written nothing in its slot for
 // presence.Timing.Unrefreshed (a heartbeat and a half: its node died or
-// stalls) is stale, and does not hold its user against a clean close. So
+// stalls) is stale, and does not hold its user against a clean close. A
+// late refresh of a session does not make it stale while its node writes
+// others in the slot (on one Redis, every heartbeat tick). So
 // every clean close makes the user's departure pending (g), due when the
 // grace ends and every session of theirs that a node holds is stale: at
 // the grace's end, or when the freshest of those goes stale if that is
@@ -183,9 +184,11 @@
 // join) cancels it; the user then stays, and their sessions end one by
 // one. A dead node's session never refreshes: its user leaves in one
 // offline (left), with that session, before it expires, never through a
-// member with no session. A session's last refresh is dated by its
-// holder's last write in the slot (presence:reap:w), to the ms, or by its
-// expiry if that is earlier or the entry was extended since. While the
+// member with no session. A holder's last write in the slot is kept to
+// the ms (presence:reap:w); an entry extended since for a waiting client
+// (Extend), or one with no record, is judged by its expiry instead. A
+// departure that comes due while a holder of the user's sessions still
+// writes waits until it has been silent that long. While the
 // region holds expiries after an outage, such a departure that came due
 // after the outage began waits with them: the holder gets its heartbeat's
 // chance to refresh. When sessions simply stop being refreshed, their

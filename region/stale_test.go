@@ -226,3 +226,34 @@ func TestAnExtendedSessionHoldsItsUserAgainstAClose(t *testing.T) {
 		}
 	}
 }
+
+// A live node whose refresh of one session comes late (its heartbeat slot
+// ran behind) while it keeps writing others in the slot does not lose
+// that session's user: the session stays fresh while its node writes, and
+// the late refresh cancels the departure a clean close elsewhere started.
+func TestALateRefreshOfALiveNodeKeepsItsUser(t *testing.T) {
+	slow(t)
+	tt := newTwoTabs(t, staleTiming, "max")
+	other := ref("r2", "ned", "tab") // the slow node's other session
+	touch(t, tt.dead, tt.onDead, other)
+	written := redisNow(t, tt.rdb)
+	stop := refresher(t, tt.dead, other)
+	release(t, tt.live, tt.onLive)
+	// The laptop's own refresh comes 2.5s after the last, a heartbeat and
+	// a half late, inside its TTL.
+	waitRedisPast(t, tt.rdb, written.Add(staleTiming.Unrefreshed()+staleTiming.Heartbeat))
+	if res, err := tt.dead.Refresh(context.Background(), []presence.SessionRef{tt.onDead}); err != nil || len(res.Lost) != 0 {
+		t.Fatalf("late refresh: %+v %v", res, err)
+	}
+	stop()
+	refresher(t, tt.dead, tt.onDead)
+	waitRedisPast(t, tt.rdb, redisNow(t, tt.rdb).Add(staleTiming.OfflineGrace+3*staleTiming.ReapInterval))
+	reap(t, tt.live)
+	got := tt.c.Of("", "r1", "max")
+	if len(got) != 3 || got[2].Kind != presence.Update || got[2].Reason != presence.Left || got[2].Session != "phone" {
+		t.Fatalf("transitions %v, want the online, the second tab's update (joined), then the phone's update (left)", got)
+	}
+	if m := members(t, tt.live, "r1"); m["max"] != 1 {
+		t.Fatalf("members %v, want max with the laptop's session", m)
+	}
+}

@@ -471,8 +471,8 @@ func TestWindows(t *testing.T) {
 		t.Fatalf("return at 12 against %v: %v", w, got)
 	}
 	// A close after a kill of another session: left, by the grace's end
-	// or when the dead session goes stale (1.5s after the kill; a second
-	// more when its holder lived on, as after a 4001).
+	// or when the dead session goes stale (1.5s after the kill; up to its
+	// expiry when its holder lived on, as after a 4001).
 	killed := []Tail{{At: s(10), Killed: true}}
 	for _, tc := range []struct {
 		tm     Timing
@@ -483,7 +483,7 @@ func TestWindows(t *testing.T) {
 		{TimingA, 10.5, killed, 11.5, 12.75},
 		{TimingA, 14, killed, 15, 16.25},
 		{TimingB, 10.3, killed, 11, 13},
-		{TimingB, 10.3, []Tail{{At: s(10)}}, 11, 14},
+		{TimingB, 10.3, []Tail{{At: s(10)}}, 11, 16.25},
 	} {
 		w := tc.tm.Departure(s(tc.close), Release, None, tc.tails, None)
 		if !w.Certain || w.Reasons != Left || w.Lo != s(tc.lo) || w.Hi != s(tc.hi) {

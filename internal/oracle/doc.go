@@ -28,8 +28,8 @@
 //     in [k+TTL-heartbeat-margin, k+TTL+1s+reap+margin];
 //   - released at c while another session of the user in the room was
 //     abandoned at k <= c: that session no longer holds the user once stale,
-//     1.5 heartbeats after its node's last write (k, for a kill; a second
-//     more when its node lived on, as after a 4001), so the departure is
+//     1.5 heartbeats after its node's last write (k, for a kill; up to its
+//     expiry when its node lived on, as after a 4001), so the departure is
 //     left, in one offline, in [c+grace-margin, max(c+grace,
 //     k+1.5*heartbeat)+reap+margin], never through a member with no
 //     session;

@@ -59,18 +59,19 @@ func (t Timing) Unrefreshed() time.Duration { return t.Heartbeat * 3 / 2 }
 type Tail struct {
 	At time.Duration
 	// Killed: its node died at At, so nothing of that node was written
-	// later; otherwise (a 4001) its holder lived on, and only the
-	// session's expiry, in whole seconds, dates its last refresh.
+	// later; otherwise (a 4001) a live node may still hold its entry,
+	// which then holds the user up to its expiry.
 	Killed bool
 }
 
 // stale is when tail l stops holding its user against a clean close, at
-// the latest.
+// the latest: a heartbeat and a half after its node's last write (the
+// store judges the node's silence, not the session's), or its expiry.
 func (t Timing) stale(l Tail) time.Duration {
 	if l.Killed {
-		return l.At + t.Unrefreshed()
+		return l.At + t.Unrefreshed() + t.Reap + t.Margin
 	}
-	return l.At + t.Unrefreshed() + Rounding
+	return t.ExpiryWindow(l.At).Hi
 }
 
 // Settled is how long after the last change every departure it can cause
@@ -177,8 +178,8 @@ func (k EndKind) String() string {
 //
 // A release is announced as left once the grace has ended and every tail
 // has gone stale (Unrefreshed after its node's last write): at the
-// grace's end for a tail abandoned more than Unrefreshed - grace before
-// the close. An abandon is announced as expired when the latest tail
+// grace's end for a tail killed more than Unrefreshed - grace before the
+// close. An abandon is announced as expired when the latest tail
 // expires, unless another session was released so shortly before (within
 // a heartbeat) that the abandoned one may not have been refreshed since:
 // then it may go stale first, and the departure be left.
@@ -203,7 +204,7 @@ func (t Timing) Departure(end time.Duration, kind EndKind, k time.Duration, tail
 	}
 	w := t.ReleaseWindow(end)
 	for _, l := range tails {
-		w.Hi = max(w.Hi, t.stale(l)+t.Reap+t.Margin)
+		w.Hi = max(w.Hi, t.stale(l))
 	}
 	return w
 }

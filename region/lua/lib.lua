@@ -352,26 +352,36 @@ local function listed(r, u, t)
   return n
 end
 
--- refreshed_by is the latest a held entry can have been refreshed (ms):
--- its expiry sc (whole seconds, rounded up) less the TTL, or its holder's
--- last write in the slot (w, ms: the holder's touches write it, see
--- touch.lua; nil when unknown) if earlier. An entry whose expiry is past
--- what its holder's last write gave it was extended since (extend.lua,
--- for a waiting client): its expiry dates it.
-local function refreshed_by(sc, w, ttl)
-  local by = sc * 1000 - ttl
-  if w and sc <= math.ceil((w + ttl) / 1000) and w < by then by = w end
-  return by
+-- The staleness rule: a session held by a node does not hold its user
+-- against a clean close once that node has written nothing in the slot for
+-- the unrefreshed span (1.5 heartbeats): it died or stalls. A late
+-- refresh of a session does not end its user while its node writes
+-- others in the slot (on one Redis, at every heartbeat tick). st is {w = the slot's holders' last writes (KEYS),
+-- ttl = session TTL ms, unrefreshed = ms}.
+
+-- silent_since is when the holder of a held entry (code h, expiry sc in
+-- whole seconds) last wrote, by the slot's record w of it (touch.lua), to
+-- the ms; by the entry's own expiry less the TTL (up to a second late)
+-- when there is no record, or when the entry's expiry is past what the
+-- holder's last write gave it: it was extended since (extend.lua, for a
+-- waiting client), and that dates it.
+local function silent_since(sc, w, ttl)
+  if w and sc <= math.ceil((w + ttl) / 1000) then return w end
+  return sc * 1000 - ttl
 end
 
--- holders_writes returns a function giving a holder code's last write
--- in the slot (ms) from the hash key w, or nil; each code is read once.
-local function holders_writes(w)
-  local cache = {}
-  return function(h)
-    if cache[h] == nil then cache[h] = tonumber(redis.call('HGET', w, h) or '') or false end
-    return cache[h] or nil
+-- stale_at is when the last of u's held entries live at now goes stale
+-- (ms), 0 if u has none.
+local function stale_at(r, u, now, st)
+  local writes, out = {}, 0
+  for e, sc in pairs(user_entries(r, u)) do
+    local _, _, h = parse(e)
+    if h ~= '' and sc >= live_s(now) then
+      if writes[h] == nil then writes[h] = tonumber(redis.call('HGET', st.w, h) or '') or false end
+      out = math.max(out, silent_since(sc, writes[h] or nil, st.ttl) + st.unrefreshed)
+    end
   end
+  return out
 end
 
 -- held_at reports whether the user has an entry held by some node (not
@@ -414,6 +424,18 @@ local function held_departure(r, u, now, cut)
   return g ~= false and tonumber(g) >= cut and held_at(r, u, cut)
 end
 
+-- postponed reports whether u's pending departure (in g) waits for a node
+-- holding a session of theirs that is not stale yet, and moves it (and
+-- u's until) to when it is.
+local function postponed(r, u, now, st)
+  if not redis.call('ZSCORE', r.g, u) then return false end
+  local s = stale_at(r, u, now, st)
+  if s <= now then return false end
+  redis.call('ZADD', r.g, s, u)
+  redis.call('ZADD', r.z, 'GT', math.ceil(s / 1000), u)
+  return true
+end
+
 -- depart announces u's offline, left (after the grace: the user's
 -- entries go with it) or expired, and forgets u.
 local function depart(r, u, left, now, maxo)
@@ -448,8 +470,11 @@ end
 -- release.lua): they go with the departure, so the user's state does too.
 -- While the region holds expiries, a departure of a user with such an
 -- entry waits too: its holder may not have had its heartbeat's chance to
--- refresh it since Redis answered again, which would cancel it.
-local function settle(r, now, cut, maxo, limit)
+-- refresh it since Redis answered again, which would cancel it. A pending
+-- departure that comes due while a node holding a session of the user
+-- has written since (it is alive, its refresh is late) waits until that
+-- node has been silent for the unrefreshed span (st, see stale_at).
+local function settle(r, now, cut, maxo, limit, st)
   local lim = limit
   if cut < now then lim = -1 end
   local over = redis.call('ZRANGEBYSCORE', r.z, '-inf', '(' .. live_s(now), 'WITHSCORES', 'LIMIT', 0, lim)
@@ -469,7 +494,7 @@ local function settle(r, now, cut, maxo, limit)
       return true
     end
     local u = over[i]
-    if not held_departure(r, u, now, cut) then
+    if not held_departure(r, u, now, cut) and not postponed(r, u, now, st) then
       local left = redis.call('ZREM', r.g, u) == 1
       if left or tonumber(over[i + 1]) < live_s(cut) then
         depart(r, u, left, now, maxo)

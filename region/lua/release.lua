@@ -16,15 +16,16 @@
 -- it over): then the session does not change.
 --
 -- The user leaves (offline, left) when the grace ends and none of their
--- sessions held by a node is fresh any more: a session not refreshed for
--- the unrefreshed span (1.5 heartbeats) is not, its holder died or
--- stalls. So the departure is pending from the close, due at the grace's
--- end or when the user's freshest held session goes stale, whichever is
--- later (g holds it, in ms); any touch of a session of the user (its
--- holder's heartbeat, a join) cancels it, and their sessions then end one
--- by one as usual. A live node refreshes its sessions every heartbeat,
--- so its users never wait for the stale time; a dead node's do, and leave
--- in one transition, never through a member with no session.
+-- sessions held by a node holds them any more: a session whose holder
+-- has written nothing in the slot for the unrefreshed span (1.5
+-- heartbeats) is stale, its holder died or stalls. So the departure is
+-- pending from the close, due at the grace's end or when the user's last
+-- held session goes stale, whichever is later (g holds it, in ms); any
+-- touch of a session of the user (its holder's heartbeat, a join) cancels
+-- it, and their sessions then end one by one as usual. A live node
+-- refreshes its sessions every heartbeat, so its users never wait for the
+-- stale time; a dead node's do, and leave in one transition, never
+-- through a member with no session.
 local now = now_ms()
 local lease, maxo, grace = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local idx, room, u, sid = KEYS[1], ARGV[4], ARGV[5], ARGV[6]
@@ -57,16 +58,9 @@ if found == 1 or lost then
   redis.call('ZADD', r.s, gexp, u .. ':' .. sid)
   index_replace(r, u, tok, sid)
   redis.call('ZADD', idx, 'LT', gexp * 1000 + 1, room)
-  -- When each held session goes stale, dated by refreshed_by (lib.lua):
-  -- to the ms after its holder's last write, else by its expiry.
-  local leave = now + grace
-  local writes = holders_writes(KEYS[12])
-  for e, sc in pairs(user_entries(r, u)) do
-    local _, _, h = parse(e)
-    if h ~= '' and sc >= live_s(now) then
-      leave = math.max(leave, refreshed_by(sc, writes(h), ttl) + unrefreshed)
-    end
-  end
+  -- When the last of the user's held sessions goes stale (see stale_at
+  -- in lib.lua: its holder silent for the unrefreshed span).
+  local leave = math.max(now + grace, stale_at(r, u, now, {w = KEYS[12], ttl = ttl, unrefreshed = unrefreshed}))
   -- g holds when the user leaves (ms), which the departure keeps to;
   -- until in z is that rounded up to a second, no later: a refresh of a
   -- session of theirs raises it again.

@@ -8,7 +8,7 @@
 --           a non-empty g is in it, so a room not in it has no g to look
 --           at
 -- KEYS[4]   the slot's holders' last writes: holder code -> ms, set to
---           now for the caller (see refreshed_by in lib.lua)
+--           now for the caller (see stale_at in lib.lua)
 -- KEYS[5..] two keys per room, in ARGV order: z and s (the others, and
 --           the room id, are named from z when a step needs them; see
 --           room_of in lib.lua)
@@ -17,8 +17,9 @@
 -- ARGV[6] the slot's incarnation the caller saw last ('' if none),
 -- ARGV[7] the read cut ms (0: none) and ARGV[8] the read slack ms (see
 -- read_cut), ARGV[9] the length of the key prefix, ARGV[10] the end of the
--- caller's lease of its code, Redis ms (see lease_ok)
--- ARGV[11..] per room: k, then k pairs (user, session), a user's pairs
+-- caller's lease of its code, Redis ms (see lease_ok), ARGV[11] the
+-- unrefreshed span ms (see stale_at in lib.lua)
+-- ARGV[12..] per room: k, then k pairs (user, session), a user's pairs
 -- adjacent (their until is raised once)
 -- Returns the slot's incarnation, then for each room something happened
 -- in (most refreshes: none) its position (1-based, in ARGV order) and
@@ -54,7 +55,8 @@ if redis.call('SCARD', gs) > 0 then
   graced = redis.call('SMISMEMBER', gs, unpack(zs))
 end
 local plen = tonumber(ARGV[9])
-local a, ri = 11, 0
+local st = {w = KEYS[4], ttl = ttl, unrefreshed = tonumber(ARGV[11])}
+local a, ri = 12, 0
 while a <= #ARGV do
   local k = tonumber(ARGV[a])
   a = a + 1
@@ -82,7 +84,7 @@ while a <= #ARGV do
     local g1 = ng > 0 and grace_due(r)
     if z1 and z1 < live_s(rc) or s1 and s1 < live_s(rc) or g1 and g1 - 1 < rc then
       r = room_of(z, s, KEYS[2], plen)
-      settle(r, now, scut, maxo, SETTLE_LIMIT)
+      settle(r, now, scut, maxo, SETTLE_LIMIT, st)
     end
   end
   local lost, taken, orphaned -- created when needed
