@@ -356,8 +356,9 @@ end
 -- against a clean close once that node has written nothing in the slot for
 -- the unrefreshed span (1.5 heartbeats): it died or stalls. A late
 -- refresh of a session does not end its user while its node writes
--- others in the slot (on one Redis, at every heartbeat tick). st is {w = the slot's holders' last writes (KEYS),
--- ttl = session TTL ms, unrefreshed = ms}.
+-- others in the slot (on one Redis, at every heartbeat tick). st is
+-- {w = the key of the slot's holders' last writes, ttl = session TTL ms,
+-- unrefreshed = ms}.
 
 -- silent_since is when the holder of a held entry (code h, expiry sc in
 -- whole seconds) last wrote, by the slot's record w of it (touch.lua), to
