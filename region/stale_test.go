@@ -257,3 +257,26 @@ func TestALateRefreshOfALiveNodeKeepsItsUser(t *testing.T) {
 		t.Fatalf("members %v, want max with the laptop's session", m)
 	}
 }
+
+// A node that keeps writing (its other sessions' refreshes go through)
+// while its refreshes of one session fail leaves that session to expire:
+// a clean close of the user's other session then ends the user (offline,
+// left) when that session expires, after the closed one's grace, never
+// through a member with no session.
+func TestASessionWhoseRefreshesFailEndsWithItsUser(t *testing.T) {
+	slow(t)
+	tt := newTwoTabs(t, staleTiming, "oli")
+	other := ref("r2", "ned", "tab") // the node's session that it does refresh
+	touch(t, tt.dead, tt.onDead, other)
+	refresher(t, tt.dead, other)
+	release(t, tt.live, tt.onLive)
+	sc := staleCase{live: tt.live, c: tt.c, close: redisNow(t, tt.rdb), deadExpiry: expiryOf(t, tt.dead, tt.onDead), room: "r1", user: "oli"}
+	after := sc.waitDeparture(t, 10*time.Second)
+	if len(after) != 2 || after[0].Reason != presence.Left || after[0].Session != "phone" {
+		t.Fatalf("transitions of oli since the close: %v, want the phone's update (left), then the offline (left)", after)
+	}
+	if d := after[1].At.Sub(sc.deadExpiry); d < -50*time.Millisecond || d > staleTiming.ReapInterval+400*time.Millisecond {
+		t.Fatalf("offline %v after the laptop's expiry, want at it, within a reap interval", d)
+	}
+	sc.nothingAfter(t)
+}

@@ -371,15 +371,17 @@ local function silent_since(sc, w, ttl)
   return sc * 1000 - ttl
 end
 
--- stale_at is when the last of u's held entries live at now goes stale
--- (ms), 0 if u has none.
+-- stale_at is when the last of u's held entries live at now stops
+-- holding u (ms), 0 if u has none: when it goes stale, or expires if that
+-- is sooner (its holder writes, but not this entry: its refreshes fail),
+-- so that u never outlives their entries.
 local function stale_at(r, u, now, st)
   local writes, out = {}, 0
   for e, sc in pairs(user_entries(r, u)) do
     local _, _, h = parse(e)
     if h ~= '' and sc >= live_s(now) then
       if writes[h] == nil then writes[h] = tonumber(redis.call('HGET', st.w, h) or '') or false end
-      out = math.max(out, silent_since(sc, writes[h] or nil, st.ttl) + st.unrefreshed)
+      out = math.max(out, math.min(silent_since(sc, writes[h] or nil, st.ttl) + st.unrefreshed, sc * 1000))
     end
   end
   return out
