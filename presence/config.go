@@ -44,13 +44,14 @@ func (t Timing) WithDefaults() Timing {
 	return t
 }
 
-// Unrefreshed is how long a session may go without a refresh before it no
-// longer holds its user against a clean close: a heartbeat and a half, so
-// a live node's sessions always count, while those of a node that died
-// (or stalls) stop counting soon after. When a user's last counting
-// session closes cleanly, the grace starts even if such a session is
-// still unexpired; if its node refreshes it during the grace, the
-// departure is off. Its expiry still ends it at the TTL otherwise.
+// Unrefreshed is how long a node may write nothing before its sessions no
+// longer hold their users against a clean close: a heartbeat and a half,
+// so a live node's sessions always count, while those of a node that died
+// (or stalls that long) stop counting soon after. A user whose other
+// session closes cleanly leaves when the grace ends and the nodes holding
+// their other sessions have been silent that long, even if such a session
+// is still unexpired; a refresh before then keeps them. Its expiry still
+// ends such a session at the TTL otherwise.
 func (t Timing) Unrefreshed() time.Duration { return t.Heartbeat * 3 / 2 }
 
 // OutageGap is how long a region's Redis may go without a reaper sweep

@@ -23,10 +23,13 @@
 //	                          session keeps one with no code, "user:session",
 //	                          scored at the end of its grace: listed, with its
 //	                          state, until then.
-//	presence:{R}:g    g   ZSET  user -> when the grace ends, unix ms, while the
-//	                          user's last session closed cleanly and none has
-//	                          returned: the offline grace runs (the departure
-//	                          keeps to that ms; until in z is it rounded up).
+//	presence:{R}:g    g   ZSET  user -> when the user leaves, unix ms, after a
+//	                          clean close of a session of theirs that no touch
+//	                          of any of their sessions has followed: the end of
+//	                          the offline grace, or later when a session of
+//	                          theirs that a node holds goes stale later (see
+//	                          Transitions). The departure keeps to that ms;
+//	                          until in z is it rounded up.
 //	presence:{R}:st   st  HASH  "user:session" -> state JSON. It belongs to the
 //	                          session, whichever node holds it.
 //	presence:{R}:mv   mv  ZSET  entry of s -> ms: tombstones of entries
@@ -64,12 +67,18 @@
 //	                          expire after that; a step finds no log and writes
 //	                          none when nobody reads it.
 //	presence:reap:g       SET   the z keys (presence:{R}) of the rooms that may have a
-//	                          grace running (on a cluster, one per slot:
-//	                          presence:reap:{tag}:g). A release that starts a
-//	                          grace adds its room; a refresh that finds the room's
-//	                          g empty removes it. Every room with a non-empty g is
+//	                          departure pending in g (on a cluster, one per slot:
+//	                          presence:reap:{tag}:g). A release adds its room; a
+//	                          refresh that finds the room's g empty removes it. Every room with a non-empty g is
 //	                          in it, so the heartbeat looks at g only for those:
 //	                          one lookup per script call.
+//	presence:reap:w       HASH  holder code -> when that holder's last touch
+//	                          (heartbeat or join) ran in the slot, Redis ms (on
+//	                          a cluster, one per slot: presence:reap:{tag}:w).
+//	                          Releases and the reaper judge by it, to the ms,
+//	                          whether a session's holder has gone silent (see
+//	                          Transitions). One field per code ever used,
+//	                          never removed.
 //	presence:reap:{tag}:swept  STRING, cluster only: a master's sweep is
 //	                          claimed (PX 4/5 of the reap interval).
 //	presence:clock        HASH  seen, hold, from: the region's clock (clock.lua).
@@ -168,16 +177,29 @@
 // session, else the user's offline (left). A session whose holder stops
 // refreshing it while its user stays a member ends with update (expired).
 // A clean close of the last session keeps the user a member for the grace.
-// Sessions not refreshed for presence.Timing.Unrefreshed (a heartbeat and
-// a half: their node died or stalls) do not count as the user's last: a
-// user whose last live node closes cleanly leaves after the grace, reason
-// left, even while a dead node's session has not yet expired; that
-// session goes with the departure, unless its node refreshes it during
-// the grace, which cancels the departure. When
-// the grace ends the reaper announces offline (left); when sessions simply
-// stop being refreshed, their node having died, the reaper announces
-// offline (expired) once the user's until passes. Reads exclude expired
-// entries by score, so they are right before any reaper runs.
+// A session whose holder has written nothing in its slot for
+// presence.Timing.Unrefreshed (a heartbeat and a half: its node died or
+// stalls) is stale, and does not hold its user against a clean close. A
+// late refresh of a session does not make it stale while its node writes
+// others in the slot (on one Redis, every heartbeat tick). So
+// every clean close makes the user's departure pending (g), due when the
+// grace ends and every session of theirs that a node holds is stale: at
+// the grace's end, or when the freshest of those goes stale if that is
+// later. Any touch of a session of the user (its holder's heartbeat, a
+// join) cancels it; the user then stays, and their sessions end one by
+// one. A dead node's session never refreshes: its user leaves in one
+// offline (left), with that session, before it expires, never through a
+// member with no session. A holder's last write in the slot is kept to
+// the ms (presence:reap:w); an entry extended since for a waiting client
+// (Extend), or one with no record, is judged by its expiry instead. A
+// departure that comes due while a holder of the user's sessions still
+// writes waits until it has been silent that long. While the
+// region holds expiries after an outage, such a departure that came due
+// after the outage began waits with them: the holder gets its heartbeat's
+// chance to refresh. When sessions simply stop being refreshed, their
+// node having died, the reaper announces offline (expired) once the
+// user's until passes. Reads exclude expired entries by score, so they
+// are right before any reaper runs.
 //
 // Each script appends its transitions to the room's outbox in the same
 // atomic step and returns them; the Store hands them to the Sink and then

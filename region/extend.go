@@ -24,10 +24,10 @@ func (s *Store) Extend(ctx context.Context, refs []presence.SessionRef) (int, er
 	}
 	var calls []call
 	for _, tc := range s.touchCalls(sortRefs(refs), false, "", 0) {
-		// The touch layout after its three slot keys and its head
+		// The touch layout after its slot keys and its head
 		// arguments: two keys per room, then per room k and its pairs.
 		head := []any{ms(s.t.SessionTTL), s.readCut(), ms(s.readSlack())}
-		calls = append(calls, call{script: scriptExtend, keys: tc.keys[3:], args: append(head, tc.args[len(touchHead{}):]...)})
+		calls = append(calls, call{script: scriptExtend, keys: tc.keys[touchSlotKeys:], args: append(head, tc.args[len(touchHead{}):]...)})
 	}
 	cmds, err := s.exec(ctx, calls)
 	if err != nil {

@@ -21,10 +21,10 @@ func (s *Store) roomKeys(room string) roomKeys {
 func (k roomKeys) all() []string { return []string{k.z, k.s, k.m, k.o, k.st, k.g, k.u, k.mv} }
 
 // writeKeys are the KEYS of release, state, ack and reap: the reap index
-// of the room's slot, then the room, then the slot's change log and its
-// set of rooms with a grace.
+// of the room's slot, then the room, then the slot's change log, its set
+// of rooms with a grace and its holders' last writes.
 func (k roomKeys) writeKeys(index string) []string {
-	return append(append([]string{index}, k.all()...), changesKey(index), gracesKey(index))
+	return append(append([]string{index}, k.all()...), changesKey(index), gracesKey(index), writesKey(index))
 }
 
 // snapshotKeys are the KEYS of snapshot.lua.
@@ -40,11 +40,15 @@ func (k roomKeys) sessionsKeys() []string { return []string{k.s, k.st, k.z, k.u}
 func (k roomKeys) countKeys() []string { return []string{k.z} }
 
 // touchKeys are the KEYS of one touch.lua call: the slot's reap index,
-// then every room of the call in the order of its arguments.
+// change log, rooms with a grace and holders' last writes, then every
+// room of the call in the order of its arguments.
 type touchKeys []string
 
+// touchSlotKeys is how many slot keys a touch call starts with.
+const touchSlotKeys = 4
+
 func newTouchKeys(index string) touchKeys {
-	return touchKeys{index, changesKey(index), gracesKey(index)}
+	return touchKeys{index, changesKey(index), gracesKey(index), writesKey(index)}
 }
 
 // add appends a room's z and s: touch.lua names the room's other keys
@@ -72,6 +76,12 @@ func changesKey(index string) string { return index + ":chg" }
 // that may have a grace running (release.lua adds them; touch.lua looks
 // at g only for those), in the same slot.
 func gracesKey(index string) string { return index + ":g" }
+
+// writesKey is the hash of the slot whose index is index that holds,
+// per holder code, when that holder's last touch ran in the slot (Redis
+// ms; touch.lua writes it, release and the reaper read it to date a
+// session's last refresh), in the same slot.
+func writesKey(index string) string { return index + ":w" }
 
 // sweptSuffix names a master's sweep marker: its first slot index key
 // plus this suffix, in the same slot.

@@ -12,8 +12,11 @@ import (
 
 // Redis stalls for longer than the TTL (SIGSTOP: a failover or a hung
 // primary), so every session's expiry passes while no node can refresh
-// it. Users connected throughout are never announced offline; a clean
-// departure and a dead node's session are each announced once, after.
+// it. Users connected throughout are never announced offline, even one
+// whose other tab closed cleanly just before (the departure it started
+// waits for the node's refresh after the outage, which cancels it); a
+// clean departure and a dead node's session are each announced once,
+// after.
 func TestRedisStallLongerThanTheTTL(t *testing.T) {
 	slow(t)
 	rdb, srv := testredis.Client(t)
@@ -28,7 +31,10 @@ func TestRedisStallLongerThanTheTTL(t *testing.T) {
 	for i := range 5 {
 		stayers = append(stayers, ref("r1", fmt.Sprintf("stay%d", i), "tab"))
 	}
+	stayers = append(stayers, ref("r1", "pair", "laptop"))
 	touch(t, node, stayers...)
+	phone := ref("r1", "pair", "phone") // the pair's other tab, on another node
+	touch(t, other, phone)
 	stop := refresher(t, node, stayers...)
 	leaver := ref("r1", "leaver", "tab")
 	touch(t, node, leaver)
@@ -37,6 +43,7 @@ func TestRedisStallLongerThanTheTTL(t *testing.T) {
 	startReaper(t, node) // every node runs one
 	reap(t, other)       // the region's clock has seen a sweep
 	release(t, node, leaver)
+	release(t, other, phone)
 
 	stop() // the node's next refresh comes after the reaper's first sweeps
 	srv.Pause()
@@ -74,14 +81,17 @@ func TestRedisStallLongerThanTheTTL(t *testing.T) {
 			onlines++
 		}
 	}
-	if onlines != 7 {
-		t.Errorf("%d onlines, want the 7 joins only: %v", onlines, c.All())
+	if onlines != 8 {
+		t.Errorf("%d onlines, want the 8 joins only: %v", onlines, c.All())
 	}
 	if other.Stats().OutageHolds.Load() == 0 {
 		t.Error("the reaper did not notice the outage")
 	}
-	if m := members(t, other, "r1"); len(m) != 5 {
-		t.Errorf("members %v, want the 5 stayers", m)
+	if up := c.Of(presence.Update, "r1", "pair"); len(up) != 2 || up[1].Reason != presence.Left || up[1].Session != "phone" {
+		t.Errorf("pair: updates %v, want the phone's joined, then its left", up)
+	}
+	if m := members(t, other, "r1"); len(m) != 6 {
+		t.Errorf("members %v, want the 6 stayers", m)
 	}
 }
 

@@ -50,7 +50,7 @@ func (s *Store) reap(ctx context.Context, claim time.Duration) (int, error) {
 					script: scriptReap,
 					keys:   s.roomKeys(room).writeKeys(l.index),
 					args: []any{ms(s.opt.PublishLease), s.opt.MaxOutbox, room, reapLimit,
-						clk.cut, clk.hold, clk.now, ms(s.t.OutageGap())},
+						clk.cut, clk.hold, clk.now, ms(s.t.OutageGap()), ms(s.t.SessionTTL), ms(s.t.Unrefreshed())},
 				})
 				rooms = append(rooms, room)
 			}

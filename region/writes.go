@@ -11,9 +11,10 @@ import (
 )
 
 // Release records a clean close of one session. The user stays a member
-// for the offline grace; if no session of theirs returns, a reaper
-// announces the departure. Sessions of the user whose holder has not
-// refreshed them for Timing.Unrefreshed do not delay the grace. Releasing
+// for the offline grace; if no session of theirs returns or is
+// refreshed, a reaper announces the departure: at the grace's end, or
+// when the last of their sessions held by a node goes stale (its node
+// silent for Timing.Unrefreshed) if that is later. Releasing
 // a session this store does not hold (unknown, or taken over by another
 // holder) is a no-op.
 func (s *Store) Release(ctx context.Context, ref presence.SessionRef) error {

@@ -309,6 +309,11 @@ func (c *wsClient) frame(f wsFrame) {
 				SnapSeq: f.Snapshot.RoomSeq, SnapEpoch: f.Snapshot.Epoch})
 		}
 		c.views[f.Room] = &roomView{members: f.Snapshot.members(), epoch: f.Snapshot.Epoch, base: f.Snapshot.RoomSeq, contiguous: true}
+		for _, m := range f.Snapshot.Members {
+			if len(m.Sessions) == 0 {
+				c.h.emptyMember(oracle.Empty{Conn: c.id, Room: f.Room, User: m.User, At: now})
+			}
+		}
 	case "event":
 		e, ok := f.ev, f.ev.ID != ""
 		if !ok && json.Unmarshal(f.Event, &e) != nil {

@@ -203,6 +203,7 @@ type harness struct {
 	notes    []oracle.Note
 	ops      map[string]int
 	resyncs  []oracle.Resync
+	empty    []oracle.Empty
 	core     []oracle.Event
 	lag      []time.Duration
 	crashed  chan int
@@ -234,6 +235,13 @@ func (h *harness) lagged(at time.Duration) {
 func (h *harness) resync(r oracle.Resync) {
 	h.mu.Lock()
 	h.resyncs = append(h.resyncs, r)
+	h.mu.Unlock()
+}
+
+// emptyMember records a snapshot that listed a member with no session.
+func (h *harness) emptyMember(e oracle.Empty) {
+	h.mu.Lock()
+	h.empty = append(h.empty, e)
 	h.mu.Unlock()
 }
 
@@ -750,6 +758,7 @@ func (h *harness) record(end time.Duration, stream []oracle.Event, final oracle.
 		Stream: stream, Core: append([]oracle.Event(nil), h.core...), CoreDropped: dropped,
 		Ops: ops, Final: final, Resyncs: append([]oracle.Resync(nil), h.resyncs...),
 		Notes: append([]oracle.Note(nil), h.notes...), Lag: append([]time.Duration(nil), h.lag...),
+		Empty: append([]oracle.Empty(nil), h.empty...),
 	}
 }
 

@@ -17,6 +17,7 @@ const (
 	C0Crash       Class = "0 node exited unexpectedly"
 	C1Alternation Class = "1 online/offline do not alternate"
 	C1Repeated    Class = "1r repeated online"
+	C1Empty       Class = "1z member with no session"
 	C2LiveOffline Class = "2 offline while certainly live"
 	C3Flicker     Class = "3 offline/online on a return inside the grace"
 	C4Missing     Class = "4a departure not announced"
@@ -36,7 +37,7 @@ const (
 )
 
 // Classes lists every class in report order.
-var Classes = []Class{C0Crash, C1Alternation, C1Repeated, C2LiveOffline, C3Flicker, C4Missing, C4Duplicate,
+var Classes = []Class{C0Crash, C1Alternation, C1Repeated, C1Empty, C2LiveOffline, C3Flicker, C4Missing, C4Duplicate,
 	C4Early, C4Late, C4Reason, C4Online, C5DupID, C5Redelivered, C6Seq, C7StreamCore, C8Final, C9View,
 	C9Spurious, CUClose}
 
@@ -71,6 +72,9 @@ func Check(r *Run) *Report {
 	c.crashes()
 	c.streamAndCore()
 	c.alternation()
+	for _, e := range r.Empty {
+		rep.add(Violation{Class: C1Empty, Key: Key{e.Room, e.User}, At: e.At, Detail: fmt.Sprintf("conn %d: a snapshot lists a member with no session", e.Conn)})
+	}
 	c.presence()
 	c.final()
 	c.resyncs()
@@ -177,7 +181,7 @@ func (c *checker) streamAndCore() {
 
 // alternation checks class 1: in (epoch, seq) order each key's onlines
 // and offlines alternate, starting with an online, and updates come only
-// while the user is a member.
+// while the user is a member, and leave them a session (class 1z).
 func (c *checker) alternation() {
 	for key, es := range c.byKey {
 		online := false
@@ -196,6 +200,9 @@ func (c *checker) alternation() {
 			case "update":
 				if !online {
 					c.rep.add(Violation{Class: C1Alternation, Key: key, At: e.At, Detail: "update for a user not online: " + e.ID})
+				}
+				if e.Sessions == 0 {
+					c.rep.add(Violation{Class: C1Empty, Key: key, At: e.At, Detail: fmt.Sprintf("update %s leaves a member with no session: %s", e.Reason, e.ID)})
 				}
 			}
 		}

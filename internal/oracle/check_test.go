@@ -52,11 +52,21 @@ func (t *trace) kill(node int, at float64) {
 	t.r.Nodes[node].Died, t.r.Nodes[node].Killed = s(at), true
 }
 
-// ev records an event in the stream and at the core subscriber 5ms later.
+// ev records an event in the stream and at the core subscriber 5ms later;
+// an online or an update leaves the user one session.
 func (t *trace) ev(kind, reason, room, user string, at float64) Event {
+	n := 1
+	if kind == "offline" {
+		n = 0
+	}
+	return t.evN(kind, reason, room, user, at, n)
+}
+
+// evN is ev with the event's count of the user's sessions.
+func (t *trace) evN(kind, reason, room, user string, at float64, sessions int) Event {
 	t.seq[room]++
 	e := Event{ID: fmt.Sprintf("eu/%s/1/%d", room, t.seq[room]), Kind: kind, Reason: reason, Room: room, User: user,
-		Seq: t.seq[room], Epoch: 1, At: s(at), Arrived: None, Stored: s(at + 0.002)}
+		Sessions: sessions, Seq: t.seq[room], Epoch: 1, At: s(at), Arrived: None, Stored: s(at + 0.002)}
 	t.r.Stream = append(t.r.Stream, e)
 	e.Arrived, e.Stored = s(at+0.005), None
 	t.r.Core = append(t.r.Core, e)
@@ -268,35 +278,87 @@ func TestDepartures(t *testing.T) {
 }
 
 // A session of a killed node does not hold its user against a clean close
-// once it has gone unrefreshed long enough: the departure is left, one
-// grace after the close. Closer to the kill, either is accepted, and
-// counted as ambiguous.
+// once stale (1.5 heartbeats after the kill): the departure is left, at
+// the grace's end or when the dead session goes stale, whichever is later,
+// never a member with no session, never at the dead session's expiry.
 func TestDeadSessionDoesNotHoldUser(t *testing.T) {
-	build := func(closeAt float64, reason string, at float64) *trace {
+	// a's laptop (node 1, killed at 10s) and phone (node 0, closed at
+	// closeAt).
+	build := func(closeAt float64) *trace {
 		tr := newTrace()
 		a := tr.conn("a", "a1", 1, 1)
 		tr.join(a, "r", 1, 1.01)
 		tr.ev("online", "joined", "r", "a", 1.005)
 		b := tr.conn("a", "a2", 0, 2)
 		tr.join(b, "r", 2, 2.01)
+		tr.evN("update", "joined", "r", "a", 2.005, 2)
 		tr.kill(1, 10)
 		tr.end(b, Closed, closeAt, 0)
-		tr.ev("offline", reason, "r", "a", at)
 		return tr
 	}
+	t.Run("fresh-at-the-close", func(t *testing.T) {
+		// Closed 0.4s after the kill: the laptop's session may still be
+		// fresh then, and is stale at the grace's end (11.9s).
+		tr := build(10.4)
+		tr.ev("offline", "left", "r", "a", 11.95)
+		rep := tr.check(t)
+		if rep.Failed() || len(rep.Ambiguous) > 0 {
+			t.Fatalf("the interleaving judged %v, ambiguous %v", rep.Violations, rep.Ambiguous)
+		}
+	})
+	t.Run("fresh-at-the-close-broken", func(t *testing.T) {
+		// The store of old: no grace at the close, the sessions end one by
+		// one, the user expires with the phone's last until.
+		tr := build(10.4)
+		tr.evN("update", "left", "r", "a", 12.0, 1)
+		tr.evN("update", "expired", "r", "a", 13.0, 0)
+		tr.ev("offline", "expired", "r", "a", 14.0)
+		rep := tr.check(t)
+		expect(t, rep, C1Empty, 1)
+		expect(t, rep, C4Reason, 1)
+		expect(t, rep, C4Late, 1)
+	})
+	t.Run("stale-later-than-the-grace", func(t *testing.T) {
+		// Timing B: closed 0.3s after the kill, the grace ends at 11.5s,
+		// the laptop's session goes stale at 12.25s.
+		tr := build(10.3)
+		tr.r.Timing = TimingB
+		tr.ev("offline", "left", "r", "a", 12.3)
+		if rep := tr.check(t); rep.Failed() {
+			t.Fatalf("left when stale judged %v", rep.Violations)
+		}
+		tr = build(10.3)
+		tr.r.Timing = TimingB
+		tr.ev("offline", "left", "r", "a", 13.1)
+		expect(t, tr.check(t), C4Late, 1)
+	})
 	t.Run("certain-left", func(t *testing.T) {
-		expect(t, build(13.5, "left", 15.1).check(t), C4Reason, 0)
+		tr := build(13.5)
+		tr.ev("offline", "left", "r", "a", 15.1)
+		expect(t, tr.check(t), C4Reason, 0)
 	})
 	t.Run("expired-instead", func(t *testing.T) {
-		rep := build(13.5, "expired", 13.8).check(t)
+		tr := build(13.5)
+		tr.ev("offline", "expired", "r", "a", 13.8)
+		rep := tr.check(t)
 		expect(t, rep, C4Reason, 1)
 		expect(t, rep, C4Early, 1)
 	})
-	t.Run("ambiguous", func(t *testing.T) {
-		rep := build(11, "expired", 13.5).check(t)
-		if rep.Failed() || rep.Ambiguous["clean close soon after a kill of another of the user's sessions"] != 1 {
+	t.Run("closed-just-before-the-kill", func(t *testing.T) {
+		// The laptop's node may not have refreshed it since the close:
+		// left or expired.
+		tr := build(9.5)
+		tr.ev("offline", "left", "r", "a", 11.05)
+		rep := tr.check(t)
+		if rep.Failed() || rep.Ambiguous["kill soon after a clean close of another of the user's sessions"] != 1 {
 			t.Fatalf("ambiguous case: %v %v", rep.Violations, rep.Ambiguous)
 		}
+	})
+	t.Run("empty-snapshot", func(t *testing.T) {
+		tr := build(13.5)
+		tr.ev("offline", "left", "r", "a", 15.1)
+		tr.r.Empty = []Empty{{Conn: 0, Room: "r", User: "a", At: s(14)}}
+		expect(t, tr.check(t), C1Empty, 1)
 	})
 }
 
@@ -408,12 +470,32 @@ func TestWindows(t *testing.T) {
 	if got := w.Return(s(12), s(12.1)); got != EitherReturn {
 		t.Fatalf("return at 12 against %v: %v", w, got)
 	}
-	// A close 2s after a kill of another session: ambiguous; 4s after:
-	// left.
-	if w := tm.Departure(s(12), Release, None, []time.Duration{s(10)}); w.Certain || w.Reasons != Left|Expired {
-		t.Fatalf("close soon after a kill: %v", w)
+	// A close after a kill of another session: left, by the grace's end
+	// or when the dead session goes stale (1.5s after the kill; up to its
+	// expiry when its holder lived on, as after a 4001).
+	killed := []Tail{{At: s(10), Killed: true}}
+	for _, tc := range []struct {
+		tm     Timing
+		close  float64
+		tails  []Tail
+		lo, hi float64
+	}{
+		{TimingA, 10.5, killed, 11.5, 12.75},
+		{TimingA, 14, killed, 15, 16.25},
+		{TimingB, 10.3, killed, 11, 13},
+		{TimingB, 10.3, []Tail{{At: s(10)}}, 11, 16.25},
+	} {
+		w := tc.tm.Departure(s(tc.close), Release, None, tc.tails, None)
+		if !w.Certain || w.Reasons != Left || w.Lo != s(tc.lo) || w.Hi != s(tc.hi) {
+			t.Errorf("close at %v after tails %v (%v): %v, want [%v, %v] left", tc.close, tc.tails, tc.tm, w, tc.lo, tc.hi)
+		}
 	}
-	if w := tm.Departure(s(14), Release, None, []time.Duration{s(10)}); !w.Certain || w.Reasons != Left {
-		t.Fatalf("close long after a kill: %v", w)
+	// A kill soon after a close of another session: left or expired; a
+	// kill long after it: expired.
+	if w := tm.Departure(s(10), Abandon, s(10), nil, s(9.2)); w.Certain || w.Reasons != Left|Expired || w.Lo != s(10.2) {
+		t.Fatalf("kill soon after a close: %v", w)
+	}
+	if w := tm.Departure(s(10), Abandon, s(10), nil, s(8)); !w.Certain || w.Reasons != Expired {
+		t.Fatalf("kill long after a close: %v", w)
 	}
 }

@@ -27,11 +27,16 @@
 //     expires a TTL later, rounded up to a whole second, so offline expired
 //     in [k+TTL-heartbeat-margin, k+TTL+1s+reap+margin];
 //   - released at c while another session of the user in the room was
-//     abandoned at k: that session no longer holds the user once unrefreshed
-//     for 1.5 heartbeats (plus 1s of rounding); with k before
-//     c-(1.5*heartbeat+1s+margin) the departure is left as above, with k
-//     later it is ambiguous: left or expired, from the close (or the
-//     session's earliest expiry) to its latest expiry.
+//     abandoned at k <= c: that session no longer holds the user once stale,
+//     1.5 heartbeats after its node's last write (k, for a kill; up to its
+//     expiry when its node lived on, as after a 4001), so the departure is
+//     left, in one offline, in [c+grace-margin, max(c+grace,
+//     k+1.5*heartbeat)+reap+margin], never through a member with no
+//     session;
+//   - abandoned at k by a kill a heartbeat (and a margin) or less after
+//     another session was released with no join since: the dead node may
+//     not have refreshed its session after the close, so the departure is
+//     ambiguous: left or expired, up to the expiry window's end.
 //
 // Times: a window's lower bound is judged on the event's own time (the
 // store's clock, on the harness's host), its upper bound on when the event
@@ -51,7 +56,8 @@
 //
 // The stream itself: per key, in (epoch, seq) order, onlines and offlines
 // alternate starting with an online (class 1; a second online in a row is
-// counted apart as "repeated online"); no id twice in the stream (class 5;
+// counted apart as "repeated online"), and no update or client snapshot
+// leaves a member with no session (class 1z); no id twice in the stream (class 5;
 // a second delivery of an id to a core subscriber is counted apart, as the
 // bus allows it); per room and epoch, seq runs 1, 2, 3... (class 6); the
 // stream holds exactly the ids the core subscriber saw (class 7). After

@@ -32,6 +32,9 @@ type Run struct {
 	// Notes are things the harness saw that are not transitions: closes
 	// with unexpected codes, error replies, acks that never came.
 	Notes []Note
+	// Empty are the members with no session that clients' snapshots
+	// listed (PROTOCOL.md rules them out).
+	Empty []Empty
 	// Lag is, for each operation, how late the harness started it against
 	// the plan: a harness that cannot keep up drifts, and its run says
 	// less (the oracle still judges by recorded times).
@@ -167,6 +170,14 @@ type Resync struct {
 	Contiguous bool
 	SnapSeq    uint64
 	SnapEpoch  int64
+}
+
+// Empty is a member with no session listed by a client's join or resync
+// snapshot.
+type Empty struct {
+	Conn       int
+	Room, User string
+	At         time.Duration
 }
 
 // Note is an observation that is not a transition.

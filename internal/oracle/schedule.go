@@ -1,6 +1,7 @@
 package oracle
 
 import (
+	"cmp"
 	"container/heap"
 	"fmt"
 	"math/rand/v2"
@@ -127,7 +128,8 @@ var states = []string{`{"s":"away"}`, `{"s":"busy"}`, `{"s":"typing"}`, ""}
 // progress, and it plans no return and no clean close that a correct
 // service could answer in two ways: every return is acknowledged before
 // the window it meets opens, or sent after it closed, and no clean close
-// comes soon after a kill of another of the user's sessions in the room.
+// comes shortly before a kill of another of the user's sessions in the
+// room.
 // The same scenario always gives the same plan.
 func Generate(sc Scenario) *Plan {
 	g := &gen{sc: sc, t: sc.Timing, rng: rand.New(rand.NewPCG(uint64(sc.Seed), 0x9e3779b97f4a7c15)), keys: map[Key]*gkey{}}
@@ -204,6 +206,9 @@ type gkey struct {
 	holders map[int]bool          // tabs holding it
 	tails   map[int]time.Duration // tabs that abandoned it (kill), not held again
 	win     *Window               // departure in progress while nobody holds it
+	// released is its latest clean close (None: none yet): a kill of
+	// another holder soon after it could go either way (Departure).
+	released time.Duration
 }
 
 type evKind uint8
@@ -257,6 +262,13 @@ type gen struct {
 	// from a guard before its kill to a while after its restart.
 	down     [][2]time.Duration
 	downSlot []int
+	kills    []plannedKill
+}
+
+// plannedKill is a kill of a slot at a planned time.
+type plannedKill struct {
+	slot int
+	at   time.Duration
 }
 
 func (g *gen) push(e gevent) {
@@ -276,7 +288,7 @@ func (g *gen) key(room string, tab int) *gkey {
 	k := Key{room, g.plan.Tabs[tab].User}
 	gk := g.keys[k]
 	if gk == nil {
-		gk = &gkey{holders: map[int]bool{}, tails: map[int]time.Duration{}}
+		gk = &gkey{holders: map[int]bool{}, tails: map[int]time.Duration{}, released: None}
 		g.keys[k] = gk
 	}
 	return gk
@@ -299,6 +311,7 @@ func (g *gen) planKill(k time.Duration) {
 	// new process is surely up) the slot takes no new connection.
 	g.down = append(g.down, [2]time.Duration{k - guard, r + 2*time.Second})
 	g.downSlot = append(g.downSlot, slot)
+	g.kills = append(g.kills, plannedKill{slot, k})
 	g.push(gevent{at: k, kind: evKill, node: slot})
 }
 
@@ -351,26 +364,46 @@ func (g *gen) returnOK(k *gkey, t time.Duration) bool {
 	return t > k.win.Hi || t+g.sc.JoinAllowance < k.win.Lo
 }
 
-func tailList(k *gkey) []time.Duration {
-	var out []time.Duration
+// tailList is the key's tails: the schedule abandons sessions only by
+// killing their node.
+func tailList(k *gkey) []Tail {
+	var out []Tail
 	for _, t := range k.tails {
-		out = append(out, t)
+		out = append(out, Tail{At: t, Killed: true})
 	}
-	slices.Sort(out)
+	slices.SortFunc(out, func(a, b Tail) int { return cmp.Compare(a.At, b.At) })
 	return out
 }
 
+// killedSoon reports whether slot is planned to be killed within d after
+// t.
+func (g *gen) killedSoon(slot int, t, d time.Duration) bool {
+	for _, pk := range g.kills {
+		if pk.slot == slot && pk.at >= t && pk.at <= t+d {
+			return true
+		}
+	}
+	return false
+}
+
 // endOK reports whether tab may release rooms at t: every departure it
-// causes is certain, and no planned return of another tab of the user
-// falls into its window's ambiguous band.
+// causes is certain, no planned return of another tab of the user falls
+// into its window's ambiguous band, and no other tab holding the room is
+// on a node killed within a heartbeat (whose departure would then be
+// left or expired, see Departure).
 func (g *gen) endOK(tab int, rooms []string, t time.Duration) bool {
 	tb := g.tabs[tab]
 	for _, r := range rooms {
 		k := g.key(r, tab)
 		if len(k.holders) != 1 || !k.holders[tab] {
-			continue // others hold it: no departure
+			for o := range k.holders {
+				if o != tab && g.killedSoon(g.tabs[o].node, t, g.t.Heartbeat+2*g.t.Margin) {
+					return false
+				}
+			}
+			continue // others hold it: no departure now
 		}
-		w := g.t.Departure(t, Release, None, tailList(k))
+		w := g.t.Departure(t, Release, None, tailList(k), k.released)
 		if !w.Certain {
 			return false
 		}
@@ -454,8 +487,11 @@ func (g *gen) release(tab int, rooms []string, t time.Duration, kind EndKind) {
 			k.tails[tab] = t
 		}
 		if len(k.holders) == 0 {
-			w := g.t.Departure(t, kind, None, tailList(k))
+			w := g.t.Departure(t, kind, None, tailList(k), k.released)
 			k.win = &w
+		}
+		if kind == Release {
+			k.released = t
 		}
 	}
 }
@@ -483,10 +519,15 @@ func (g *gen) planReturn(tab int, insideMax, beyondMin, minGap time.Duration) {
 func (g *gen) kill(slot int) {
 	t := g.now
 	// Users with a killed tab and a live tab elsewhere in the same room: the
-	// live one may close cleanly once the dead session can no longer hold
-	// the user (DeadAfter), while the killed tab stays away: the departure
-	// must then be left, one grace after the close.
+	// live one may close cleanly soon after, while the killed tab stays
+	// away. The dead session no longer holds the user once stale
+	// (Unrefreshed after the kill): the departure is left, at the grace's
+	// end or when it goes stale, whichever is later. Half of these closes
+	// come while the dead session may still count as fresh, late enough
+	// that it is stale at the grace's end: the departure then comes at the
+	// grace's end exactly.
 	targeted := map[int]time.Duration{}
+	u, ms := g.t.Unrefreshed(), time.Millisecond
 	for ti, tb := range g.tabs {
 		if tb.node != slot {
 			continue
@@ -496,8 +537,14 @@ func (g *gen) kill(slot int) {
 			if o == ti || ot.node < 0 || ot.node == slot || !shares(tb.rooms, ot.rooms) || g.rng.IntN(3) != 0 {
 				continue
 			}
-			if _, ok := targeted[o]; !ok {
-				targeted[o] = t + g.t.DeadAfter() + g.uniform(100*time.Millisecond, 700*time.Millisecond)
+			if _, ok := targeted[o]; ok {
+				continue
+			}
+			lo := max(0, u-g.t.Grace) + 100*ms
+			if g.rng.IntN(2) == 0 && u-100*ms > lo {
+				targeted[o] = t + g.uniform(lo, u-100*ms)
+			} else {
+				targeted[o] = t + g.uniform(100*ms, u+700*ms)
 			}
 		}
 	}
@@ -512,7 +559,8 @@ func (g *gen) kill(slot int) {
 		for _, o := range g.userTabs[tb.user] {
 			if c, ok := targeted[o]; ok {
 				// Stay away until the targeted close's departure is over.
-				minGap = max(minGap, c+g.t.ReleaseWindow(0).Hi-t)
+				w := g.t.Departure(c, Release, None, []Tail{{At: t, Killed: true}}, None)
+				minGap = max(minGap, w.Hi-t)
 			}
 		}
 		g.planReturn(ti, w.Lo-t-g.sc.JoinAllowance-100*time.Millisecond, w.Hi-t, minGap)

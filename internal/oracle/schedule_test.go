@@ -162,3 +162,36 @@ func TestPlansAvoidAmbiguousBands(t *testing.T) {
 		}
 	}
 }
+
+// Plans hold the interleaving of a clean close beside a killed session:
+// the user's last live tab closes less than Unrefreshed after the kill of
+// another of their tabs, late enough that the dead session is stale at the
+// grace's end. Its departure is certain: left, at the grace's end.
+func TestPlansHoldTheStaleInterleaving(t *testing.T) {
+	for _, sc := range []Scenario{scenario(1, TimingA), scenario(2, TimingB), longScenario(5, TimingA), longScenario(6, TimingB)} {
+		tm := sc.Timing
+		r := idealRun(Generate(sc))
+		n := 0
+		for _, ss := range Spans(r) {
+			ps := Periods(ss)
+			for _, g := range tm.Gaps(ss, ps) {
+				p := ps[g.After]
+				if p.Kind != Release {
+					continue
+				}
+				for _, l := range Tails(ss, p.End) {
+					if l.Killed && p.End-l.At < tm.Unrefreshed() && p.End+tm.Grace > l.At+tm.Unrefreshed() {
+						n++
+						if w := g.Window; !w.Certain || w.Reasons != Left || w.Hi != p.End+tm.Grace+tm.Reap+tm.Margin {
+							t.Errorf("seed %d: close %v after a kill at %v: window %v, want left at the grace's end", sc.Seed, p.End, l.At, w)
+						}
+					}
+				}
+			}
+		}
+		t.Logf("seed %d: %d closes beside a session going stale", sc.Seed, n)
+		if n == 0 {
+			t.Errorf("seed %d: no close beside a session going stale", sc.Seed)
+		}
+	}
+}

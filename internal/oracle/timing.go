@@ -49,13 +49,29 @@ func (t Timing) String() string {
 	return fmt.Sprintf("ttl=%v heartbeat=%v grace=%v reap=%v margin=%v", t.TTL, t.Heartbeat, t.Grace, t.Reap, t.Margin)
 }
 
-// DeadAfter is how long a session of a killed node must have gone
-// unrefreshed before it certainly no longer holds its user against a clean
-// close: 1.5 heartbeats, plus the whole-second rounding of its expiry, plus
-// the margin. A node killed more recently than this before a clean close
-// makes that departure ambiguous.
-func (t Timing) DeadAfter() time.Duration {
-	return t.Heartbeat*3/2 + Rounding + t.Margin
+// Unrefreshed is how long after its holder's last write a session stops
+// holding its user against a clean close: 1.5 heartbeats
+// (presence.Timing.Unrefreshed).
+func (t Timing) Unrefreshed() time.Duration { return t.Heartbeat * 3 / 2 }
+
+// Tail is a session of the user in the room that nothing held any more
+// when the user's last held session ended: abandoned at At.
+type Tail struct {
+	At time.Duration
+	// Killed: its node died at At, so nothing of that node was written
+	// later; otherwise (a 4001) a live node may still hold its entry,
+	// which then holds the user up to its expiry.
+	Killed bool
+}
+
+// stale is when tail l stops holding its user against a clean close, at
+// the latest: a heartbeat and a half after its node's last write (the
+// store judges the node's silence, not the session's), or its expiry.
+func (t Timing) stale(l Tail) time.Duration {
+	if l.Killed {
+		return l.At + t.Unrefreshed() + t.Reap + t.Margin
+	}
+	return t.ExpiryWindow(l.At).Hi
 }
 
 // Settled is how long after the last change every departure it can cause
@@ -157,21 +173,29 @@ func (k EndKind) String() string {
 // Departure is the window of the offline that follows the end of the
 // user's last held session in a room, at end with kind (for Either, k is
 // the node's death), given the abandoned sessions of the same user in the
-// room that nothing has taken up since (tails: the times they were
-// abandoned).
+// room that nothing has taken up since (tails) and the latest clean close
+// of another session of theirs before end (released, None if none).
 //
-// A release is announced as left after the grace, unless a tail was
-// abandoned so recently (within DeadAfter) that it may still hold the user:
-// then the departure may be left or expired, any time up to that tail's
-// expiry. An abandon is announced as expired when the latest tail expires.
-func (t Timing) Departure(end time.Duration, kind EndKind, k time.Duration, tails []time.Duration) Window {
+// A release is announced as left once the grace has ended and every tail
+// has gone stale (Unrefreshed after its node's last write): at the
+// grace's end for a tail killed more than Unrefreshed - grace before the
+// close. An abandon is announced as expired when the latest tail
+// expires, unless another session was released so shortly before (within
+// a heartbeat) that the abandoned one may not have been refreshed since:
+// then it may go stale first, and the departure be left.
+func (t Timing) Departure(end time.Duration, kind EndKind, k time.Duration, tails []Tail, released time.Duration) Window {
 	latest := None
-	for _, tk := range tails {
-		latest = max(latest, tk)
+	for _, l := range tails {
+		latest = max(latest, l.At)
 	}
 	switch kind {
 	case Abandon:
-		return t.ExpiryWindow(max(end, latest))
+		w := t.ExpiryWindow(max(end, latest))
+		if released != None && released > end-t.Heartbeat-t.Margin {
+			w.Lo = max(end, min(w.Lo, released+t.Grace-t.Margin))
+			w.Reasons, w.Certain, w.Why = Left|Expired, false, "kill soon after a clean close of another of the user's sessions"
+		}
+		return w
 	case Either:
 		w := t.ReleaseWindow(end)
 		w.Hi = max(w.Hi, t.ExpiryWindow(max(k, latest)).Hi)
@@ -179,13 +203,8 @@ func (t Timing) Departure(end time.Duration, kind EndKind, k time.Duration, tail
 		return w
 	}
 	w := t.ReleaseWindow(end)
-	if latest != None && latest > end-t.DeadAfter() {
-		// The tail may still hold the user: then its expiry, whenever it
-		// comes after the close, announces expired.
-		ew := t.ExpiryWindow(latest)
-		w.Lo = min(w.Lo, max(end, ew.Lo))
-		w.Hi = max(w.Hi, ew.Hi)
-		w.Reasons, w.Certain, w.Why = Left|Expired, false, "clean close soon after a kill of another of the user's sessions"
+	for _, l := range tails {
+		w.Hi = max(w.Hi, t.stale(l))
 	}
 	return w
 }

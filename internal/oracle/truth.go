@@ -1,6 +1,7 @@
 package oracle
 
 import (
+	"cmp"
 	"slices"
 	"sort"
 	"time"
@@ -26,6 +27,9 @@ type Span struct {
 	End     time.Duration // None: still held at the end of the run
 	Kind    EndKind
 	K       time.Duration // the node's death, for Either
+	// Killed: the hold ended with its node's death (K), so the node wrote
+	// nothing of it later.
+	Killed bool
 }
 
 // holdEnd decides when and how the node stopped holding h. A release (a
@@ -81,8 +85,9 @@ func Spans(r *Run) map[Key][]Span {
 		for hi := range c.Holds {
 			h := &c.Holds[hi]
 			end, kind, k := holdEnd(r, c, h)
+			died := r.Nodes[c.Node].Died
 			s := Span{Conn: c.ID, Session: c.Session, Node: c.Node, Send: h.JoinSent, Start: h.JoinAcked,
-				Certain: h.JoinAcked != None, End: end, Kind: kind, K: k}
+				Certain: h.JoinAcked != None, End: end, Kind: kind, K: k, Killed: kind != Release && died != None && k == died}
 			// A node that closed the connection itself (slow consumer, rate
 			// limit...) or dropped it released the session when it decided
 			// to, which may be well before the client read it: the end is
@@ -110,8 +115,10 @@ type Period struct {
 	Send  time.Duration // earliest join sent among its spans
 	End   time.Duration // None: held at the end of the run
 	Kind  EndKind       // how its last span ended
-	K     time.Duration
-	Spans []int // indexes into the key's spans
+	// Killed: its last span ended with its node's death.
+	Killed bool
+	K      time.Duration
+	Spans  []int // indexes into the key's spans
 }
 
 // Periods merges the certain spans of one key.
@@ -126,11 +133,11 @@ func Periods(ss []Span) []Period {
 			p.Spans = append(p.Spans, i)
 			p.Send = min(p.Send, s.Send)
 			if p.End != None && (s.End == None || s.End > p.End) {
-				p.End, p.Kind, p.K = s.End, s.Kind, s.K
+				p.End, p.Kind, p.K, p.Killed = s.End, s.Kind, s.K, s.Killed
 			}
 			continue
 		}
-		ps = append(ps, Period{Start: s.Start, Send: s.Send, End: s.End, Kind: s.Kind, K: s.K, Spans: []int{i}})
+		ps = append(ps, Period{Start: s.Start, Send: s.Send, End: s.End, Kind: s.Kind, K: s.K, Killed: s.Killed, Spans: []int{i}})
 	}
 	return ps
 }
@@ -148,10 +155,10 @@ type Gap struct {
 	Uncertain bool
 }
 
-// Tails returns when the abandoned sessions of a key that nothing had taken
-// up again by time e were abandoned: per session, its last certain span
-// ending by e, if that one was abandoned.
-func Tails(ss []Span, e time.Duration) []time.Duration {
+// Tails returns the abandoned sessions of a key that nothing had taken up
+// again by time e: per session, its last certain span ending by e, if
+// that one was abandoned.
+func Tails(ss []Span, e time.Duration) []Tail {
 	last := map[string]Span{}
 	for _, s := range ss {
 		if !s.Certain || s.End == None || s.End > e {
@@ -161,17 +168,49 @@ func Tails(ss []Span, e time.Duration) []time.Duration {
 			last[s.Session] = s
 		}
 	}
-	var out []time.Duration
+	var out []Tail
 	for _, s := range last {
 		switch s.Kind {
 		case Abandon:
-			out = append(out, s.End)
+			out = append(out, Tail{At: s.End, Killed: s.Killed})
 		case Either:
-			out = append(out, s.K)
+			out = append(out, Tail{At: s.K, Killed: true})
 		}
 	}
-	slices.Sort(out)
+	slices.SortFunc(out, func(a, b Tail) int { return cmp.Compare(a.At, b.At) })
 	return out
+}
+
+// LastRelease is the latest clean close of a certain span of a key by
+// time e (a release, or one sent as its node died) that no later join of
+// the key cancelled (a join of any session cancels a pending departure),
+// None if none. A close of a connection whose session another connection
+// held already (a handover) released nothing, and does not count.
+func LastRelease(ss []Span, e time.Duration) time.Duration {
+	out := None
+	for i, s := range ss {
+		if s.Certain && (s.Kind == Release || s.Kind == Either) && s.End != None && s.End <= e && !heldOn(ss, i) {
+			out = max(out, s.End)
+		}
+	}
+	for _, s := range ss {
+		if out != None && s.Certain && s.Start > out && s.Start <= e {
+			return None
+		}
+	}
+	return out
+}
+
+// heldOn reports whether another certain span of span i's session held it
+// when span i ended.
+func heldOn(ss []Span, i int) bool {
+	s := ss[i]
+	for j, o := range ss {
+		if j != i && o.Certain && o.Session == s.Session && o.Start <= s.End && (o.End == None || o.End > s.End) {
+			return true
+		}
+	}
+	return false
 }
 
 // Gaps derives, for one key, the departure window after every period that
@@ -182,7 +221,14 @@ func (t Timing) Gaps(ss []Span, ps []Period) []Gap {
 		if p.End == None {
 			continue
 		}
-		g := Gap{After: i, Next: -1, Window: t.Departure(p.End, p.Kind, p.K, Tails(ss, p.End))}
+		// A clean close pending when the last session was abandoned counts
+		// only if that session's node died: a 4001 means another node's
+		// join took it, which cancels the pending departure.
+		released := None
+		if p.Kind != Abandon || p.Killed {
+			released = LastRelease(ss, p.End)
+		}
+		g := Gap{After: i, Next: -1, Window: t.Departure(p.End, p.Kind, p.K, Tails(ss, p.End), released)}
 		to := None
 		if i+1 < len(ps) {
 			g.Next = i + 1

@@ -17,12 +17,15 @@
 -- it, and it never counts as a fresh session of its user.
 --
 -- Invariants: until >= every expiry of the user's sessions (both in whole
--- seconds) unless the grace runs (g), so a settle
--- that announces an expiry also drops all of that user's entries; a settle
--- that announces a departure after the grace drops the user's entries
--- left (sessions whose holder stopped refreshing them). A member with no
--- fresh session is in g. Time is Redis TIME, never the caller's clock, so
--- node clock skew cannot expire a live session.
+-- seconds) unless a departure is pending (g), so a settle that announces
+-- an expiry also drops all of that user's entries; a settle that announces
+-- a departure after the grace drops the user's entries left (sessions
+-- whose holder stopped refreshing them). Since the user's last clean close
+-- (if no session of theirs was touched since) g holds when they leave: the
+-- grace's end, or later when a session of theirs goes stale later (see
+-- release.lua). So a member always lists a session: the user leaves, in
+-- one offline, before their last entry ends. Time is Redis TIME, never the
+-- caller's clock, so node clock skew cannot expire a live session.
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -349,6 +352,51 @@ local function listed(r, u, t)
   return n
 end
 
+-- The staleness rule: a session held by a node does not hold its user
+-- against a clean close once that node has written nothing in the slot for
+-- the unrefreshed span (1.5 heartbeats): it died or stalls. A late
+-- refresh of a session does not end its user while its node writes
+-- others in the slot (on one Redis, at every heartbeat tick). st is
+-- {w = the key of the slot's holders' last writes, ttl = session TTL ms,
+-- unrefreshed = ms}.
+
+-- silent_since is when the holder of a held entry (code h, expiry sc in
+-- whole seconds) last wrote, by the slot's record w of it (touch.lua), to
+-- the ms; by the entry's own expiry less the TTL (up to a second late)
+-- when there is no record, or when the entry's expiry is past what the
+-- holder's last write gave it: it was extended since (extend.lua, for a
+-- waiting client), and that dates it.
+local function silent_since(sc, w, ttl)
+  if w and sc <= math.ceil((w + ttl) / 1000) then return w end
+  return sc * 1000 - ttl
+end
+
+-- stale_at is when the last of u's held entries live at now stops
+-- holding u (ms), 0 if u has none: when it goes stale, or expires if that
+-- is sooner (its holder writes, but not this entry: its refreshes fail),
+-- so that u never outlives their entries.
+local function stale_at(r, u, now, st)
+  local writes, out = {}, 0
+  for e, sc in pairs(user_entries(r, u)) do
+    local _, _, h = parse(e)
+    if h ~= '' and sc >= live_s(now) then
+      if writes[h] == nil then writes[h] = tonumber(redis.call('HGET', st.w, h) or '') or false end
+      out = math.max(out, math.min(silent_since(sc, writes[h] or nil, st.ttl) + st.unrefreshed, sc * 1000))
+    end
+  end
+  return out
+end
+
+-- held_at reports whether the user has an entry held by some node (not
+-- released) that lives at cut (ms).
+local function held_at(r, u, cut)
+  for e, sc in pairs(user_entries(r, u)) do
+    local _, _, h = parse(e)
+    if h ~= '' and sc >= live_s(cut) then return true end
+  end
+  return false
+end
+
 -- moved reports whether the session of entry m (user u, session sid) is
 -- held by another holder now, or was taken from this one.
 local function moved(r, u, sid, m)
@@ -370,6 +418,44 @@ local function grace_due(r)
   return tonumber(first[2]) + 1
 end
 
+-- held_departure reports whether the pending departure of u (in g) waits
+-- for the region's hold (cut < now, see settle): it came due after the
+-- outage began, and a node's session of the user lived then.
+local function held_departure(r, u, now, cut)
+  if cut >= now then return false end
+  local g = redis.call('ZSCORE', r.g, u)
+  return g ~= false and tonumber(g) >= cut and held_at(r, u, cut)
+end
+
+-- postponed reports whether u's pending departure (in g) waits for a node
+-- holding a session of theirs that is not stale yet, and moves it (and
+-- u's until) to when it is.
+local function postponed(r, u, now, st)
+  if not redis.call('ZSCORE', r.g, u) then return false end
+  local s = stale_at(r, u, now, st)
+  if s <= now then return false end
+  redis.call('ZADD', r.g, s, u)
+  redis.call('ZADD', r.z, 'GT', math.ceil(s / 1000), u)
+  return true
+end
+
+-- depart announces u's offline, left (after the grace: the user's
+-- entries go with it) or expired, and forgets u.
+local function depart(r, u, left, now, maxo)
+  redis.call('ZREM', r.z, u)
+  local reason = 'expired'
+  if left then
+    reason = 'left'
+    for m in pairs(user_entries(r, u)) do
+      local uu, sid = parse(m)
+      redis.call('ZREM', r.s, m)
+      redis.call('HDEL', r.st, uu .. ':' .. sid)
+    end
+  end
+  index_drop(r, u)
+  emit(r, now, 'offline', reason, u, 0, nil, nil, maxo)
+end
+
 -- settle announces the departures that are due and drops dead session
 -- entries, at most limit of each. It returns true when work is left over.
 --
@@ -385,7 +471,13 @@ end
 -- A user whose grace ended may still have entries whose holder stopped
 -- refreshing them (not dead yet, but not holding the user either, see
 -- release.lua): they go with the departure, so the user's state does too.
-local function settle(r, now, cut, maxo, limit)
+-- While the region holds expiries, a departure of a user with such an
+-- entry waits too: its holder may not have had its heartbeat's chance to
+-- refresh it since Redis answered again, which would cancel it. A pending
+-- departure that comes due while a node holding a session of the user
+-- has written since (it is alive, its refresh is late) waits until that
+-- node has been silent for the unrefreshed span (st, see stale_at).
+local function settle(r, now, cut, maxo, limit, st)
   local lim = limit
   if cut < now then lim = -1 end
   local over = redis.call('ZRANGEBYSCORE', r.z, '-inf', '(' .. live_s(now), 'WITHSCORES', 'LIMIT', 0, lim)
@@ -405,21 +497,12 @@ local function settle(r, now, cut, maxo, limit)
       return true
     end
     local u = over[i]
-    local left = redis.call('ZREM', r.g, u) == 1
-    if left or tonumber(over[i + 1]) < live_s(cut) then
-      redis.call('ZREM', r.z, u)
-      if left then
-        for m in pairs(user_entries(r, u)) do
-          local uu, sid = parse(m)
-          redis.call('ZREM', r.s, m)
-          redis.call('HDEL', r.st, uu .. ':' .. sid)
-        end
+    if not held_departure(r, u, now, cut) and not postponed(r, u, now, st) then
+      local left = redis.call('ZREM', r.g, u) == 1
+      if left or tonumber(over[i + 1]) < live_s(cut) then
+        depart(r, u, left, now, maxo)
+        n = n + 1
       end
-      index_drop(r, u)
-      local reason = 'expired'
-      if left then reason = 'left' end
-      emit(r, now, 'offline', reason, u, 0, nil, nil, maxo)
-      n = n + 1
     end
   end
   if n >= limit then

@@ -3,7 +3,8 @@
 -- the session's end (update, left) or the user's departure (offline, left)
 -- if it does not return.
 -- KEYS[1] reap index; KEYS[2..9] the room's keys (see lib.lua); KEYS[10] the
--- slot's change log; KEYS[11] the slot's rooms with a grace
+-- slot's change log; KEYS[11] the slot's rooms with a grace; KEYS[12] the
+-- slot's holders' last writes
 -- ARGV[1] publish lease ms, ARGV[2] outbox cap, ARGV[3] grace ms,
 -- ARGV[4] room, ARGV[5] user, ARGV[6] session, ARGV[7] holder code,
 -- ARGV[8] session TTL ms, ARGV[9] unrefreshed ms, ARGV[10] the slot's
@@ -14,10 +15,17 @@
 -- the caller does not hold the session (never did, or another holder took
 -- it over): then the session does not change.
 --
--- The grace starts when no fresh session of the user is left. A session
--- not refreshed for the unrefreshed span (1.5 heartbeats) is not fresh: its
--- holder died or stalls. It does not hold the user against a clean close;
--- if its holder refreshes it during the grace, the departure is off.
+-- The user leaves (offline, left) when the grace ends and none of their
+-- sessions held by a node holds them any more: a session whose holder
+-- has written nothing in the slot for the unrefreshed span (1.5
+-- heartbeats) is stale, its holder died or stalls. So the departure is
+-- pending from the close, due at the grace's end or when the user's last
+-- held session goes stale, whichever is later (g holds it, in ms); any
+-- touch of a session of the user (its holder's heartbeat, a join) cancels
+-- it, and their sessions then end one by one as usual. A live node
+-- refreshes its sessions every heartbeat, so its users never wait for the
+-- stale time; a dead node's do, and leave in one transition, never
+-- through a member with no session.
 local now = now_ms()
 local lease, maxo, grace = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local idx, room, u, sid = KEYS[1], ARGV[4], ARGV[5], ARGV[6]
@@ -50,25 +58,16 @@ if found == 1 or lost then
   redis.call('ZADD', r.s, gexp, u .. ':' .. sid)
   index_replace(r, u, tok, sid)
   redis.call('ZADD', idx, 'LT', gexp * 1000 + 1, room)
-  -- Fresh: refreshed within the unrefreshed span (expiry is rounded up,
-  -- so a session may look up to a second fresher than it is). A released
-  -- entry is never fresh.
-  local floor = (now + ttl - unrefreshed) / 1000
-  local fresh = 0
-  for e, sc in pairs(user_entries(r, u)) do
-    local _, _, h = parse(e)
-    if h ~= '' and sc >= floor then fresh = fresh + 1 end
-  end
-  if fresh == 0 then
-    -- Last session: hold the membership for the grace and remember why.
-    -- g holds when the grace ends (ms), which the departure keeps to;
-    -- until in z is that rounded up to a second, as the entry's expiry.
-    local g = now + grace
-    redis.call('ZADD', r.g, g, u)
-    redis.call('SADD', KEYS[11], r.z) -- a grace runs here (see touch.lua)
-    redis.call('ZADD', r.z, gexp, u)
-    redis.call('ZADD', idx, 'LT', g + 1, room)
-  end
+  -- When the last of the user's held sessions goes stale (see stale_at
+  -- in lib.lua: its holder silent for the unrefreshed span).
+  local leave = math.max(now + grace, stale_at(r, u, now, {w = KEYS[12], ttl = ttl, unrefreshed = unrefreshed}))
+  -- g holds when the user leaves (ms), which the departure keeps to;
+  -- until in z is that rounded up to a second, no later: a refresh of a
+  -- session of theirs raises it again.
+  redis.call('ZADD', r.g, leave, u)
+  redis.call('SADD', KEYS[11], r.z) -- a departure is pending here (see touch.lua)
+  redis.call('ZADD', r.z, math.ceil(leave / 1000), u)
+  redis.call('ZADD', idx, 'LT', leave + 1, room)
 end
 if lost then found = 1 end
 local out = {found, inc}

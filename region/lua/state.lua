@@ -1,7 +1,8 @@
 -- state: set or clear a live session's state. Membership does not change:
 -- the result is an update transition, never a leave and a join.
 -- KEYS[1] reap index; KEYS[2..9] the room's keys (see lib.lua); KEYS[10] the
--- slot's change log; KEYS[11] the slot's rooms with a grace (unused here)
+-- slot's change log; KEYS[11] the slot's rooms with a grace and KEYS[12]
+-- its holders' last writes (both unused here)
 -- ARGV[1] publish lease ms, ARGV[2] outbox cap, ARGV[3] room, ARGV[4] user,
 -- ARGV[5] session, ARGV[6] state JSON ('' clears), ARGV[7] holder code,
 -- ARGV[8] the slot's incarnation the caller saw last ('' if none),

@@ -2,12 +2,14 @@
 -- joins, refreshes for the heartbeat).
 -- KEYS[1]   reap index of the rooms' slot
 -- KEYS[2]   the slot's change log (see mark in lib.lua)
--- KEYS[3]   the z keys of the slot's rooms that may have a grace running
---           (release.lua adds a room when it starts one; this script
---           drops a room whose g it finds empty): every room with a
---           non-empty g is in it, so a room not in it has no grace to
---           look at
--- KEYS[4..] two keys per room, in ARGV order: z and s (the others, and
+-- KEYS[3]   the z keys of the slot's rooms that may have a departure
+--           pending in g (release.lua adds a room at every release; this
+--           script drops a room whose g it finds empty): every room with
+--           a non-empty g is in it, so a room not in it has no g to look
+--           at
+-- KEYS[4]   the slot's holders' last writes: holder code -> ms, set to
+--           now for the caller (see stale_at in lib.lua)
+-- KEYS[5..] two keys per room, in ARGV order: z and s (the others, and
 --           the room id, are named from z when a step needs them; see
 --           room_of in lib.lua)
 -- ARGV[1] session TTL ms, ARGV[2] publish lease ms, ARGV[3] outbox cap,
@@ -15,8 +17,9 @@
 -- ARGV[6] the slot's incarnation the caller saw last ('' if none),
 -- ARGV[7] the read cut ms (0: none) and ARGV[8] the read slack ms (see
 -- read_cut), ARGV[9] the length of the key prefix, ARGV[10] the end of the
--- caller's lease of its code, Redis ms (see lease_ok)
--- ARGV[11..] per room: k, then k pairs (user, session), a user's pairs
+-- caller's lease of its code, Redis ms (see lease_ok), ARGV[11] the
+-- unrefreshed span ms (see stale_at in lib.lua)
+-- ARGV[12..] per room: k, then k pairs (user, session), a user's pairs
 -- adjacent (their until is raised once)
 -- Returns the slot's incarnation, then for each room something happened
 -- in (most refreshes: none) its position (1-based, in ARGV order) and
@@ -30,6 +33,9 @@ local holder, claim = ARGV[4], ARGV[5] == '1'
 local idx = KEYS[1]
 local refused = lease_ok(now, ARGV[10])
 if refused then return refused end
+-- This holder writes now: every session it refreshes or claims in this
+-- slot was written no later than this (one write per call).
+redis.call('HSET', KEYS[4], holder, now)
 -- Redis lost this slot's data since the caller last wrote here: its
 -- refreshes restore the sessions it held, silently, as readers of the
 -- stream saw those users online.
@@ -45,17 +51,18 @@ local gs = KEYS[3]
 local graced = nil
 if redis.call('SCARD', gs) > 0 then
   local zs = {}
-  for i = 4, #KEYS, 2 do zs[#zs + 1] = KEYS[i] end
+  for i = 5, #KEYS, 2 do zs[#zs + 1] = KEYS[i] end
   graced = redis.call('SMISMEMBER', gs, unpack(zs))
 end
 local plen = tonumber(ARGV[9])
-local a, ri = 11, 0
+local st = {w = KEYS[4], ttl = ttl, unrefreshed = tonumber(ARGV[11])}
+local a, ri = 12, 0
 while a <= #ARGV do
   local k = tonumber(ARGV[a])
   a = a + 1
   -- The heartbeat's path touches z and s, and g when a grace runs; the
   -- room's id and other keys (r) are named only when a step needs them.
-  local kz = 4 + ri * 2
+  local kz = 5 + ri * 2
   local z, s = KEYS[kz], KEYS[kz + 1]
   local r = nil
   ri = ri + 1
@@ -71,10 +78,13 @@ while a <= #ARGV do
     -- the read slack. A join settles it first, so that its own events
     -- follow the departures readers already see (a return after a grace
     -- that ended is offline then online, as a fresh snapshot shows it).
+    -- A grace counts from its end in ms (g), not its until in seconds:
+    -- a return more than the slack after it is always announced.
     local z1, s1 = first_score(z), first_score(s)
-    if z1 and z1 < live_s(rc) or s1 and s1 < live_s(rc) then
+    local g1 = ng > 0 and grace_due(r)
+    if z1 and z1 < live_s(rc) or s1 and s1 < live_s(rc) or g1 and g1 - 1 < rc then
       r = room_of(z, s, KEYS[2], plen)
-      settle(r, now, scut, maxo, SETTLE_LIMIT)
+      settle(r, now, scut, maxo, SETTLE_LIMIT, st)
     end
   end
   local lost, taken, orphaned -- created when needed
