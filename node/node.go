@@ -344,6 +344,10 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 	}()
 	q := r.URL.Query()
 	id, err := n.auth.authenticate(r, q)
+	if err != nil && fromBrowser(r) {
+		n.refuseBrowser(w, r, err)
+		return
+	}
 	if err != nil {
 		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token", error_description=`+strconv.Quote(err.Error()))
 		n.refuse(w, http.StatusUnauthorized, "auth", err.Error())
@@ -387,6 +391,17 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	c.send(mustJSON(hello))
 	go c.readLoop()
+}
+
+// refuseBrowser accepts a browser's handshake that failed authentication
+// and closes it with CloseUnauthorized and the reason (see fromBrowser).
+func (n *Node) refuseBrowser(w http.ResponseWriter, r *http.Request, err error) {
+	n.metrics.rejectedConns.WithLabelValues("auth").Inc()
+	ws, uerr := n.upgrader.Upgrade(w, r, nil)
+	if uerr != nil {
+		return // the upgrader has answered
+	}
+	refuseUpgraded(ws, CloseUnauthorized, authReason(err))
 }
 
 // Health is the body of the health endpoint.
