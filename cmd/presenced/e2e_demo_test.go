@@ -58,7 +58,9 @@ func TestBrowserDemoPage(t *testing.T) {
 	isAway := func(d demoView) bool { m, ok := d.member("alice"); return ok && m.State == "away" && m.Label == "Away" }
 	bd = waitDemo(t, bob, "alice away", isAway)
 	waitDemo(t, alice, "alice away in her own page", isAway)
-	if !slices.ContainsFunc(bd.Log, func(l demoLog) bool { return l.Kind == "state" && l.User == "alice" && strings.Contains(l.Text, "away") }) {
+	if !slices.ContainsFunc(bd.Log, func(l demoLog) bool {
+		return l.Kind == "state" && l.User == "alice" && strings.Contains(l.Text, "away")
+	}) {
 		t.Fatalf("bob's activity does not say alice is away: %+v", bd.Log)
 	}
 	shots.take(bob, "alice-away")
