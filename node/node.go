@@ -344,13 +344,8 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 	}()
 	q := r.URL.Query()
 	id, err := n.auth.authenticate(r, q)
-	if err != nil && fromBrowser(r) {
-		n.refuseBrowser(w, r, err)
-		return
-	}
 	if err != nil {
-		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token", error_description=`+strconv.Quote(err.Error()))
-		n.refuse(w, http.StatusUnauthorized, "auth", err.Error())
+		n.refuseAuth(w, r, err)
 		return
 	}
 	session := q.Get(SessionQueryParam)
@@ -393,9 +388,15 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 	go c.readLoop()
 }
 
-// refuseBrowser accepts a browser's handshake that failed authentication
-// and closes it with CloseUnauthorized and the reason (see fromBrowser).
-func (n *Node) refuseBrowser(w http.ResponseWriter, r *http.Request, err error) {
+// refuseAuth answers a handshake that failed authentication: 401, or for
+// a browser's (see fromBrowser), which cannot read a 401, the upgrade and
+// a close with CloseUnauthorized and the reason.
+func (n *Node) refuseAuth(w http.ResponseWriter, r *http.Request, err error) {
+	if !fromBrowser(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token", error_description=`+strconv.Quote(err.Error()))
+		n.refuse(w, http.StatusUnauthorized, "auth", err.Error())
+		return
+	}
 	n.metrics.rejectedConns.WithLabelValues("auth").Inc()
 	ws, uerr := n.upgrader.Upgrade(w, r, nil)
 	if uerr != nil {

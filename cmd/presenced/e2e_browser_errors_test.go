@@ -60,7 +60,7 @@ func TestBrowserClientConnectErrors(t *testing.T) {
 			t.Fatalf("error %+v: want close 4401, the node's reason and a hint naming the user option", e)
 		}
 		// Stopped: one socket, closed with 4401, and none after it.
-		v = waitErrors(t, tb, 3*time.Second, func(v errorsView) bool { return len(v.Closes) == 1 })
+		waitErrors(t, tb, 3*time.Second, func(v errorsView) bool { return len(v.Closes) == 1 })
 		stopped := time.Now().Add(3 * time.Second)
 		v = waitErrors(t, tb, 10*time.Second, func(errorsView) bool { return time.Now().After(stopped) })
 		if len(v.Sockets) != 1 || len(v.Closes) != 1 || v.Closes[0].Code != 4401 || v.Status != "closed" || len(v.Errors) != 1 {
