@@ -26,31 +26,30 @@ func TestBrowserClientConnectErrors(t *testing.T) {
 	pg := newErrorsPage(t, n.addr)
 	ws := "ws://" + n.addr + "/v1/ws"
 
-	t.Run("token endpoint 404, r.ok checked", func(t *testing.T) {
-		tb := b.open("404-checked", pg.url(ws, "token=/404-html&check=1"), true)
+	// A getToken that fails never makes a socket: one error, and tries
+	// that back off, still connecting.
+	tokenFails := func(t *testing.T, name, query, code, what string) clientError {
+		t.Helper()
+		tb := b.open(name, pg.url(ws, query), true)
 		v := waitErrors(t, tb, 8*time.Second, func(v errorsView) bool { return len(v.Tokens) >= 4 })
-		v.once(t, "token_error", "404")
+		e := v.once(t, code, what)
 		v.noSockets(t)
 		v.backsOff(t, v.Tokens)
 		v.stillTrying(t)
+		return e
+	}
+	t.Run("token endpoint 404, r.ok checked", func(t *testing.T) {
+		tokenFails(t, "404-checked", "token=/404-html&check=1", "token_error", "404")
 	})
 	t.Run("token endpoint 404 read as text: an HTML page as the token", func(t *testing.T) {
-		tb := b.open("404-text", pg.url(ws, "token=/404-html"), true)
-		v := waitErrors(t, tb, 8*time.Second, func(v errorsView) bool { return len(v.Tokens) >= 4 })
-		e := v.once(t, "token_not_jwt", "HTML page")
+		// No bearer.<!DOCTYPE… subprotocol: no WebSocket at all.
+		e := tokenFails(t, "404-text", "token=/404-html", "token_not_jwt", "HTML page")
 		if !strings.Contains(e.Message, "r.ok") || !strings.Contains(e.Message, "<!DOCTYPE") {
 			t.Fatalf("message %q: want it to show the page's start and name r.ok", e.Message)
 		}
-		v.noSockets(t) // no bearer.<!DOCTYPE… subprotocol: no WebSocket at all
-		v.backsOff(t, v.Tokens)
-		v.stillTrying(t)
 	})
 	t.Run("a token that is not a JWT: JSON", func(t *testing.T) {
-		tb := b.open("json", pg.url(ws, "token=/token-json&check=1"), true)
-		v := waitErrors(t, tb, 8*time.Second, func(v errorsView) bool { return len(v.Tokens) >= 4 })
-		v.once(t, "token_not_jwt", ".token")
-		v.noSockets(t)
-		v.backsOff(t, v.Tokens)
+		tokenFails(t, "json", "token=/token-json&check=1", "token_not_jwt", ".token")
 	})
 	t.Run("dev node without user", func(t *testing.T) {
 		tb := b.open("no-user", pg.url(ws, ""), true)
