@@ -994,6 +994,7 @@ class Client extends Emitter {
     this._freshToken = false;
     this._earlyCloses = 0; // connects in a row that closed before hello (not 4401)
     this._refusals = 0; // 4401 closes in a row
+    this._sentToken = false; // the last connect offered a token
     this._reported = new Set(); // codes of connect errors reported since the last hello
     this._refSeq = 0;
     this._pending = new Map(); // ref -> callback(err, frame)
@@ -1186,6 +1187,7 @@ class Client extends Emitter {
     }
     token = checked.token;
     this._freshToken = false;
+    this._sentToken = token !== undefined;
     const url = new URL(this._url.href);
     url.searchParams.set("session", this.sessionId);
     if (this._user !== undefined) url.searchParams.set("user", this._user);
@@ -1385,7 +1387,9 @@ class Client extends Emitter {
       }
       // The first may be a stale token: a fresh one is asked for next.
       if (this._refusals >= 2) {
-        extra.hint = "a fresh token was refused too: check what the token endpoint mints (signing key, iss, aud, sub, rooms) against the node's settings";
+        extra.hint = this._sentToken
+          ? "a fresh token was refused too: check what the token endpoint mints (signing key, iss, aud, sub, rooms) against the node's settings"
+          : "getToken returned no token, and this node needs one (only a dev node takes the user option instead)";
         this._reportOnce(new PresenceError("unauthorized", msg, extra));
       }
       return false;

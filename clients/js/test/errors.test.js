@@ -170,6 +170,11 @@ test("4401 with getToken: retried with a fresh token; a second in a row is unaut
   assert.match(h.errors[0].hint, /fresh token was refused too/);
   assert.ok(calls.slice(1).every((f) => f === true));
   assert.equal(h.client.status, "connecting");
+  // getToken giving nothing to a node that needs a token: the hint says so.
+  const h3 = setup({ getToken: async () => undefined });
+  await refuseAll(h3, 3000, 4401, "no token: send Authorization: Bearer <jwt>, a \"bearer.<jwt>\" subprotocol entry, or ?access_token=");
+  assert.deepEqual(h3.errors.map((e) => e.code), ["unauthorized"]);
+  assert.match(h3.errors[0].hint, /getToken returned no token/);
   // A stale token refused once, then a good one: nothing to report.
   const h2 = setup({ getToken: async () => "h.p.s" });
   await h2.clock.advance(0);
