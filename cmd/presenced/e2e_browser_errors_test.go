@@ -259,15 +259,7 @@ func (v errorsView) backsOff(t *testing.T, tries []attempt) {
 
 func waitErrors(t *testing.T, tb *tab, within time.Duration, cond func(errorsView) bool) errorsView {
 	t.Helper()
-	var last errorsView
-	ok := poll(within, 50*time.Millisecond, func() bool {
-		var v errorsView
-		if err := tb.tryEval(`window.view ? window.view() : {ready: false}`, &v); err != nil || !v.Ready {
-			return false
-		}
-		last = v
-		return cond(v)
-	})
+	last, ok := pollPage(tb, `window.view ? window.view() : {ready: false}`, within, func(v errorsView) bool { return v.Ready && cond(v) })
 	if !ok {
 		t.Fatalf("%s: timed out after %v; last %s", tb.name, within, last)
 	}

@@ -263,19 +263,26 @@ const demoDOM = `(() => {
 
 func waitDemo(t *testing.T, tb *tab, what string, cond func(demoView) bool) demoView {
 	t.Helper()
-	var last demoView
-	ok := poll(30*time.Second, 50*time.Millisecond, func() bool {
-		var d demoView
-		if err := tb.tryEval(demoDOM, &d); err != nil {
-			return false
-		}
-		last = d
-		return cond(d)
-	})
+	last, ok := pollPage(tb, demoDOM, 30*time.Second, cond)
 	if !ok {
 		t.Fatalf("%s: timed out waiting for %s; last %+v", tb.name, what, last)
 	}
 	return last
+}
+
+// pollPage evaluates expr in tb until cond holds of its value or within
+// has passed, and returns the last value read and whether cond held.
+func pollPage[V any](tb *tab, expr string, within time.Duration, cond func(V) bool) (V, bool) {
+	var last V
+	ok := poll(within, 50*time.Millisecond, func() bool {
+		var v V
+		if err := tb.tryEval(expr, &v); err != nil {
+			return false
+		}
+		last = v
+		return cond(v)
+	})
+	return last, ok
 }
 
 // viewport sets the tab's window size, as a phone's.
