@@ -345,8 +345,7 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	id, err := n.auth.authenticate(r, q)
 	if err != nil {
-		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token", error_description=`+strconv.Quote(err.Error()))
-		n.refuse(w, http.StatusUnauthorized, "auth", err.Error())
+		n.refuseAuth(w, r, err)
 		return
 	}
 	session := q.Get(SessionQueryParam)
@@ -387,6 +386,23 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	c.send(mustJSON(hello))
 	go c.readLoop()
+}
+
+// refuseAuth answers a handshake that failed authentication: 401, or for
+// a browser's (see fromBrowser), which cannot read a 401, the upgrade and
+// a close with CloseUnauthorized and the reason.
+func (n *Node) refuseAuth(w http.ResponseWriter, r *http.Request, err error) {
+	if !fromBrowser(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token", error_description=`+strconv.Quote(err.Error()))
+		n.refuse(w, http.StatusUnauthorized, "auth", err.Error())
+		return
+	}
+	n.metrics.rejectedConns.WithLabelValues("auth").Inc()
+	ws, uerr := n.upgrader.Upgrade(w, r, nil)
+	if uerr != nil {
+		return // the upgrader has answered
+	}
+	refuseUpgraded(ws, CloseUnauthorized, authReason(err))
 }
 
 // Health is the body of the health endpoint.

@@ -24,6 +24,7 @@ const (
 	CloseTokenExpired = 4002 // the token expired without a refresh; reconnect with a fresh one
 	CloseDisconnected = 4003 // the server API disconnected the user; reconnect with a fresh token, after a backoff
 	CloseRevoked      = 4004 // the server API revoked the user until the time the reason names; do not reconnect before it
+	CloseUnauthorized = 4401 // a browser's handshake failed authentication; the reason says why (instead of a 401 it cannot read)
 )
 
 // ErrorCode is the stable code of an error frame.

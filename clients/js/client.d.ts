@@ -39,10 +39,51 @@ export interface Limits {
   readonly tick_ms: number;
 }
 
-/** Error of a request, an error frame, or the client (see README for the codes). */
+/**
+ * Codes of the node's error frames (docs/PROTOCOL.md, "Errors"): a
+ * request's rejection, or an `error` event for a frame that answers none.
+ */
+export type NodeErrorCode =
+  | "bad_frame" | "unknown_type" | "invalid_room" | "invalid_state" | "forbidden" | "invalid_token"
+  | "invalid_page" | "invalid_detail" | "too_many_rooms" | "not_joined" | "invalid_view" | "invalid_watch"
+  | "rate_limited" | "unavailable" | "revoked";
+
+/** Codes the client makes itself (README, "Errors"). */
+export type ClientErrorCode =
+  /** Connecting: getToken threw or rejected. Once per run of failed connects; retried with backoff. */
+  | "token_error"
+  /** Connecting or refreshing: getToken returned something that is not a JWT (an HTML error page, JSON). Never sent; once per run; retried with backoff. */
+  | "token_not_jwt"
+  /** Connecting: `new WebSocket` threw. Once per run; retried with backoff. */
+  | "connect_failed"
+  /** Connecting: 3 connects in a row closed before hello (outside a drop's grace): refused in a way a browser cannot read, or no node. Once per run; backoff goes on. */
+  | "connect_refused"
+  /** Connecting: the node refused the token (close 4401, `closeReason` says why). Without getToken at once, and the client stops; with it at the second in a row, once, and backoff goes on. */
+  | "unauthorized"
+  /** Close 4001: a newer connection took the session. The client stops. */
+  | "session_taken"
+  /** The node speaks another protocol version. The client stops. */
+  | "unsupported_version"
+  /** A bug of the client while handling a frame; the frame is skipped. */
+  | "internal"
+  /** An error frame without a code. */
+  | "unknown"
+  /** Rejections: not connected, or the connection closed before the reply. */
+  | "disconnected"
+  /** Rejections: the client, the room or the watch is closed. */
+  | "closed"
+  /** Close 4004 (the server API revoked the user; the client stops), a room or watch the token no longer grants. */
+  | "revoked"
+  /** Checked before sending: a state over `limits.max_state_bytes` or not JSON, a bad watch list, a room not joined, a view mismatch. */
+  | "invalid_state" | "invalid_watch" | "not_joined" | "invalid_view";
+
+/** Every code a PresenceError may carry. */
+export type ErrorCode = NodeErrorCode | ClientErrorCode;
+
+/** Error of a request, an error frame, or the client (see README, "Errors"). */
 export class PresenceError extends Error {
-  constructor(code: string, message?: string, extra?: object);
-  readonly code: string;
+  constructor(code: ErrorCode, message?: string, extra?: object);
+  readonly code: ErrorCode;
   /** From `unavailable` errors. */
   readonly retryAfterMs?: number;
   /** The request's ref, when the error answers one. */
@@ -51,14 +92,20 @@ export class PresenceError extends Error {
   readonly room?: string;
   /** From `revoked` errors of a close 4004: until when the server refuses this user. */
   readonly revokedUntil?: Date;
+  /** `connect_refused`, `unauthorized`: the close code of the last connect (1006: the browser could not read why). */
+  readonly closeCode?: number;
+  /** `connect_refused`, `unauthorized`: the node's close reason, when it gave one (4401: why it refused the token). */
+  readonly closeReason?: string;
+  /** Connect errors: what to check. */
+  readonly hint?: string;
   readonly cause?: unknown;
 }
 
 export interface GetTokenInfo {
   /**
    * True when a cached token will not do: ahead of its expiry (refresh),
-   * after close 4002, and after a connection that failed before `hello`
-   * (a 401 looks like that in browsers).
+   * after close 4002, 4003 or 4401, after a result that was not a JWT, and
+   * after a connection that failed before `hello`.
    */
   fresh: boolean;
 }
@@ -66,11 +113,15 @@ export interface GetTokenInfo {
 export interface ClientOptions {
   /** The node's WebSocket URL: ws(s)://, or http(s):// (converted), or relative to `location`. */
   url: string;
-  /** Called at each connect and ahead of `token_expires`. Return nothing in dev mode. */
+  /**
+   * Called at each connect and ahead of `token_expires`: the JWT (surrounding
+   * whitespace is dropped), or nothing in dev mode. Anything else (an HTML
+   * error page, JSON) is refused at once with `token_not_jwt`.
+   */
   getToken?: (info: GetTokenInfo) => string | null | undefined | Promise<string | null | undefined>;
   /** Default: one per tab, in sessionStorage under "presence.session", with duplicated tabs detected. */
   sessionId?: string;
-  /** Dev mode only: the user id (`?user=`). */
+  /** Dev mode only, without getToken: the user id (`?user=`). A dev node refuses a client with neither (`unauthorized`). */
   user?: string;
   /** WebSocket constructor (Node, tests). Default: globalThis.WebSocket. */
   WebSocket?: new (url: string, protocols?: string | string[]) => WebSocketLike;
@@ -99,7 +150,7 @@ export interface ClientOptions {
 
 export interface WebSocketLike {
   onmessage: ((ev: { data: any }) => void) | null;
-  onclose: ((ev: { code: number }) => void) | null;
+  onclose: ((ev: { code: number; reason?: string }) => void) | null;
   onerror: ((ev: any) => void) | null;
   send(data: string): void;
   close(code?: number, reason?: string): void;

@@ -27,6 +27,14 @@ const GRACE_RETRY_MS = 1000;
 const GRACE_MARGIN_MS = 1000;
 const POLICY_BACKOFF_MS = 5000; // close 1008: at least this long
 const QUICK_RETRY_MS = 250; // close 1001/1012: reconnect at once, tiny jitter
+// Connects that end before hello: the node refused a browser's token
+// with 4401 and says why; any other such close (1006: a refusal the
+// browser cannot read, or no node) is reported after EARLY_CLOSES in a
+// row, unless it is a blip inside the grace of a drop.
+const CLOSE_UNAUTHORIZED = 4401;
+const EARLY_CLOSES = 3;
+// A JWS in compact form: three base64url parts (the node takes nothing else).
+const JWT_RE = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/;
 
 /** Error with the protocol's error `code` (or a client-side one). */
 export class PresenceError extends Error {
@@ -36,6 +44,21 @@ export class PresenceError extends Error {
     this.code = code;
     if (extra) Object.assign(this, extra);
   }
+}
+
+// What getToken gave, as it goes on the wire: { token } (undefined for
+// none), or { err } saying why it is not a JWT. Surrounding whitespace
+// (a newline at the end of a file or a response) is dropped.
+function tokenOf(t) {
+  if (t === undefined || t === null || t === "") return { token: undefined };
+  const bad = (msg) => ({ err: new PresenceError("token_not_jwt", msg, { hint: "getToken must resolve to the JWT itself: three base64url parts joined by dots" }) });
+  if (typeof t !== "string") return bad(`getToken returned ${Array.isArray(t) ? "an array" : typeof t}, not the JWT as a string`);
+  const s = t.trim();
+  if (JWT_RE.test(s)) return { token: s };
+  const head = JSON.stringify(s.length > 32 ? s.slice(0, 32) + "…" : s);
+  if (s.startsWith("<")) return bad(`getToken returned an HTML page, not a JWT (${head}): the token endpoint probably answered an error; check r.ok before r.text()`);
+  if (s.startsWith("{") || s.startsWith("\"")) return bad(`getToken returned JSON, not a JWT (${head}): return the token itself, e.g. (await r.json()).token`);
+  return bad(`getToken returned text that is not a JWT (${head})`);
 }
 
 function reportAsync(e) {
@@ -969,6 +992,10 @@ class Client extends Emitter {
     this._downSince = null; // when the last open connection dropped
     this.offlineGraceMs = GRACE_DEFAULT_MS; // from hello; paces reconnects
     this._freshToken = false;
+    this._earlyCloses = 0; // connects in a row that closed before hello (not 4401)
+    this._refusals = 0; // 4401 closes in a row
+    this._sentToken = false; // the last connect offered a token
+    this._reported = new Set(); // codes of connect errors reported since the last hello
     this._refSeq = 0;
     this._pending = new Map(); // ref -> callback(err, frame)
     this._queue = []; // {data, onSent, ref}
@@ -1146,12 +1173,21 @@ class Client extends Emitter {
       token = await this._getToken(this._freshToken);
     } catch (e) {
       if (conn !== this._conn || this._closed) return;
-      this._emit("error", new PresenceError("token_error", "getToken failed: " + (e && e.message), { cause: e }));
+      this._reportOnce(new PresenceError("token_error", "getToken failed: " + (e && e.message), { cause: e, hint: "check the token endpoint (its status and what it returns)" }));
       this._freshToken = true;
       return this._reconnectIn(this._backoff());
     }
     if (conn !== this._conn || this._closed) return;
+    const checked = tokenOf(token);
+    if (checked.err) {
+      // Never offered as a subprotocol ("bearer.<!DOCTYPE…" throws) or sent.
+      this._reportOnce(checked.err);
+      this._freshToken = true;
+      return this._reconnectIn(this._backoff());
+    }
+    token = checked.token;
     this._freshToken = false;
+    this._sentToken = token !== undefined;
     const url = new URL(this._url.href);
     url.searchParams.set("session", this.sessionId);
     if (this._user !== undefined) url.searchParams.set("user", this._user);
@@ -1160,7 +1196,7 @@ class Client extends Emitter {
     try {
       ws = new this._WS(url.href, protocols);
     } catch (e) {
-      this._emit("error", new PresenceError("connect_failed", String(e && e.message), { cause: e }));
+      this._reportOnce(new PresenceError("connect_failed", "new WebSocket failed: " + String(e && e.message), { cause: e }));
       return this._reconnectIn(this._backoff());
     }
     this._ws = ws;
@@ -1261,6 +1297,8 @@ class Client extends Emitter {
     this._helloed = true;
     this._everOpen = true;
     this._downSince = null;
+    this._earlyCloses = this._refusals = 0;
+    this._reported.clear();
     if (typeof f.offline_grace_ms === "number" && f.offline_grace_ms > 0) this.offlineGraceMs = f.offline_grace_ms;
     const lim = isObject(f.limits) ? f.limits : {};
     const limits = { ...DEFAULT_LIMITS };
@@ -1298,6 +1336,7 @@ class Client extends Emitter {
       this._closed = true;
       return this._stop();
     }
+    if (!helloed && this._earlyClose(code, reason)) return;
     if (!helloed) this._freshToken = true; // a 401 looks like 1006 before open
     let delay;
     if (code === 4002) {
@@ -1326,6 +1365,63 @@ class Client extends Emitter {
     this._closed = true;
     this._stop();
     return true;
+  }
+
+  // A connect that closed before hello: counted, and a run of them
+  // reported once (see CLOSE_UNAUTHORIZED). Returns true when the client
+  // stopped: refused without a getToken, nothing it could send would do.
+  _earlyClose(code, reason) {
+    const why = typeof reason === "string" && reason !== "" ? reason : undefined;
+    if (code === CLOSE_UNAUTHORIZED) {
+      this._refusals++;
+      const extra = { closeCode: code, closeReason: why };
+      const msg = "the node refused the connection: " + (why || "unauthorized") + " (close 4401)";
+      if (typeof this._getTokenFn !== "function") {
+        extra.hint = this._user === undefined
+          ? "no getToken and no user: a dev node needs the user option (or getToken with a token from /dev/token), any other node getToken"
+          : "the node takes no ?user= for this user (not a dev node, or not a valid user id): pass getToken";
+        this._reportOnce(new PresenceError("unauthorized", msg, extra));
+        this._closed = true;
+        this._stop();
+        return true;
+      }
+      // The first may be a stale token: a fresh one is asked for next.
+      if (this._refusals >= 2) {
+        extra.hint = this._sentToken
+          ? "a fresh token was refused too: check what the token endpoint mints (signing key, iss, aud, sub, rooms) against the node's settings"
+          : "getToken returned no token, and this node needs one (only a dev node takes the user option instead)";
+        this._reportOnce(new PresenceError("unauthorized", msg, extra));
+      }
+      return false;
+    }
+    this._earlyCloses++;
+    const inGrace = this._downSince !== null && this._now() - this._downSince < this.offlineGraceMs;
+    if (this._earlyCloses >= EARLY_CLOSES && !inGrace) {
+      this._reportOnce(new PresenceError("connect_refused",
+        `${this._earlyCloses} connections in a row closed before the node's hello (close ${code}${why ? " " + why : ""}): refused, or no node there`,
+        { closeCode: code, closeReason: why, hint: "a browser cannot read why a handshake was refused: check the URL, the token endpoint, that a dev node gets the user option, and the node's log" }));
+    }
+    return false;
+  }
+
+  // An error nobody listens to is logged, never dropped: a page that
+  // forgot client.on("error") still shows why it cannot connect.
+  _emit(type, ...args) {
+    const set = this._listeners.get(type);
+    if (type === "error" && (!set || set.size === 0)) {
+      const e = args[0];
+      if (typeof console !== "undefined") console.error("presence: " + (e && e.code) + ": " + (e && e.message) + (e && e.hint ? " (" + e.hint + ")" : ""));
+      return;
+    }
+    super._emit(type, ...args);
+  }
+
+  // Emits err unless an error of its code was already reported since the
+  // last hello: a run of failed connects surfaces once per code.
+  _reportOnce(err) {
+    if (this._reported.has(err.code)) return;
+    this._reported.add(err.code);
+    this._emit("error", err);
   }
 
   _backoff() {
@@ -1470,6 +1566,12 @@ class Client extends Emitter {
       return this._retryRefresh();
     }
     if (conn !== this._conn || !this._isOpen()) return;
+    const checked = tokenOf(token);
+    if (checked.err) {
+      this._emit("error", checked.err);
+      return this._retryRefresh();
+    }
+    token = checked.token;
     if (!token) return this._retryRefresh();
     this._request({ type: "refresh", token }, (err, f) => {
       if (err) {

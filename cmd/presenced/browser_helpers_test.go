@@ -477,11 +477,18 @@ func (p *testPage) url(proxy *tcpproxy.Proxy, o pageOpts) string {
 // nats-server) with the browser tests' timing.
 func startDev(t *testing.T) *proc {
 	t.Helper()
+	return startDevGrace(t, brGrace)
+}
+
+// startDevGrace is startDev with another offline grace (its session TTL
+// a second longer than the grace, at least brTTL).
+func startDevGrace(t *testing.T, grace time.Duration) *proc {
+	t.Helper()
 	t.Setenv("REDIS_URL", "") // the dev node starts its own Redis
 	e := &env{t: t}
 	return e.start([]string{"dev", "--listen", "127.0.0.1:0", "--nats-port", "-1",
-		"--session-ttl", brTTL.String(), "--heartbeat", brBeat.String(),
-		"--offline-grace", brGrace.String(), "--reap-interval", brReap.String(),
+		"--session-ttl", max(brTTL, grace+time.Second).String(), "--heartbeat", brBeat.String(),
+		"--offline-grace", grace.String(), "--reap-interval", brReap.String(),
 		"--last-seen-interval", "2s"}, true)
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"slices"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -353,130 +352,6 @@ func TestBrowserNodeDrain(t *testing.T) {
 	}
 	alice.noConsoleErrors()
 	bob.noConsoleErrors()
-}
-
-// The demo page of presenced dev: two users in two browsers see each
-// other, one picks a name in the form, "away" reaches the other, and
-// "drop connection" comes back without the other hearing of it; nothing
-// in either console.
-func TestBrowserDemoPage(t *testing.T) {
-	b := newBrowser(t)
-	n := startDev(t)
-	base := "http://" + n.addr + "/?room=br-demo"
-
-	alice := b.open("alice", base+"&user=alice", true)
-	bob := b.open("bob", base, true)
-	var name string
-	bob.eval(`document.getElementById("user").value`, &name)
-	if name == "" {
-		t.Fatal("the demo page offers no name without ?user=")
-	}
-	bob.eval(`(() => { const f = document.getElementById("who"); f.elements.user.value = "bob"; f.requestSubmit(); return true })()`, nil)
-	both := func(d demoView) bool { return slices.Equal(d.users(), []string{"alice", "bob"}) }
-	ad := waitDemo(t, alice, "alice and bob listed", both)
-	bd := waitDemo(t, bob, "alice and bob listed", both)
-	if bd.Me != "bob" || ad.Me != "alice" {
-		t.Fatalf("names: %q and %q", ad.Me, bd.Me)
-	}
-
-	sid := ad.Session
-	alice.click("#away")
-	isAway := func(d demoView) bool { return d.status("alice", sid) == "away" }
-	bd = waitDemo(t, bob, "alice away", isAway)
-	waitDemo(t, alice, "alice away in her own page", isAway)
-	mark := len(bd.Log)
-
-	alice.click("#drop")
-	ad = waitDemo(t, alice, "alice's page to drop its connection and come back, still away", func(d demoView) bool {
-		i := slices.Index(d.Log, "dropping the connection")
-		return i >= 0 && slices.Contains(d.Log[i:], "connection open") && d.Status == "open" && isAway(d)
-	})
-	if ad.Session != sid {
-		t.Fatalf("alice's session changed over the drop: %q, then %q", sid, ad.Session)
-	}
-	// The drop came back inside the grace: bob heard nothing of it, up to
-	// the leave of a marker released after the drop.
-	passMarker(t, n.addr, "br-demo", "zz-marker")
-	bd = waitDemo(t, bob, "the marker's leave", func(d demoView) bool { return slices.Contains(d.Log[mark:], "zz-marker left (left)") })
-	var extra []string
-	for _, l := range bd.Log[mark:] {
-		if strings.HasPrefix(l, "alice ") {
-			extra = append(extra, l)
-		}
-	}
-	if len(extra) != 0 || !isAway(bd) {
-		t.Fatalf("bob's page after alice's drop: log %q, view %+v", extra, bd)
-	}
-	alice.noConsoleErrors()
-	bob.noConsoleErrors()
-}
-
-// demoView is what the demo page shows, read from its DOM.
-type demoView struct {
-	Me      string `json:"me"`
-	Status  string `json:"status"`
-	Session string `json:"session"`
-	Members []struct {
-		User     string `json:"user"`
-		Sessions []struct {
-			ID     string `json:"id"`
-			Status string `json:"status"`
-		} `json:"sessions"`
-	} `json:"members"`
-	Log []string `json:"log"` // oldest first
-}
-
-func (d demoView) users() []string {
-	var out []string
-	for _, m := range d.Members {
-		out = append(out, m.User)
-	}
-	return out
-}
-
-func (d demoView) status(user, session string) string {
-	for _, m := range d.Members {
-		if m.User == user {
-			for _, s := range m.Sessions {
-				if s.ID == session {
-					return s.Status
-				}
-			}
-		}
-	}
-	return ""
-}
-
-const demoDOM = `(() => {
-  const $ = id => document.getElementById(id);
-  if (!$("members")) return null;
-  return {
-    me: $("user").value,
-    status: $("status").textContent,
-    session: $("session").textContent,
-    members: [...document.querySelectorAll("#members > li")].map(li => ({
-      user: li.dataset.user,
-      sessions: [...li.querySelectorAll("li[data-session]")].map(s => ({id: s.dataset.session, status: s.dataset.status || ""})),
-    })),
-    log: [...document.querySelectorAll("#log > li")].map(li => li.textContent.slice(10)).reverse(),
-  };
-})()`
-
-func waitDemo(t *testing.T, tb *tab, what string, cond func(demoView) bool) demoView {
-	t.Helper()
-	var last demoView
-	ok := poll(10*time.Second, 50*time.Millisecond, func() bool {
-		var d demoView
-		if err := tb.tryEval(demoDOM, &d); err != nil {
-			return false
-		}
-		last = d
-		return cond(d)
-	})
-	if !ok {
-		t.Fatalf("%s: timed out waiting for %s; last %+v", tb.name, what, last)
-	}
-	return last
 }
 
 func countOf(xs []string, x string) int {

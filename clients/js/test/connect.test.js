@@ -165,7 +165,7 @@ test("backoff resets once a connection stayed open after hello", async () => {
 
 test("close codes: 1012 and 1001 at once, 1008 at least 5 s, 4002 fresh token at once", async () => {
   const tokens = [];
-  const h = setup({ random: () => 0.999, getToken: async (o) => { tokens.push(o.fresh); return "t" + tokens.length; } });
+  const h = setup({ random: () => 0.999, getToken: async (o) => { tokens.push(o.fresh); return "h.p.t" + tokens.length; } });
   await open(h);
   assert.ok((await delayAfterClose(h, 1012)) <= 250);
   h.ws.last.open(); h.ws.last.recv(hello());
@@ -176,12 +176,12 @@ test("close codes: 1012 and 1001 at once, 1008 at least 5 s, 4002 fresh token at
   tokens.length = 0;
   assert.equal(await delayAfterClose(h, 4002), 0);
   assert.deepEqual(tokens, [true], "4002: getToken asked for a fresh token");
-  assert.deepEqual(h.ws.last.protocols, ["presence.v1", "bearer.t1"]);
+  assert.deepEqual(h.ws.last.protocols, ["presence.v1", "bearer.h.p.t1"]);
 });
 
 test("a connection that fails before hello asks for a fresh token", async () => {
   const tokens = [];
-  const h = setup({ getToken: async (o) => { tokens.push(o.fresh); return "t"; } });
+  const h = setup({ getToken: async (o) => { tokens.push(o.fresh); return "h.p.t"; } });
   await h.clock.advance(0);
   h.ws.last.serverClose(1006); // a 401 looks like this
   await h.clock.advance(1000);
@@ -259,14 +259,14 @@ test("client.ping() resolves with the round trip; rejects when not connected", a
 
 test("refresh: scheduled ahead of token_expires, rescheduled from refreshed, retried after invalid_token", async () => {
   const tokens = [];
-  const h = setup({ pingIntervalMs: 1e9, getToken: async (o) => { tokens.push(o.fresh); return "tok" + tokens.length; } });
+  const h = setup({ pingIntervalMs: 1e9, getToken: async (o) => { tokens.push(o.fresh); return "h.p.tok" + tokens.length; } });
   const exp = new Date(h.clock.t + 3600_000).toISOString();
   const s = await open(h, { token_expires: exp });
   await h.clock.advance(3540_000 - 1);
   assert.equal(s.frames("refresh").length, 0);
   await h.clock.advance(1); // a minute before
   const r = s.last("refresh");
-  assert.equal(r.token, "tok2");
+  assert.equal(r.token, "h.p.tok2");
   assert.deepEqual(tokens, [false, true]);
   // Short token: refresh at a tenth of its remaining life before it.
   s.recv({ type: "refreshed", ref: r.ref, token_expires: new Date(h.clock.t + 100_000).toISOString() });

@@ -1,5 +1,5 @@
 // Type-checked against client.d.ts by `npm run typecheck` (never run).
-import { createClient, PresenceError, type Member, type Room, type CountRoom, type CountSnapshot, type Watch, type WatchStatus, type ClientStatus } from "../client.js";
+import { createClient, PresenceError, type ErrorCode, type Member, type Room, type CountRoom, type CountSnapshot, type Watch, type WatchStatus, type ClientStatus } from "../client.js";
 
 const client = createClient({
   url: "https://node.example/v1/ws",
@@ -7,6 +7,14 @@ const client = createClient({
 });
 const offStatus = client.on("status", (s: ClientStatus) => console.log(s));
 client.on("error", (e: PresenceError) => console.log(e.code, e.retryAfterMs));
+client.on("error", (e) => {
+  const code: ErrorCode = e.code;
+  switch (code) {
+    case "unauthorized": case "connect_refused": console.log(e.closeCode, e.closeReason, e.hint); break;
+    case "token_not_jwt": case "token_error": console.log(e.hint); break;
+    case "rate_limited": break;
+  }
+});
 const grace: number = client.offlineGraceMs;
 console.log(grace);
 offStatus();
