@@ -204,7 +204,8 @@ func settle(ctx context.Context, futs []jetstream.PubAckFuture) {
 	for _, f := range futs {
 		select {
 		case <-f.Ok():
-		case <-f.Err():
+		case err := <-f.Err():
+			_ = err // this attempt failed already: Publish decides on its first error
 		case <-ctx.Done():
 			return
 		}

@@ -308,7 +308,7 @@ func newDemoShots(t *testing.T, name string) *demoShots {
 	s := &demoShots{t: t}
 	if root := os.Getenv("PRESENCE_SCREENSHOTS"); root != "" {
 		s.dir = filepath.Join(root, name)
-		if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		if err := os.MkdirAll(s.dir, 0o750); err != nil { //nolint:gosec // the test's own output directory, named in its own environment
 			t.Fatal(err)
 		}
 	}
@@ -328,7 +328,7 @@ func (s *demoShots) take(tb *tab, step string) {
 		s.t.Fatalf("%s: screenshot: %v", tb.name, err)
 	}
 	path := filepath.Join(s.dir, fmt.Sprintf("%02d-%s-%s.png", s.n, tb.name, step))
-	if err := os.WriteFile(path, png, 0o644); err != nil {
+	if err := os.WriteFile(path, png, 0o600); err != nil {
 		s.t.Fatal(err)
 	}
 	s.t.Logf("screenshot %s", path)

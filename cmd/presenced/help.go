@@ -49,8 +49,8 @@ var commandIntro = map[string]string{
 }
 
 // flagExamples are the values --help shows a flag with; flags whose
-// default says enough have none.
-var flagExamples = map[string]string{
+// default says enough have none. Paths and names, never secrets.
+var flagExamples = map[string]string{ //nolint:gosec // G101 reads the jwt-secret-file path as a credential
 	"region":              "eu",
 	"listen":              "0.0.0.0:8080",
 	"jwt-secret-file":     "/etc/presence/jwt-secret",
