@@ -22,8 +22,7 @@ func TestPollTimesOutWithTheLastError(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("attempt %d", calls)) {
 			t.Fatalf("err %v, want the last attempt (%d)", err, calls)
 		}
-		var last error = fmt.Errorf("attempt %d", calls)
-		if errors.Unwrap(err).Error() != last.Error() {
+		if errors.Unwrap(err).Error() != fmt.Sprintf("attempt %d", calls) {
 			t.Fatalf("err %v does not wrap the last error", err)
 		}
 		if calls != 12 { // at 0, 100ms, ..., 1s and once past the deadline
