@@ -31,6 +31,7 @@ func (f SinkFunc) Publish(ctx context.Context, ts []presence.Transition) (uint64
 
 // Store is one region's presence state in Redis. It is safe for concurrent
 // use; any number of Stores, in any number of processes, may share a Redis.
+// Its locks and goroutines: locksordering.txt.
 type Store struct {
 	rdb     redis.UniversalClient
 	cluster bool

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -320,12 +321,13 @@ func skipIfShort(t *testing.T, what string) {
 // and reports whether it held: a wait on a condition for callers that
 // judge the outcome themselves (waitFor fails the test instead).
 func poll(within, every time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
+	return testkit.Poll(within, every, func() error {
+		if cond() {
+			return nil
 		}
-		time.Sleep(every)
-	}
-	return true
+		return errNotYet
+	}) == nil
 }
+
+// errNotYet is poll's reason: its callers say what they waited for.
+var errNotYet = errors.New("not yet")

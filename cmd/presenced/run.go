@@ -59,6 +59,27 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return &usageError{fmt.Sprintf("unknown command %q", args[0])}
 }
 
+// command is a long-running command: it parses its flags, runs until
+// its context is done, and closes whatever its run started.
+type command interface {
+	parse(args []string, stderr io.Writer) error
+	run(ctx context.Context) error
+	close()
+}
+
+// runCommand parses c's flags and runs it: --help is no error, and what
+// the run started is closed however it ends.
+func runCommand(ctx context.Context, c command, args []string, stderr io.Writer) error {
+	if err := c.parse(args, stderr); err != nil {
+		if err == flag.ErrHelp {
+			return nil
+		}
+		return err
+	}
+	defer c.close()
+	return c.run(ctx)
+}
+
 // parseFlags parses args, then fills every flag not given on the command
 // line from PRESENCE_<NAME> (dashes as underscores, upper case).
 func parseFlags(fs *flag.FlagSet, args []string) error {
