@@ -144,7 +144,7 @@ func startReceiver(t *testing.T, argv []string, secret, api string) string {
 }
 
 type receiverStatus struct {
-	Rooms                         map[string][]string
+	Rooms                                     map[string][]string
 	Deliveries, Rejected, Resyncs, Duplicates int
 }
 
