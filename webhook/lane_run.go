@@ -85,8 +85,11 @@ func (ln *lane) loop(ctx, actx context.Context) error {
 		case m := <-ln.in:
 			ln.intake(ctx, m)
 		case r := <-ln.results:
+			// Settled under actx, which only a lost lease cuts: a graceful
+			// stop arriving meanwhile must not drop a 2xx's settlement (the
+			// next holder would send the batch again).
 			ln.inflight = false
-			ln.answered(ctx, r)
+			ln.answered(actx, r)
 		case <-timer.C:
 		case now := <-tick.C:
 			ln.core.tick(now)
