@@ -11,6 +11,7 @@ import (
 
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/protocol"
 )
 
 // The server API disconnects users (bus.RegionDisconnect): every node of
@@ -211,9 +212,9 @@ func (d *dropper) drop(user, room string, until *time.Time) {
 	} else {
 		conns = d.hub.connsIn(room, user)
 	}
-	code, text := CloseDisconnected, "disconnected"
+	code, text := protocol.CloseDisconnected, "disconnected"
 	if room == "" && until != nil && d.revs.now().Before(*until) {
-		code, text = CloseRevoked, revokedText(*until)
+		code, text = protocol.CloseRevoked, revokedText(*until)
 	}
 	for _, c := range conns {
 		c.shutdown(code, text, false)
@@ -233,7 +234,7 @@ func revokedText(until time.Time) string {
 // CloseRevoked: refused before the upgrade, a browser would only see
 // 1006 and retry.
 func refuseRevoked(ws *websocket.Conn, until time.Time) {
-	_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(CloseRevoked, revokedText(until)), time.Now().Add(time.Second))
+	_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(protocol.CloseRevoked, revokedText(until)), time.Now().Add(time.Second))
 	_ = ws.Close()
 }
 
