@@ -295,3 +295,58 @@ func TestCountAndWatchViews(t *testing.T) {
 		t.Fatalf("close: %v, view %v", err, w.Members())
 	}
 }
+
+// A token that expires closes the connection with 4002: the client is
+// told, connects again with a fresh token, and is back in its room.
+func TestTokenExpiryIsSurfacedAndReconnected(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctx10(t)
+	var x errs
+	c, err := Dial(ctx, Config{URL: e.srv.URL, Token: tokens("amy", false, 2*time.Second), Session: "tab", OnDisconnect: x.onDisconnect, OnError: x.onError})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	r, err := c.Join(ctx, "room", JoinOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := c.Hello().TokenExpires
+	waitFor(t, 15*time.Second, "a 4002 and a reconnect", func() bool {
+		_, ds := x.all()
+		h := c.Hello()
+		return len(ds) > 0 && h.TokenExpires != nil && first != nil && h.TokenExpires.After(*first)
+	})
+	_, ds := x.all()
+	var ce *CloseError
+	if !errors.As(ds[0], &ce) || ce.Code != protocol.CloseTokenExpired {
+		t.Fatalf("OnDisconnect got %v, want close 4002", ds[0])
+	}
+	waitFor(t, 5*time.Second, "the rejoin", func() bool { _, ok := member(r.Members(), "amy"); return ok && r.Err() == nil })
+}
+
+// A draining node closes with 1012, and refuses the reconnect with 503:
+// both reach the client, which keeps trying until Close.
+func TestDrainIsSurfaced(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctx10(t)
+	var x errs
+	c := e.dial("amy", "tab", &x)
+	if _, err := c.Join(ctx, "room", JoinOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = e.node.Drain(ctx) }()
+	waitFor(t, 10*time.Second, "a 1012, then a 503", func() bool {
+		es, ds := x.all()
+		var ce *CloseError
+		var he *HandshakeError
+		return len(ds) == 1 && errors.As(ds[0], &ce) && ce.Code == protocol.CloseRestart &&
+			len(es) > 0 && errors.As(es[0], &he) && he.Status == 503
+	})
+	if err := c.Close(); err != nil || !errors.Is(c.Err(), ErrClosed) {
+		t.Fatalf("close: %v, Err %v", err, c.Err())
+	}
+	if _, err := c.Join(ctx, "other", JoinOptions{}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("join after close: %v", err)
+	}
+}

@@ -14,7 +14,6 @@ import (
 // schedule, until Close or a close that ends the client.
 func (c *Client) supervise(cn *conn) {
 	defer close(c.done)
-	var down time.Time // when the last open connection ended
 	for {
 		select {
 		case <-cn.end:
@@ -29,33 +28,40 @@ func (c *Client) supervise(cn *conn) {
 			c.finish(fatal)
 			return
 		}
-		down = time.Now()
-		for cn = nil; cn == nil; {
-			select {
-			case <-time.After(delay):
-			case <-c.quit:
-				c.finish(ErrClosed)
-				return
-			}
-			next, err := c.connectOnce()
-			if err == nil {
-				cn = next
-				break
-			}
-			var ce *CloseError
-			if errors.As(err, &ce) && ce.Code == protocol.CloseRevoked {
-				c.finish(ce)
-				return
-			}
-			c.report(kindOf(err), err)
-			c.mu.Lock()
-			delay = c.sched.next(time.Since(down), false, c.rnd())
-			c.mu.Unlock()
+		if cn = c.redial(time.Now(), delay); cn == nil {
+			return
 		}
 		if c.cfg.OnReconnect != nil {
 			c.cfg.OnReconnect(c.Hello())
 		}
 		go c.restore(cn)
+	}
+}
+
+// redial connects after delay, and again on the schedule until a
+// connection opens; nil when the client ended meanwhile. down is when the
+// last open connection ended.
+func (c *Client) redial(down time.Time, delay time.Duration) *conn {
+	for {
+		select {
+		case <-time.After(delay):
+		case <-c.quit:
+			c.finish(ErrClosed)
+			return nil
+		}
+		next, err := c.connectOnce()
+		if err == nil {
+			return next
+		}
+		var ce *CloseError
+		if errors.As(err, &ce) && ce.Code == protocol.CloseRevoked {
+			c.finish(ce)
+			return nil
+		}
+		c.report(kindOf(err), err)
+		c.mu.Lock()
+		delay = c.sched.next(time.Since(down), false, c.rnd())
+		c.mu.Unlock()
 	}
 }
 

@@ -227,7 +227,7 @@ func (d *dropper) drop(user, room string, until *time.Time) {
 // revokedText is the reason of a CloseRevoked close: "revoked until"
 // and the end, RFC 3339 in UTC, which the client reads.
 func revokedText(until time.Time) string {
-	return "revoked until " + until.UTC().Format(time.RFC3339)
+	return protocol.RevokedUntilPrefix + until.UTC().Format(time.RFC3339)
 }
 
 // refuseRevoked closes a just upgraded connection of a revoked user with
