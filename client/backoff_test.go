@@ -12,23 +12,23 @@ import (
 	"github.com/gorilla/websocket"
 )
 
+// step is one try of the schedule: how long the link has been down, the
+// random number, and the wait expected.
+type step struct {
+	down time.Duration
+	rnd  float64
+	want time.Duration
+}
+
 // The schedule, figure by figure, at the extremes of its jitter.
 func TestScheduleFollowsTheGrace(t *testing.T) {
 	const s = time.Second
 	for _, c := range []struct {
 		name  string
 		grace time.Duration
-		steps []struct {
-			down time.Duration
-			rnd  float64
-			want time.Duration
-		}
+		steps []step
 	}{
-		{"inside the grace: at most a second apart", 12 * s, []struct {
-			down time.Duration
-			rnd  float64
-			want time.Duration
-		}{
+		{"inside the grace: at most a second apart", 12 * s, []step{
 			{0, 0.5, 250 * time.Millisecond}, // first: rnd * 500 ms
 			{s, 0, 500 * time.Millisecond},   // then half to all of min(1 s, 500 ms * 2^n)
 			{2 * s, 1, s},
@@ -42,11 +42,7 @@ func TestScheduleFollowsTheGrace(t *testing.T) {
 			{26 * s, 1, 10 * s}, // capped
 			{36 * s, 0.5, 5 * s},
 		}},
-		{"a short grace backs off at once", 1500 * time.Millisecond, []struct {
-			down time.Duration
-			rnd  float64
-			want time.Duration
-		}{
+		{"a short grace backs off at once", 1500 * time.Millisecond, []step{
 			{0, 1, 500 * time.Millisecond}, // inside: grace - margin is 500 ms
 			{600 * time.Millisecond, 1, s},
 			{1600 * time.Millisecond, 1, 2 * s},

@@ -47,7 +47,7 @@ func stateOf(ms []Member, user, session string) (string, bool) {
 
 func TestJoinStateAndLeaveAreSeenByAnother(t *testing.T) {
 	e := newEnv(t)
-	ctx := ctx10(t)
+	ctx := testCtx(t)
 	var seen changes
 	obs, err := e.dial("obs", "o", nil).Join(ctx, "room", JoinOptions{Sessions: true, OnChange: seen.add})
 	if err != nil {
@@ -88,7 +88,7 @@ func TestJoinStateAndLeaveAreSeenByAnother(t *testing.T) {
 
 func TestBadTokensAreRefusedAtDial(t *testing.T) {
 	e := newEnv(t)
-	ctx := ctx10(t)
+	ctx := testCtx(t)
 	forged := func(context.Context) (string, error) {
 		good, err := tokens("mallory", false, time.Hour)(ctx)
 		return good[:len(good)-4] + "AAAA", err // the signature no longer matches
@@ -117,7 +117,7 @@ func TestBadTokensAreRefusedAtDial(t *testing.T) {
 // id, rejoins and sends its state again, and nobody hears anything.
 func TestReconnectKeepsTheSession(t *testing.T) {
 	e := newEnv(t)
-	ctx := ctx10(t)
+	ctx := testCtx(t)
 	var seen changes
 	obs, err := e.dial("obs", "o", nil).Join(ctx, "room", JoinOptions{Sessions: true, OnChange: seen.add})
 	if err != nil {
@@ -167,34 +167,17 @@ func TestReconnectKeepsTheSession(t *testing.T) {
 	}
 }
 
-// After random churn by several clients, each one's folded view equals a
-// fresh snapshot of the room, and the count view its total.
-func TestViewsEqualTheSnapshotAfterChurn(t *testing.T) {
-	e := newEnv(t)
-	ctx := ctx10(t)
-	sess, err := e.dial("obs1", "o", nil).Join(ctx, "churn", JoinOptions{Sessions: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	plain, err := e.dial("obs2", "o", nil).Join(ctx, "churn", JoinOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	count, err := e.dial("obs3", "o", nil).Join(ctx, "churn", JoinOptions{Count: true, Observe: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rng := rand.New(rand.NewPCG(7, 24))
-	type tab struct {
-		c *Client
-		r *Room
-	}
-	var tabs []*tab
-	for i := range 6 {
-		c := e.dial(fmt.Sprintf("u%d", i/2), fmt.Sprintf("t%d", i%2), nil)
-		tabs = append(tabs, &tab{c: c})
-	}
+// tab is one client of a churn, and its room while joined.
+type tab struct {
+	c *Client
+	r *Room
+}
+
+// churn runs 60 random steps: joins at either detail, states, dropped
+// links (the client reconnects on its own) and leaves.
+func churn(ctx context.Context, t *testing.T, tabs []*tab, rng *rand.Rand) {
 	states := []any{nil, "away", map[string]bool{"typing": true}}
+	var err error
 	for range 60 {
 		tb := tabs[rng.IntN(len(tabs))]
 		switch op := rng.IntN(10); {
@@ -207,7 +190,7 @@ func TestViewsEqualTheSnapshotAfterChurn(t *testing.T) {
 				t.Fatal(err)
 			}
 		case op < 7:
-			drop(tb.c) // it reconnects and rejoins on its own
+			drop(tb.c)
 		case op < 8:
 			if err := tb.r.Leave(ctx); err != nil {
 				t.Fatal(err)
@@ -215,6 +198,30 @@ func TestViewsEqualTheSnapshotAfterChurn(t *testing.T) {
 			tb.r = nil
 		}
 	}
+}
+
+// After random churn by several clients, each one's folded view equals a
+// fresh snapshot of the room, and the count view its total.
+func TestViewsEqualTheSnapshotAfterChurn(t *testing.T) {
+	e := newEnv(t)
+	ctx := testCtx(t)
+	sess, err := e.dial("obs1", "o", nil).Join(ctx, "churn", JoinOptions{Sessions: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := e.dial("obs2", "o", nil).Join(ctx, "churn", JoinOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	count, err := e.dial("obs3", "o", nil).Join(ctx, "churn", JoinOptions{Count: true, Observe: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tabs := make([]*tab, 6)
+	for i := range tabs {
+		tabs[i] = &tab{c: e.dial(fmt.Sprintf("u%d", i/2), fmt.Sprintf("t%d", i%2), nil)}
+	}
+	churn(ctx, t, tabs, rand.New(rand.NewPCG(7, 24)))
 	views := []*Room{sess, plain}
 	for _, tb := range tabs {
 		if tb.r != nil {
@@ -243,7 +250,7 @@ func TestViewsEqualTheSnapshotAfterChurn(t *testing.T) {
 // only.
 func TestCountAndWatchViews(t *testing.T) {
 	e := newEnv(t)
-	ctx := ctx10(t)
+	ctx := testCtx(t)
 	obs := e.dial("obs", "o", nil)
 	cnt, err := obs.Join(ctx, "lobby", JoinOptions{Count: true, Observe: true})
 	if err != nil {
@@ -300,7 +307,7 @@ func TestCountAndWatchViews(t *testing.T) {
 // told, connects again with a fresh token, and is back in its room.
 func TestTokenExpiryIsSurfacedAndReconnected(t *testing.T) {
 	e := newEnv(t)
-	ctx := ctx10(t)
+	ctx := testCtx(t)
 	var x errs
 	c, err := Dial(ctx, Config{URL: e.srv.URL, Token: tokens("amy", false, 2*time.Second), Session: "tab", OnDisconnect: x.onDisconnect, OnError: x.onError})
 	if err != nil {
@@ -329,7 +336,7 @@ func TestTokenExpiryIsSurfacedAndReconnected(t *testing.T) {
 // both reach the client, which keeps trying until Close.
 func TestDrainIsSurfaced(t *testing.T) {
 	e := newEnv(t)
-	ctx := ctx10(t)
+	ctx := testCtx(t)
 	var x errs
 	c := e.dial("amy", "tab", &x)
 	if _, err := c.Join(ctx, "room", JoinOptions{}); err != nil {

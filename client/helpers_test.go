@@ -157,8 +157,9 @@ func (e *env) dial(user, session string, x *errs) *Client {
 	return c
 }
 
-func ctx10(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// testCtx bounds a test's calls: generous, for a loaded machine.
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }

@@ -98,7 +98,7 @@ func (c *Client) hangUp(cn *conn) {
 	case <-time.After(2 * time.Second):
 	}
 	_ = cn.ws.Close()
-	c.disconnected(cn)
+	_ = c.disconnected(cn) // closed by us: nothing to tell
 }
 
 // disconnected forgets cn: its pending requests fail, rooms and watch
