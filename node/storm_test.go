@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -140,10 +139,7 @@ func TestOverloadIsRefusedWithRetryAdvice(t *testing.T) {
 	late := n.dial(t, token(t, "late", []string{"*"}, time.Hour), "s")
 	late.send(map[string]string{"type": "join", "room": "r", "ref": "j2"})
 	f := late.expectError(protocol.CodeUnavailable, "j2")
-	var e2 struct {
-		RetryAfterMS int64 `json:"retry_after_ms"`
-	}
-	if err := json.Unmarshal([]byte(f.raw), &e2); err != nil || e2.RetryAfterMS <= 0 {
+	if f.RetryAfterMS <= 0 {
 		t.Fatalf("refusal %s: want a retry_after_ms", f.raw)
 	}
 	if gs.claims.Load() != 1 {
