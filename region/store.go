@@ -60,9 +60,13 @@ type Store struct {
 	done   chan struct{}
 	closed bool
 
-	holdMu   sync.Mutex // holding
-	holding  holding    // the holder code and its lease (holders.go)
-	leaseLen time.Duration
+	holdMu     sync.Mutex // holding, formatNext
+	holding    holding    // the holder code and its lease (holders.go)
+	leaseLen   time.Duration
+	formatNext time.Time // when hold reads the region's format marker again (schema.go)
+
+	format    atomic.Int64                // the format this store writes: the region's (schema.go)
+	badFormat atomic.Pointer[SchemaError] // the region switched to a format this store cannot read
 
 	stats Stats
 }
@@ -84,17 +88,22 @@ func (s *Store) Start() {
 }
 
 // Close stops what Start started and waits for the reaper (the deliverer
-// stops with it). The Redis client is the caller's.
+// stops with it), then ends the store's holder lease: its node has
+// stopped writing, and a region's switch to a new format need not wait
+// for the lease to run out (upgrade.go). A write after Close takes a
+// lease again. The Redis client is the caller's.
 func (s *Store) Close() {
 	s.runMu.Lock()
-	defer s.runMu.Unlock()
 	s.closed = true
-	if s.stop == nil {
-		return
+	if s.stop != nil {
+		s.stop()
+		<-s.done
+		s.stop = nil
 	}
-	s.stop()
-	<-s.done
-	s.stop = nil
+	s.runMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	s.unhold(ctx)
 }
 
 // Stats counts what a Store did.
@@ -132,6 +141,7 @@ func New(rdb redis.UniversalClient, opt Options) (*Store, error) {
 	st := &Store{rdb: rdb, cluster: cluster, opt: opt, t: t, log: lg, now: time.Now,
 		seen: map[string]time.Time{}, incs: map[string]string{}, held: map[presence.SessionRef]heldAt{},
 		holding: holding{nonce: newNonce()}, leaseLen: holdLease}
+	st.format.Store(oldestFormat) // until Preload or the first write reads the region's
 	if opt.AsyncDelivery {
 		st.outq = make(chan map[string][]string, outQueue)
 	}
