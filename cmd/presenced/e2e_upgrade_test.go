@@ -76,7 +76,7 @@ type upFleet struct {
 	tabs    []*upTab
 	leavers map[string]time.Time // user -> when their one tab closed
 	drains  int
-	w       *watcher             // every transition since the setup settled
+	w       *watcher // every transition since the setup settled
 }
 
 // upTab is one client: it reconnects to another node whenever its
