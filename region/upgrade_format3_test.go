@@ -43,24 +43,7 @@ func TestFormat3RollsIntoARegionOfFormat2(t *testing.T) {
 	want := map[string]string{"u/a": `{"tab":1}`, "v/b": `{"tab":2}`}
 	checkStates(t, s, want)
 
-	// A holder of format 2 whose lease runs keeps the region in format 2.
-	setRegistry(t, rdb, "\xf0", "old", time.Now().Add(time.Minute).UnixMilli(), time.Now().Add(2*time.Minute).UnixMilli())
-	var ue *UpgradeBlockedError
-	if _, err := s.FinishUpgrade(ctx); !errors.As(err, &ue) || len(ue.Blocking) != 1 || ue.Blocking[0].Name != "x" || ue.Switched {
-		t.Fatalf("finish with a holder of format 2: %v, want it refused naming x", err)
-	}
-	if v := rdb.Get(ctx, "presence:schema").Val(); v != "2" {
-		t.Fatalf("marker %q after a refused switch", v)
-	}
-	// Its lease ended: the switch goes through.
-	setRegistry(t, rdb, "\xf0", "old", time.Now().Add(-time.Second).UnixMilli(), time.Now().Add(time.Minute).UnixMilli())
-	st, err := s.FinishUpgrade(ctx)
-	if err != nil || st.Region != 3 {
-		t.Fatalf("finish: %+v, %v", st, err)
-	}
-	if v := rdb.Get(ctx, "presence:schema").Val(); v != "3" {
-		t.Fatalf("marker %q after the switch, want 3", v)
-	}
+	switchPastAnOldHolder(t, s)
 	// Within a heartbeat the heartbeat moves every state it refreshes.
 	waitFor(t, 10*testTiming.Heartbeat, "both states in format 3", func() bool {
 		if _, err := s.Refresh(ctx, []presence.SessionRef{a, b}); err != nil {
@@ -87,6 +70,32 @@ func TestFormat3RollsIntoARegionOfFormat2(t *testing.T) {
 	var se *SchemaError
 	if err := newStore(t, rdb, &collector{}).Preload(ctx); !errors.As(err, &se) || se.Found != "4" {
 		t.Fatalf("a region of format 4: %v, want a SchemaError", err)
+	}
+}
+
+// switchPastAnOldHolder checks that a holder of format 2 whose lease runs
+// keeps the region in format 2, and switches it once that lease ended.
+func switchPastAnOldHolder(t *testing.T, s *Store) {
+	t.Helper()
+	ctx := context.Background()
+	rdb := s.rdb
+	// A holder of format 2 whose lease runs keeps the region in format 2.
+	setRegistry(t, rdb, "\xf0", "old", time.Now().Add(time.Minute).UnixMilli(), time.Now().Add(2*time.Minute).UnixMilli())
+	var ue *UpgradeBlockedError
+	if _, err := s.FinishUpgrade(ctx); !errors.As(err, &ue) || len(ue.Blocking) != 1 || ue.Blocking[0].Name != "x" || ue.Switched {
+		t.Fatalf("finish with a holder of format 2: %v, want it refused naming x", err)
+	}
+	if v := rdb.Get(ctx, "presence:schema").Val(); v != "2" {
+		t.Fatalf("marker %q after a refused switch", v)
+	}
+	// Its lease ended: the switch goes through.
+	setRegistry(t, rdb, "\xf0", "old", time.Now().Add(-time.Second).UnixMilli(), time.Now().Add(time.Minute).UnixMilli())
+	st, err := s.FinishUpgrade(ctx)
+	if err != nil || st.Region != 3 {
+		t.Fatalf("finish: %+v, %v", st, err)
+	}
+	if v := rdb.Get(ctx, "presence:schema").Val(); v != "3" {
+		t.Fatalf("marker %q after the switch, want 3", v)
 	}
 }
 
