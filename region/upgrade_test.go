@@ -25,10 +25,6 @@ func TestASwitchToAnUnreadableFormatStopsWrites(t *testing.T) {
 	r := ref("r", "u", "a")
 	touch(t, s, r)
 	entry := "u:a" + s.code()
-	before, err := rdb.ZScore(ctx, "presence:{r}:s", entry).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
 	next := strconv.Itoa(newestFormat + 1)
 	if err := rdb.Set(ctx, "presence:schema", next, 0).Err(); err != nil {
 		t.Fatal(err)
@@ -40,6 +36,15 @@ func TestASwitchToAnUnreadableFormatStopsWrites(t *testing.T) {
 	})
 	if se.Found != next {
 		t.Fatalf("refused with %v, want format %s found", se, next)
+	}
+	// From the first refusal on, nothing is written.
+	before, err := rdb.ZScore(ctx, "presence:{r}:s", entry).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitRedisPast(t, rdb, time.Now().Add(time.Second)) // a refresh now would move the expiry by a second
+	if _, err := s.Refresh(ctx, []presence.SessionRef{r}); !errors.As(err, &se) {
+		t.Fatalf("a refresh after the switch: %v, want a SchemaError", err)
 	}
 	if _, err := s.SetState(ctx, r, []byte(`{"x":1}`)); !errors.As(err, &se) {
 		t.Fatalf("set state after the switch: %v, want a SchemaError", err)
