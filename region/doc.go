@@ -138,7 +138,9 @@
 //     touches ends with its session. A release that drops reading N may
 //     follow once the region has been in N+1 for a session TTL and a
 //     grace. A store that finds the marker naming a format it cannot read,
-//     at Preload or at run time, writes nothing (a SchemaError).
+//     at Preload or at run time, writes nothing (a SchemaError); at run
+//     time its Ping fails with it too, so its node's /healthz answers 503
+//     saying why.
 //
 // An operator therefore rolls the nodes (drain, start, healthy: nothing
 // else), then runs presenced upgrade (it shows the region's format and

@@ -154,8 +154,13 @@ func (s *Store) Timing() presence.Timing { return s.t }
 // Stats returns the live counters.
 func (s *Store) Stats() *Stats { return &s.stats }
 
-// Ping reports whether Redis answers (on a cluster, every master).
+// Ping reports whether Redis answers (on a cluster, every master), and
+// fails with a SchemaError once the region has switched to a format this
+// store cannot read: a node's health then says why it writes nothing.
 func (s *Store) Ping(ctx context.Context) error {
+	if se := s.badFormat.Load(); se != nil {
+		return se
+	}
 	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
 		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() })
 	}

@@ -14,7 +14,8 @@ import (
 // A region switched to a format this release cannot read (by the next
 // release's FinishUpgrade) is refused at run time too: within a heartbeat
 // a running store writes nothing more, each write failing with a
-// SchemaError, and what it wrote before stays as it was.
+// SchemaError, its Ping (a node's /healthz) fails with it, and what it
+// wrote before stays as it was.
 func TestASwitchToAnUnreadableFormatStopsWrites(t *testing.T) {
 	ctx := context.Background()
 	rdb, _ := testredis.Client(t)
@@ -45,6 +46,9 @@ func TestASwitchToAnUnreadableFormatStopsWrites(t *testing.T) {
 	waitRedisPast(t, rdb, time.Now().Add(time.Second)) // a refresh now would move the expiry by a second
 	if _, err := s.Refresh(ctx, []presence.SessionRef{r}); !errors.As(err, &se) {
 		t.Fatalf("a refresh after the switch: %v, want a SchemaError", err)
+	}
+	if err := s.Ping(ctx); !errors.As(err, &se) {
+		t.Fatalf("ping after the switch: %v, want the SchemaError (a node's health says it)", err)
 	}
 	if _, err := s.SetState(ctx, r, []byte(`{"x":1}`)); !errors.As(err, &se) {
 		t.Fatalf("set state after the switch: %v, want a SchemaError", err)
