@@ -64,6 +64,11 @@ const (
 	upLeavers = 10
 )
 
+// upTiming gives the rollout's sessions twice the tests' TTL: 100
+// clients of a killed node reconnecting at once on a loaded machine must
+// not outlast their sessions (the grace stays the tests').
+var upTiming = []string{"--session-ttl", (2 * e2eTTL).String(), "--heartbeat", (2 * e2eBeat).String()}
+
 // upFleet is a region under a rollout: its nodes and the clients' tabs.
 type upFleet struct {
 	t       *testing.T
@@ -87,8 +92,7 @@ type upTab struct {
 	mu                      sync.Mutex // all below; writes to ws
 	ws                      *websocket.Conn
 	view                    oracle.Members // the join's snapshot, then the events; nil while not joined
-	stateSet                bool
-	codes                   []int // close codes the nodes sent
+	codes                   []int          // close codes the nodes sent
 	quit                    bool
 	done                    chan struct{}
 }
@@ -103,7 +107,7 @@ func newUpFleet(t *testing.T) *upFleet {
 // startNode starts a node of bin and lets it take clients.
 func (f *upFleet) startNode(bin string) *proc {
 	f.t.Helper()
-	p := f.e.startBin(bin, f.e.nodeArgs("eu"), nil, true)
+	p := f.e.startBin(bin, f.e.nodeArgs("eu", upTiming...), nil, true)
 	f.mu.Lock()
 	f.nodes = append(f.nodes, p)
 	f.mu.Unlock()
@@ -290,7 +294,7 @@ func (tb *upTab) ended(err error) {
 }
 
 // frame folds one frame into the view (PROTOCOL.md, "What a view holds"),
-// sends the state after the first join and retries a join refused for
+// sends the state after every join and retries a join refused for
 // the store's pace.
 func (tb *upTab) frame(data []byte) {
 	var f wsFrame
@@ -303,12 +307,10 @@ func (tb *upTab) frame(data []byte) {
 	case f.Type == "snapshot" && f.Snapshot != nil:
 		tb.mu.Lock()
 		tb.view = f.Snapshot.members()
-		first := !tb.stateSet
-		tb.stateSet = true
 		tb.mu.Unlock()
-		if first {
-			tb.send(map[string]any{"type": "state", "room": tb.room, "state": json.RawMessage(tb.state), "ref": "s"})
-		}
+		// As a client does after every join: the same state again is no
+		// change, on a node of either format.
+		tb.send(map[string]any{"type": "state", "room": tb.room, "state": json.RawMessage(tb.state), "ref": "s"})
 	case f.Type == "event":
 		e := f.ev
 		if e.ID == "" && json.Unmarshal(f.Event, &e) != nil {
