@@ -44,7 +44,7 @@ test: deps
 	go test -race -count=1 ./...
 	$(MAKE) --no-print-directory test-format3 test-js
 
-# The region's tests in a build of the test format 3 (region/format_test3.go):
+# The region's tests in a build of the test format 3 (region/format_three.go):
 # a release of the next format reads the region as the current one wrote it.
 # The end-to-end rollout (cmd/presenced, TestE2EFormat*) builds it itself.
 test-format3:

@@ -150,7 +150,7 @@
 // release refuses the region. A release that changes the format says so
 // first in the CHANGELOG, with the format it reads and writes and the
 // release it runs beside. A build with the presenceformat3 tag is the
-// test format 3 (format_test3.go), which proves this in the tests.
+// test format 3 (format_three.go), which proves this in the tests.
 //
 // Reading it with redis-cli (quote the braces for the shell):
 //
