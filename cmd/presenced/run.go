@@ -25,6 +25,8 @@ commands:
   webhooks    run a webhook dispatcher: the streams to HTTP endpoints
   dev         run everything on this machine: embedded NATS, a local
               redis-server, one node and a demo page
+  upgrade     show the region's data format and its nodes' formats; with
+              --finish, switch it to this release's (region/doc.go, Upgrading)
   version     print the version, commit, Go, protocol and data format
 
 Run 'presenced <command> -h' for the command's flags. Every flag can also
@@ -48,6 +50,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runTokenCommand(args[1:], stdout, stderr)
 	case "webhooks":
 		return runWebhooksCommand(ctx, args[1:], stderr)
+	case "upgrade":
+		return runUpgradeCommand(ctx, args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, versionLine(buildInfo()))
 		return nil
