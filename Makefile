@@ -69,7 +69,7 @@ test-short: deps
 cover: deps
 	go test -race -count=1 -coverprofile=$(COVERPROFILE) ./...
 	@go tool cover -func=$(COVERPROFILE) | tail -n 1
-	$(MAKE) --no-print-directory test-js
+	$(MAKE) --no-print-directory test-format3 test-js
 
 lint: fmt-check vet staticcheck golangci-lint
 
