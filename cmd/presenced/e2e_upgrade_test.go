@@ -192,6 +192,9 @@ func (f *upFleet) leave(n int) {
 		if _, gone := f.leavers[tb.user]; gone {
 			continue
 		}
+		// A tab between two connections would leave by its session's
+		// expiry, not by a release: it leaves once joined.
+		waitFor(f.t, 30*time.Second, tb.sess+" joined before it leaves", tb.joined)
 		// Before the close is sent: its release, and so the grace, come
 		// after this.
 		f.leavers[tb.user] = time.Now()
@@ -204,6 +207,14 @@ func userIndex(user string) int {
 	var i int
 	_, _ = fmt.Sscanf(user, "u%d", &i)
 	return i
+}
+
+// joined reports whether the tab holds a connection with its join's
+// snapshot.
+func (tb *upTab) joined() bool {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	return tb.ws != nil && tb.view != nil
 }
 
 func (tb *upTab) leave() {
@@ -549,10 +560,14 @@ func TestE2EFormatRollout(t *testing.T) {
 			var fresh []*proc
 			for i, p := range old {
 				fresh = append(fresh, f.replace(p, bin3))
-				f.leave(3 + i/2)
 				if kill && i == 1 {
+					// Killed before the leaves, not after: a close the
+					// node has echoed but not yet stored as a release
+					// ends, when the node dies, as an expiry, rightly.
 					fresh[0] = f.kill(fresh[0], bin3)
+					f.settled("the kill")
 				}
+				f.leave(3 + i/2)
 				f.settled(fmt.Sprintf("replacing node %d", i))
 				if i < 2 {
 					if out, code := f.upgradeCmd(bin3); code != 0 || !strings.Contains(out, "not ready") {
