@@ -313,11 +313,10 @@ func quantileOf(sorted []time.Duration, q float64) time.Duration {
 // sideFigures are one side's figures, read from its logs; a figure not
 // found is negative.
 type sideFigures struct {
-	p50, p99   time.Duration
-	rssKiB     float64
-	cpuPer10k  float64
-	sessions   int
-	latencyErr string
+	p50, p99  time.Duration
+	rssKiB    float64
+	cpuPer10k float64
+	sessions  int
 }
 
 var (
