@@ -172,7 +172,7 @@ func settledMem(t *testing.T, goroutines int) runtime.MemStats {
 
 func writeHeapProfile(t *testing.T, path string) {
 	t.Helper()
-	f, err := os.Create(path) // #nosec G304 -- a path the person running the test gave
+	f, err := os.Create(path) // #nosec G304 G703 -- a path the person running the test gave
 	if err != nil {
 		t.Fatalf("heap profile: %v", err)
 	}
@@ -198,7 +198,7 @@ func startIdleClients(t *testing.T, spec idleSpec) *idleChild {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestIdleConnectionMemory$", "-test.count=1") // #nosec G204 -- this test binary
+	cmd := exec.Command(os.Args[0], "-test.run=^TestIdleConnectionMemory$", "-test.count=1") // #nosec G204 G702 -- this test binary
 	cmd.Env = append(os.Environ(), idleClientsEnv+"="+string(b))
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
