@@ -251,7 +251,7 @@ func (c *conn) readLoop() {
 //
 // Why a fresh goroutine: handling a frame (a join's store calls) grows a
 // goroutine's stack past 4 KiB, and the runtime halves a stack only when
-// under a quarter of it is used: a reader parked in its read (about 1.3
+// under a quarter of it is used: a reader parked in its read (over 1.2
 // KiB of frames, plus the runtime's guard) would keep 8 KiB for the
 // connection's life. Idle connections wait on a new goroutine's stack
 // instead: 4 KiB less each, for a goroutine start per frame.

@@ -101,7 +101,7 @@ func TestIdleConnectionMemory(t *testing.T) {
 		return n.counts.open.Load() == int64(conns)
 	})
 	waitFor(t, 60*time.Second, fmt.Sprintf("%d onlines on NATS", conns), func() bool {
-		return onlines.Load() == int64(conns)
+		return onlines.Load() >= int64(conns)
 	})
 	// Each connection's reader stays; the writers that sent its hello,
 	// its snapshot and its room's events exit once their queue is empty.
@@ -125,14 +125,15 @@ func TestIdleConnectionMemory(t *testing.T) {
 }
 
 // idleNode is a node with the production limits and timing (pings every
-// 25 s: none during the test) and the store's test timing, on a real
+// 25 s, a 45 s TTL: sessions neither ping nor expire during the test,
+// however loaded the machine), on a real
 // redis-server and nats-server, served as presenced serves it; and a
 // NATS connection of the test's own.
 func idleNode(t *testing.T) (*node, *nats.Conn) {
 	t.Helper()
 	rdb, _ := testredis.Client(t)
 	ns := testnats.Start(t)
-	st, err := region.New(rdb, region.Options{Region: "eu", Timing: testkit.Timing,
+	st, err := region.New(rdb, region.Options{Region: "eu", Timing: presence.DefaultTiming(),
 		Sink: natsSink(testnats.Connect(t, ns)), PublishLease: 500 * time.Millisecond, Logger: quiet})
 	if err != nil {
 		t.Fatalf("region.New: %v", err)
