@@ -50,6 +50,21 @@ func transition(seq uint64, kind presence.Kind, reason presence.Reason, user str
 	}
 }
 
+// printTransitions prints the next n transitions from got, and reports
+// whether all came within 10 seconds.
+func printTransitions(got <-chan presence.Transition, n int) bool {
+	for range n {
+		select {
+		case t := <-got:
+			fmt.Println(t.Seq, t.Kind, t.Reason, t.User)
+		case <-time.After(10 * time.Second):
+			fmt.Println("no transition")
+			return false
+		}
+	}
+	return true
+}
+
 // A downstream service watches a room: every transition published from
 // the moment WatchRoom returns.
 func ExampleWatchRoom() {
@@ -77,15 +92,7 @@ func ExampleWatchRoom() {
 		fmt.Println(err)
 		return
 	}
-	for range 2 {
-		select {
-		case t := <-got:
-			fmt.Println(t.Seq, t.Kind, t.Reason, t.User)
-		case <-time.After(10 * time.Second):
-			fmt.Println("no transition")
-			return
-		}
-	}
+	printTransitions(got, 2)
 	// Output:
 	// 1 online joined u_8827
 	// 2 offline left u_8827
@@ -135,14 +142,8 @@ func ExampleReplay() {
 			return
 		}
 	}
-	for range 2 {
-		select {
-		case t := <-got:
-			fmt.Println(t.Seq, t.Kind, t.Reason, t.User)
-		case <-time.After(10 * time.Second):
-			fmt.Println("no transition")
-			return
-		}
+	if !printTransitions(got, 2) {
+		return
 	}
 	fmt.Println("through seq", r.Seq())
 	// Output:

@@ -472,18 +472,15 @@ func (w *world) awaitInterest(nc *nats.Conn, filter string) {
 	subject := strings.Replace(strings.Replace(filter, ">", "online.probe", 1), "*", "probe", -1)
 	home := w.sc.Connect(w.t, w.home)
 	defer home.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testkit.CheckFor(w.t, 10*time.Second, 0, func() error {
 		if err := home.Publish(subject, []byte(probeBody)); err != nil {
 			w.t.Fatal(err)
 		}
-		if _, err := sub.NextMsg(50 * time.Millisecond); err == nil {
-			return
+		if _, err := sub.NextMsg(50 * time.Millisecond); err != nil {
+			return fmt.Errorf("no interest in %s from %s: %w", filter, w.home, err)
 		}
-		if time.Now().After(deadline) {
-			w.t.Fatalf("no interest in %s from %s after 10s", filter, w.home)
-		}
-	}
+		return nil
+	})
 }
 
 // waitService waits until the global query service answers on nc: the

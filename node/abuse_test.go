@@ -3,6 +3,7 @@ package node
 import (
 	"errors"
 	"fmt"
+	"github.com/presence-dev/presence/protocol"
 	"math"
 	"testing"
 	"time"
@@ -166,8 +167,8 @@ func TestAbusersAreClosedWithTheReason(t *testing.T) {
 		t.Run(fmt.Sprintf("%gx", k), func(t *testing.T) {
 			r := run(fmt.Sprintf("abuser%g", k), k, 20*time.Second)
 			var ce *websocket.CloseError
-			if !errors.As(r.err, &ce) || ce.Code != ClosePolicy || ce.Text != reason {
-				t.Fatalf("%g× the rate: ended with %v after %d frames, want close %d %q", k, r.err, r.sent, ClosePolicy, reason)
+			if !errors.As(r.err, &ce) || ce.Code != protocol.ClosePolicy || ce.Text != reason {
+				t.Fatalf("%g× the rate: ended with %v after %d frames, want close %d %q", k, r.err, r.sent, protocol.ClosePolicy, reason)
 			}
 			// The node cannot close before the burst is spent and ten
 			// frames were refused; a sender slowed by load only

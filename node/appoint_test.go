@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/protocol"
 	"github.com/presence-dev/presence/region"
 )
 
@@ -196,11 +197,11 @@ func TestAStormDoesNotFavourClientsThatRetryEarly(t *testing.T) {
 					r.took = time.Since(start)
 					break
 				}
-				if f.Code != string(CodeUnavailable) {
+				if f.Code != protocol.CodeUnavailable {
 					r.err = fmt.Errorf("join: %s %s", f.Code, f.Message)
 					break
 				}
-				wait := time.Duration(float64(f.RetryMS) * float64(time.Millisecond) * (0.75 + 0.5*rand.Float64()))
+				wait := time.Duration(float64(f.RetryAfterMS) * float64(time.Millisecond) * (0.75 + 0.5*rand.Float64()))
 				if greedy {
 					wait = 120 * time.Millisecond
 				}

@@ -12,6 +12,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/protocol"
 )
 
 // AuthConfig says how clients prove who they are. At least one of
@@ -55,16 +56,16 @@ type AuthConfig struct {
 const (
 	// Subprotocol is the protocol a node speaks. A client offering
 	// subprotocols must offer it, and the node selects it.
-	Subprotocol = "presence.v1"
+	Subprotocol = protocol.Subprotocol
 	// TokenSubprotocolPrefix prefixes a token passed as a subprotocol
 	// entry: new WebSocket(url, ["presence.v1", "bearer." + jwt]).
-	TokenSubprotocolPrefix = "bearer."
+	TokenSubprotocolPrefix = protocol.TokenSubprotocolPrefix
 	// TokenQueryParam carries a token in the URL.
-	TokenQueryParam = "access_token"
+	TokenQueryParam = protocol.TokenQueryParam
 	// SessionQueryParam carries the client-chosen session id (required).
-	SessionQueryParam = "session"
+	SessionQueryParam = protocol.SessionQueryParam
 	// UserQueryParam carries the user id in InsecureDev mode.
-	UserQueryParam = "user"
+	UserQueryParam = protocol.UserQueryParam
 )
 
 // maxRoomPatterns bounds the rooms claim: it is matched on every join.

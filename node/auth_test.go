@@ -5,6 +5,7 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
+	"github.com/presence-dev/presence/protocol"
 	"io"
 	"log/slog"
 	"net/http"
@@ -98,7 +99,7 @@ func TestAuth(t *testing.T) {
 		tok := sign(t, jwt.SigningMethodHS256, testSecret, claims("u3", nil, hour))
 		c := n.dialWith(t, "session=s&"+TokenQueryParam+"="+url.QueryEscape(tok), http.Header{})
 		c.send(map[string]string{"type": "join", "room": "r", "ref": "x"})
-		c.expectError(CodeForbidden, "x") // no rooms claim: no rooms
+		c.expectError(protocol.CodeForbidden, "x") // no rooms claim: no rooms
 	})
 
 	cases := []struct {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"errors"
+	"github.com/presence-dev/presence/protocol"
 	"net/http"
 	"strings"
 	"testing"
@@ -58,8 +59,8 @@ func TestBrowserAuthRefusalIsReadable(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			ce, proto := refusalClose(t, n, c.query, c.h)
-			if ce.Code != CloseUnauthorized || !strings.Contains(ce.Text, c.want) || strings.HasPrefix(ce.Text, "node: auth: ") {
-				t.Fatalf("close %d %q, want %d mentioning %q", ce.Code, ce.Text, CloseUnauthorized, c.want)
+			if ce.Code != protocol.CloseUnauthorized || !strings.Contains(ce.Text, c.want) || strings.HasPrefix(ce.Text, "node: auth: ") {
+				t.Fatalf("close %d %q, want %d mentioning %q", ce.Code, ce.Text, protocol.CloseUnauthorized, c.want)
 			}
 			if offered := c.h.Get("Sec-Websocket-Protocol"); offered != "" && proto != Subprotocol {
 				t.Fatalf("selected subprotocol %q, want %q (a browser fails a connection without it)", proto, Subprotocol)
@@ -90,8 +91,8 @@ func TestBrowserDevRefusalNamesUser(t *testing.T) {
 	e := newEnv(t)
 	n := e.newNode(func(c *Config) { c.Auth = AuthConfig{InsecureDev: true} })
 	ce, _ := refusalClose(t, n, "session=s", http.Header{"Origin": {"http://127.0.0.1:8080"}})
-	if ce.Code != CloseUnauthorized || !strings.Contains(ce.Text, "?user=") || !strings.Contains(ce.Text, PathDevToken) {
-		t.Fatalf("close %d %q, want %d naming ?user= and %s", ce.Code, ce.Text, CloseUnauthorized, PathDevToken)
+	if ce.Code != protocol.CloseUnauthorized || !strings.Contains(ce.Text, "?user=") || !strings.Contains(ce.Text, PathDevToken) {
+		t.Fatalf("close %d %q, want %d naming ?user= and %s", ce.Code, ce.Text, protocol.CloseUnauthorized, PathDevToken)
 	}
 	if code, body := refused(t, n, "session=s", http.Header{}); code != http.StatusUnauthorized || !strings.Contains(body, "?user=") {
 		t.Fatalf("without Origin: %d %s, want 401", code, body)
@@ -112,7 +113,7 @@ func TestCloseReasonFitsAFrame(t *testing.T) {
 		}
 	}
 	// Every refusal the authenticator makes fits once cut, and FormatCloseMessage takes it.
-	if m := websocket.FormatCloseMessage(CloseUnauthorized, closeReason(strings.Repeat("z", 500))); len(m) > 125 {
+	if m := websocket.FormatCloseMessage(protocol.CloseUnauthorized, closeReason(strings.Repeat("z", 500))); len(m) > 125 {
 		t.Fatalf("close payload of %d bytes", len(m))
 	}
 }

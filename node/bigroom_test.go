@@ -18,6 +18,7 @@ import (
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/protocol"
 )
 
 // Big rooms (docs/PROTOCOL.md): count views, joins without presence and
@@ -120,7 +121,7 @@ func TestJoiningWithoutPresenceNeedsTheObserveClaim(t *testing.T) {
 
 	plain := n.dial(t, token(t, "plain", []string{"*"}, time.Hour), "s")
 	plain.send(map[string]any{"type": "join", "room": room, "present": false, "ref": "p"})
-	plain.expectError(CodeForbidden, "p")
+	plain.expectError(protocol.CodeForbidden, "p")
 
 	obs := n.dial(t, observerToken(t, "obs", []string{"*"}), "s")
 	obs.send(map[string]any{"type": "join", "room": room, "view": "count", "present": false, "ref": "o"})
@@ -133,9 +134,9 @@ func TestJoiningWithoutPresenceNeedsTheObserveClaim(t *testing.T) {
 		t.Fatalf("an observer's snapshot: %+v, want a alone", snap)
 	}
 	obs.send(map[string]any{"type": "state", "room": room, "state": map[string]string{"s": "x"}, "ref": "st"})
-	obs.expectError(CodeNotJoined, "st")
+	obs.expectError(protocol.CodeNotJoined, "st")
 	obs.send(map[string]any{"type": "join", "room": room, "ref": "again"})
-	obs.expectError(CodeInvalidView, "again")
+	obs.expectError(protocol.CodeInvalidView, "again")
 	if live := e.live(room, "obs"); len(live) != 0 {
 		t.Fatalf("an observer holds sessions %v", live)
 	}
@@ -256,7 +257,7 @@ func TestBadViewsAreRefusedAndChangeNothing(t *testing.T) {
 	} {
 		req["type"], req["room"], req["ref"] = "join", "r", fmt.Sprint(i)
 		c.send(req)
-		c.expectError(CodeInvalidView, fmt.Sprint(i))
+		c.expectError(protocol.CodeInvalidView, fmt.Sprint(i))
 	}
 	c.ping()
 	if live := e.live("r", "c"); len(live) != 0 || n.hub.count() != 0 {
@@ -374,22 +375,22 @@ func TestBadWatchesAreRefusedAndChangeNothing(t *testing.T) {
 	}
 	for _, c := range []struct {
 		req  map[string]any
-		code ErrorCode
+		code protocol.ErrorCode
 	}{
-		{map[string]any{"room": room}, CodeInvalidWatch},
-		{map[string]any{"room": room, "users": many}, CodeInvalidWatch},
-		{map[string]any{"room": room, "users": []string{"ann", "bad id"}}, CodeInvalidWatch},
-		{map[string]any{"room": room, "users": []string{"ann", "ann"}}, CodeInvalidWatch},
-		{map[string]any{"room": "bad room", "users": []string{"ann"}}, CodeInvalidRoom},
-		{map[string]any{"room": "secret", "users": []string{"ann"}}, CodeForbidden},
-		{map[string]any{"room": "other", "users": []string{"ann"}}, CodeTooManyRooms},
+		{map[string]any{"room": room}, protocol.CodeInvalidWatch},
+		{map[string]any{"room": room, "users": many}, protocol.CodeInvalidWatch},
+		{map[string]any{"room": room, "users": []string{"ann", "bad id"}}, protocol.CodeInvalidWatch},
+		{map[string]any{"room": room, "users": []string{"ann", "ann"}}, protocol.CodeInvalidWatch},
+		{map[string]any{"room": "bad room", "users": []string{"ann"}}, protocol.CodeInvalidRoom},
+		{map[string]any{"room": "secret", "users": []string{"ann"}}, protocol.CodeForbidden},
+		{map[string]any{"room": "other", "users": []string{"ann"}}, protocol.CodeTooManyRooms},
 	} {
 		c.req["type"], c.req["ref"] = "watch", string(c.code)
 		w.send(c.req)
 		w.expectError(c.code, string(c.code))
 	}
 	w.send(map[string]any{"type": "watch", "room": room, "users": "ann", "ref": "x"})
-	w.expectError(CodeBadFrame, "")
+	w.expectError(protocol.CodeBadFrame, "")
 	// The watch of ann still stands.
 	ann.send(map[string]any{"type": "state", "room": room, "state": map[string]string{"s": "away"}, "ref": "s"})
 	if f := w.expect("event"); f.Event.User != "ann" || f.Event.Reason != presence.State {

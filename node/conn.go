@@ -11,6 +11,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/protocol"
 )
 
 // A connection's code is in three files: this one (its state and what it
@@ -164,7 +165,7 @@ func (c *conn) armExpiry() {
 // release leaves it alone.
 func (c *conn) sessionMoved() {
 	c.d.metrics.rejectedConns.WithLabelValues("moved").Inc()
-	c.shutdown(CloseSessionMoved, "session moved to another connection", false)
+	c.shutdown(protocol.CloseSessionMoved, "session moved to another connection", false)
 }
 
 // expire closes a connection whose token ran out. Its sessions are
@@ -172,7 +173,7 @@ func (c *conn) sessionMoved() {
 // nothing, and a user who is not let back in leaves after it.
 func (c *conn) expire() {
 	c.d.log.Info("node: token expired", "user", c.user, "session", c.session)
-	c.shutdown(CloseTokenExpired, "token expired", false)
+	c.shutdown(protocol.CloseTokenExpired, "token expired", false)
 }
 
 func (c *conn) ref(room string) presence.SessionRef {

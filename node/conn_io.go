@@ -10,6 +10,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/protocol"
 )
 
 // A connection's I/O: the read loop, the write path (queueing, batching,
@@ -69,7 +70,7 @@ func (c *conn) queueFrame(f outFrame, w *wave) bool {
 	}
 	if len(c.queue) >= c.d.lim.SendQueue {
 		c.dropQueueLocked()
-		c.closeCode, c.closeText = CloseSlowConsumer, "slow consumer"
+		c.closeCode, c.closeText = protocol.CloseSlowConsumer, "slow consumer"
 		c.mu.Unlock()
 		c.d.log.Warn("node: closing a slow consumer", "user", c.user, "session", c.session)
 		c.signal()
@@ -316,7 +317,7 @@ func (c *conn) cleanup(err error) {
 		// gorilla has sent 1009. Read off the rest of the oversized frame
 		// before closing: closing with unread input sends a reset, which
 		// may destroy the close frame before the client reads it.
-		d.metrics.closes.WithLabelValues(strconv.Itoa(CloseTooBig)).Inc()
+		d.metrics.closes.WithLabelValues(strconv.Itoa(protocol.CloseTooBig)).Inc()
 		d.metrics.rejectedFrames.WithLabelValues("too_big").Inc()
 		nc := c.ws.NetConn()
 		_ = nc.SetReadDeadline(time.Now().Add(d.lim.CloseTimeout))

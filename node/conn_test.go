@@ -1,6 +1,7 @@
 package node
 
 import (
+	"github.com/presence-dev/presence/protocol"
 	"testing"
 	"time"
 )
@@ -14,7 +15,7 @@ func TestSlowConsumerIsClosed(t *testing.T) {
 		t.Fatalf("queue %d, close %d", len(c.queue), c.closeCode)
 	}
 	c.send([]byte("c"))
-	if c.closeCode != CloseSlowConsumer || c.queue != nil {
+	if c.closeCode != protocol.CloseSlowConsumer || c.queue != nil {
 		t.Fatalf("after overflow: close %d, queue %d; want 4000 and the queue dropped", c.closeCode, len(c.queue))
 	}
 	c.send([]byte("d"))

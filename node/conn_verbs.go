@@ -11,6 +11,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/protocol"
 )
 
 // The protocol's requests: join, leave, state, members, refresh (and
@@ -27,36 +28,36 @@ func (c *conn) handle(mt int, data []byte) {
 		if c.strikes.refuse(c.d.mono(), c.d.lim.RateStrikes, c.d.lim.RateWindow) {
 			// The close frame says why: error frames queued before it
 			// are dropped with the close.
-			c.d.metrics.rejectedFrames.WithLabelValues(string(CodeRateLimited)).Inc()
-			c.shutdown(ClosePolicy, policyReason(&c.d.lim), false)
+			c.d.metrics.rejectedFrames.WithLabelValues(string(protocol.CodeRateLimited)).Inc()
+			c.shutdown(protocol.ClosePolicy, policyReason(&c.d.lim), false)
 			return
 		}
-		c.reject(CodeRateLimited, fmt.Sprintf("more than %g frames per second (burst %d); frame dropped; %d refused within %v close the connection (1008)",
+		c.reject(protocol.CodeRateLimited, fmt.Sprintf("more than %g frames per second (burst %d); frame dropped; %d refused within %v close the connection (1008)",
 			c.d.lim.FrameRate, c.d.lim.FrameBurst, c.d.lim.RateStrikes, c.d.lim.RateWindow), "")
 		return
 	}
 	if mt != websocket.TextMessage {
-		c.reject(CodeBadFrame, "binary frames are not part of the protocol: send JSON text frames", "")
+		c.reject(protocol.CodeBadFrame, "binary frames are not part of the protocol: send JSON text frames", "")
 		return
 	}
-	var req request
+	var req protocol.Request
 	if err := json.Unmarshal(data, &req); err != nil {
-		c.reject(CodeBadFrame, "frame is not a JSON object of the protocol: "+err.Error(), "")
+		c.reject(protocol.CodeBadFrame, "frame is not a JSON object of the protocol: "+err.Error(), "")
 		return
 	}
-	if len(req.Ref) > maxRefLen {
-		c.reject(CodeBadFrame, fmt.Sprintf("ref is longer than %d bytes", maxRefLen), "")
+	if len(req.Ref) > protocol.MaxRefLen {
+		c.reject(protocol.CodeBadFrame, fmt.Sprintf("ref is longer than %d bytes", protocol.MaxRefLen), "")
 		return
 	}
 	switch req.Type {
-	case typeJoin, typeLeave, typeState, typeMembers, typeWatch:
+	case protocol.TypeJoin, protocol.TypeLeave, protocol.TypeState, protocol.TypeMembers, protocol.TypeWatch:
 		if !c.d.admission.admit() {
-			if req.Type == typeJoin {
+			if req.Type == protocol.TypeJoin {
 				c.refuseJoin(req, c.d.joins.refused(c.ref(req.Room)), "the node is at capacity")
 				return
 			}
-			c.d.metrics.rejectedFrames.WithLabelValues(string(CodeUnavailable)).Inc()
-			c.send(mustJSON(errorFrame{Type: typeError, Code: CodeUnavailable, Ref: req.Ref,
+			c.d.metrics.rejectedFrames.WithLabelValues(string(protocol.CodeUnavailable)).Inc()
+			c.send(mustJSON(protocol.Error{Type: protocol.TypeError, Code: protocol.CodeUnavailable, Ref: req.Ref,
 				Message:      "the node is at capacity; nothing changed, retry after retry_after_ms",
 				RetryAfterMS: c.d.admission.retryAfter().Milliseconds()}))
 			return
@@ -66,24 +67,24 @@ func (c *conn) handle(mt int, data []byte) {
 	ctx, cancel := context.WithTimeout(c.d.ctx, c.d.storeTimeout)
 	defer cancel()
 	switch req.Type {
-	case typeJoin:
+	case protocol.TypeJoin:
 		c.join(ctx, req)
-	case typeLeave:
+	case protocol.TypeLeave:
 		c.leave(ctx, req)
-	case typeState:
+	case protocol.TypeState:
 		c.setState(ctx, req)
-	case typePing:
-		c.send(mustJSON(replyFrame{Type: typePong, Ref: req.Ref}))
-	case typeRefresh:
+	case protocol.TypePing:
+		c.send(mustJSON(protocol.Reply{Type: protocol.TypePong, Ref: req.Ref}))
+	case protocol.TypeRefresh:
 		c.refresh(ctx, req)
-	case typeMembers:
+	case protocol.TypeMembers:
 		c.members(ctx, req)
-	case typeWatch:
+	case protocol.TypeWatch:
 		c.watch(ctx, req)
 	case "":
-		c.reject(CodeBadFrame, "frame has no type", req.Ref)
+		c.reject(protocol.CodeBadFrame, "frame has no type", req.Ref)
 	default:
-		c.reject(CodeUnknownType, fmt.Sprintf("unknown frame type %.40q (protocol v%d knows join, leave, state, ping, refresh, members, watch)", req.Type, ProtocolVersion), req.Ref)
+		c.reject(protocol.CodeUnknownType, fmt.Sprintf("unknown frame type %.40q (protocol v%d knows join, leave, state, ping, refresh, members, watch)", req.Type, protocol.Version), req.Ref)
 	}
 }
 
@@ -106,15 +107,15 @@ func (c *conn) allow() bool {
 	return true
 }
 
-func (c *conn) reject(code ErrorCode, msg, ref string) {
+func (c *conn) reject(code protocol.ErrorCode, msg, ref string) {
 	c.d.metrics.rejectedFrames.WithLabelValues(string(code)).Inc()
 	c.send(encodeError(code, msg, ref))
 }
 
 // checkRoom validates a request's room id.
-func (c *conn) checkRoom(req request) bool {
+func (c *conn) checkRoom(req protocol.Request) bool {
 	if err := presence.ValidateRoom(req.Room); err != nil {
-		c.reject(CodeInvalidRoom, err.Error(), req.Ref)
+		c.reject(protocol.CodeInvalidRoom, err.Error(), req.Ref)
 		return false
 	}
 	return true
@@ -122,13 +123,13 @@ func (c *conn) checkRoom(req request) bool {
 
 // joinedRoom returns the index of the request's room in c.rooms, or
 // rejects the request: an invalid room id, or a room not joined.
-func (c *conn) joinedRoom(req request) (int, bool) {
+func (c *conn) joinedRoom(req protocol.Request) (int, bool) {
 	if !c.checkRoom(req) {
 		return -1, false
 	}
 	i := slices.Index(c.rooms, req.Room)
 	if i < 0 {
-		c.reject(CodeNotJoined, fmt.Sprintf("room %q is not joined", req.Room), req.Ref)
+		c.reject(protocol.CodeNotJoined, fmt.Sprintf("room %q is not joined", req.Room), req.Ref)
 		return -1, false
 	}
 	return i, true
@@ -137,7 +138,7 @@ func (c *conn) joinedRoom(req request) (int, bool) {
 // join subscribes to the room's events before the snapshot is taken, so
 // no transition after the snapshot is missed; joining a joined room sends
 // a fresh snapshot.
-func (c *conn) join(ctx context.Context, req request) {
+func (c *conn) join(ctx context.Context, req protocol.Request) {
 	if !c.checkRoom(req) {
 		return
 	}
@@ -148,21 +149,21 @@ func (c *conn) join(ctx context.Context, req request) {
 	}
 	present := req.Present == nil || *req.Present
 	if !c.grant.allowed(room) {
-		c.reject(CodeForbidden, fmt.Sprintf("the token does not grant room %q", room), req.Ref)
+		c.reject(protocol.CodeForbidden, fmt.Sprintf("the token does not grant room %q", room), req.Ref)
 		return
 	}
 	if until, revoked := c.d.revoked.join(c.user, room); revoked {
-		c.reject(CodeRevoked, fmt.Sprintf("revoked from room %q until %s", room, until.UTC().Format(time.RFC3339)), req.Ref)
+		c.reject(protocol.CodeRevoked, fmt.Sprintf("revoked from room %q until %s", room, until.UTC().Format(time.RFC3339)), req.Ref)
 		return
 	}
 	if !present && !c.grant.observe {
-		c.reject(CodeForbidden, `joining without presence ("present":false) needs the token's observe claim`, req.Ref)
+		c.reject(protocol.CodeForbidden, `joining without presence ("present":false) needs the token's observe claim`, req.Ref)
 		return
 	}
 	joined, following := slices.Contains(c.rooms, room), slices.Contains(c.follows, room)
 	if joined || following {
 		if joined != present {
-			c.reject(CodeInvalidView, fmt.Sprintf("room %q is joined with present %t; leave it first to change that", room, joined), req.Ref)
+			c.reject(protocol.CodeInvalidView, fmt.Sprintf("room %q is joined with present %t; leave it first to change that", room, joined), req.Ref)
 			return
 		}
 		if err := c.d.rooms.snapshot(ctx, room, c, req.Ref, in); err != nil {
@@ -171,7 +172,7 @@ func (c *conn) join(ctx context.Context, req request) {
 		return
 	}
 	if len(c.rooms)+len(c.follows) >= c.d.lim.MaxRooms {
-		c.reject(CodeTooManyRooms, fmt.Sprintf("at most %d rooms per connection", c.d.lim.MaxRooms), req.Ref)
+		c.reject(protocol.CodeTooManyRooms, fmt.Sprintf("at most %d rooms per connection", c.d.lim.MaxRooms), req.Ref)
 		return
 	}
 	if present && !c.admitJoin(req) {
@@ -215,47 +216,47 @@ func (c *conn) join(ctx context.Context, req request) {
 }
 
 // interestOf reads a join's detail, view and batch, or rejects the join.
-func (c *conn) interestOf(req request) (interest, bool) {
+func (c *conn) interestOf(req protocol.Request) (interest, bool) {
 	d, ok := c.detailOf(req)
 	if !ok {
 		return interest{}, false
 	}
 	in := interest{detail: d, batch: req.Batch}
 	switch req.View {
-	case "", viewMembersName:
-	case viewCountName:
+	case "", protocol.ViewMembers:
+	case protocol.ViewCount:
 		if req.Detail != "" {
-			c.reject(CodeInvalidView, `detail applies to the members view; a count view has none`, req.Ref)
+			c.reject(protocol.CodeInvalidView, `detail applies to the members view; a count view has none`, req.Ref)
 			return interest{}, false
 		}
 		in.count = true
 	default:
-		c.reject(CodeInvalidView, fmt.Sprintf("view must be %q, %q or absent, got %.40q", viewMembersName, viewCountName, req.View), req.Ref)
+		c.reject(protocol.CodeInvalidView, fmt.Sprintf("view must be %q, %q or absent, got %.40q", protocol.ViewMembers, protocol.ViewCount, req.View), req.Ref)
 		return interest{}, false
 	}
 	return in, true
 }
 
 // detailOf reads a join's detail, or rejects the join.
-func (c *conn) detailOf(req request) (detail, bool) {
+func (c *conn) detailOf(req protocol.Request) (detail, bool) {
 	switch {
 	case req.Detail == "":
 		return detailStates, true
-	case req.Detail != detailSessionsName:
-		c.reject(CodeInvalidDetail, fmt.Sprintf("detail must be %q or absent, got %q", detailSessionsName, req.Detail), req.Ref)
+	case req.Detail != protocol.DetailSessions:
+		c.reject(protocol.CodeInvalidDetail, fmt.Sprintf("detail must be %q or absent, got %q", protocol.DetailSessions, req.Detail), req.Ref)
 		return 0, false
 	case c.d.global:
-		c.reject(CodeInvalidDetail, "the global view does not keep session lists; join without detail", req.Ref)
+		c.reject(protocol.CodeInvalidDetail, "the global view does not keep session lists; join without detail", req.Ref)
 		return 0, false
 	}
 	return detailSessions, true
 }
 
-func (c *conn) leave(ctx context.Context, req request) {
+func (c *conn) leave(ctx context.Context, req protocol.Request) {
 	if i := slices.Index(c.follows, req.Room); i >= 0 {
 		c.follows = slices.Delete(c.follows, i, i+1)
 		c.d.rooms.remove(req.Room, c)
-		c.send(mustJSON(replyFrame{Type: typeLeft, Ref: req.Ref, Room: req.Room}))
+		c.send(mustJSON(protocol.Reply{Type: protocol.TypeLeft, Ref: req.Ref, Room: req.Room}))
 		return
 	}
 	i, ok := c.joinedRoom(req)
@@ -263,7 +264,7 @@ func (c *conn) leave(ctx context.Context, req request) {
 		return
 	}
 	c.drop(ctx, i, "leave")
-	c.send(mustJSON(replyFrame{Type: typeLeft, Ref: req.Ref, Room: req.Room}))
+	c.send(mustJSON(protocol.Reply{Type: protocol.TypeLeft, Ref: req.Ref, Room: req.Room}))
 }
 
 // drop leaves c.rooms[i] and releases the session in it; why labels the
@@ -281,9 +282,9 @@ func (c *conn) drop(ctx context.Context, i int, why string) {
 	}
 }
 
-func (c *conn) setState(ctx context.Context, req request) {
+func (c *conn) setState(ctx context.Context, req protocol.Request) {
 	if slices.Contains(c.follows, req.Room) {
-		c.reject(CodeNotJoined, fmt.Sprintf("room %q is joined without presence: there is no session to set a state on", req.Room), req.Ref)
+		c.reject(protocol.CodeNotJoined, fmt.Sprintf("room %q is joined without presence: there is no session to set a state on", req.Room), req.Ref)
 		return
 	}
 	if _, ok := c.joinedRoom(req); !ok {
@@ -292,13 +293,13 @@ func (c *conn) setState(ctx context.Context, req request) {
 	st := req.State
 	switch {
 	case len(st) == 0:
-		c.reject(CodeInvalidState, "state is missing (send null to clear it)", req.Ref)
+		c.reject(protocol.CodeInvalidState, "state is missing (send null to clear it)", req.Ref)
 		return
 	case len(st) > presence.MaxStateBytes:
-		c.reject(CodeInvalidState, fmt.Sprintf("state is %d bytes, at most %d", len(st), presence.MaxStateBytes), req.Ref)
+		c.reject(protocol.CodeInvalidState, fmt.Sprintf("state is %d bytes, at most %d", len(st), presence.MaxStateBytes), req.Ref)
 		return
 	case !json.Valid(st):
-		c.reject(CodeInvalidState, "state is not valid JSON", req.Ref)
+		c.reject(protocol.CodeInvalidState, "state is not valid JSON", req.Ref)
 		return
 	case string(st) == "null":
 		st = nil
@@ -315,12 +316,12 @@ func (c *conn) setState(ctx context.Context, req request) {
 		c.unavailable("set state", err, req.Ref)
 		return
 	}
-	c.send(mustJSON(replyFrame{Type: typeStateSet, Ref: req.Ref, Room: req.Room}))
+	c.send(mustJSON(protocol.Reply{Type: protocol.TypeStateSet, Ref: req.Ref, Room: req.Room}))
 }
 
 // members sends one page of a joined room's members, from the same
 // source as the room's snapshots; it changes nothing.
-func (c *conn) members(ctx context.Context, req request) {
+func (c *conn) members(ctx context.Context, req protocol.Request) {
 	if !slices.Contains(c.follows, req.Room) {
 		if _, ok := c.joinedRoom(req); !ok {
 			return
@@ -335,7 +336,7 @@ func (c *conn) members(ctx context.Context, req request) {
 		limit = *req.Limit
 	}
 	if offset < 0 || limit < 1 || limit > most {
-		c.reject(CodeInvalidPage, fmt.Sprintf("offset must be >= 0 and limit between 1 and %d, got %d and %d", most, offset, limit), req.Ref)
+		c.reject(protocol.CodeInvalidPage, fmt.Sprintf("offset must be >= 0 and limit between 1 and %d, got %d and %d", most, offset, limit), req.Ref)
 		return
 	}
 	snap, err := c.d.rooms.page(ctx, req.Room, c, offset, limit)
@@ -343,30 +344,30 @@ func (c *conn) members(ctx context.Context, req request) {
 		c.unavailable("members", err, req.Ref)
 		return
 	}
-	c.send(mustJSON(membersFrame{Type: typeMembers, Ref: req.Ref, Room: req.Room, Snapshot: snap}))
+	c.send(mustJSON(protocol.Members{Type: protocol.TypeMembers, Ref: req.Ref, Room: req.Room, Snapshot: snap}))
 }
 
 // refresh replaces the connection's token before it expires: same user,
 // a later expiry, and rooms the new token no longer grants are left
 // (released, grace applies) with an unasked left, reason revoked.
-func (c *conn) refresh(ctx context.Context, req request) {
+func (c *conn) refresh(ctx context.Context, req protocol.Request) {
 	if c.expiry == nil {
 		// A dev connection without a token (?user=); a client written for production
 		// still gets the reply it waits for.
-		c.send(mustJSON(refreshedFrame{Type: typeRefreshed, Ref: req.Ref}))
+		c.send(mustJSON(protocol.Refreshed{Type: protocol.TypeRefreshed, Ref: req.Ref}))
 		return
 	}
 	if req.Token == "" {
-		c.reject(CodeInvalidToken, "refresh needs a token", req.Ref)
+		c.reject(protocol.CodeInvalidToken, "refresh needs a token", req.Ref)
 		return
 	}
 	id, err := c.d.tokens.parse(req.Token)
 	if err != nil {
-		c.reject(CodeInvalidToken, err.Error(), req.Ref)
+		c.reject(protocol.CodeInvalidToken, err.Error(), req.Ref)
 		return
 	}
 	if id.user != c.user {
-		c.reject(CodeInvalidToken, fmt.Sprintf("the token is for user %q, the connection for %q", id.user, c.user), req.Ref)
+		c.reject(protocol.CodeInvalidToken, fmt.Sprintf("the token is for user %q, the connection for %q", id.user, c.user), req.Ref)
 		return
 	}
 	if !c.expiry.Stop() {
@@ -377,66 +378,66 @@ func (c *conn) refresh(ctx context.Context, req request) {
 	for i := len(c.rooms) - 1; i >= 0; i-- {
 		if room := c.rooms[i]; !id.allowed(room) {
 			c.drop(ctx, i, "revoked")
-			c.send(mustJSON(replyFrame{Type: typeLeft, Room: room, Reason: reasonRevoked}))
+			c.send(mustJSON(protocol.Reply{Type: protocol.TypeLeft, Room: room, Reason: protocol.ReasonRevoked}))
 		}
 	}
 	for i := len(c.follows) - 1; i >= 0; i-- {
 		if room := c.follows[i]; !id.allowed(room) || !id.observe {
 			c.follows = slices.Delete(c.follows, i, i+1)
 			c.d.rooms.remove(room, c)
-			c.send(mustJSON(replyFrame{Type: typeLeft, Room: room, Reason: reasonRevoked}))
+			c.send(mustJSON(protocol.Reply{Type: protocol.TypeLeft, Room: room, Reason: protocol.ReasonRevoked}))
 		}
 	}
 	for i := len(c.watches) - 1; i >= 0; i-- {
 		if room := c.watches[i]; !id.allowed(room) {
 			c.watches = slices.Delete(c.watches, i, i+1)
 			c.d.rooms.unwatch(room, c)
-			c.send(encodeWatching("", reasonRevoked, room, []string{}, nil))
+			c.send(encodeWatching("", protocol.ReasonRevoked, room, []string{}, nil))
 		}
 	}
 	until := id.until
-	c.send(mustJSON(refreshedFrame{Type: typeRefreshed, Ref: req.Ref, TokenExpires: &until}))
+	c.send(mustJSON(protocol.Refreshed{Type: protocol.TypeRefreshed, Ref: req.Ref, TokenExpires: &until}))
 }
 
 // watch replaces the connection's watch list of a room; an empty list
 // ends it. Bad input changes nothing.
-func (c *conn) watch(ctx context.Context, req request) {
+func (c *conn) watch(ctx context.Context, req protocol.Request) {
 	if !c.checkRoom(req) {
 		return
 	}
 	room, lim := req.Room, &c.d.lim
 	if req.Users == nil {
-		c.reject(CodeInvalidWatch, "watch needs users: an array of user ids ([] ends the watch)", req.Ref)
+		c.reject(protocol.CodeInvalidWatch, "watch needs users: an array of user ids ([] ends the watch)", req.Ref)
 		return
 	}
 	users := *req.Users
 	if len(users) > lim.MaxWatchUsers {
-		c.reject(CodeInvalidWatch, fmt.Sprintf("%d users, at most %d per watch", len(users), lim.MaxWatchUsers), req.Ref)
+		c.reject(protocol.CodeInvalidWatch, fmt.Sprintf("%d users, at most %d per watch", len(users), lim.MaxWatchUsers), req.Ref)
 		return
 	}
 	seen := make(map[string]struct{}, len(users))
 	for _, u := range users {
 		if err := presence.ValidateUser(u); err != nil {
-			c.reject(CodeInvalidWatch, fmt.Sprintf("users: %v", err), req.Ref)
+			c.reject(protocol.CodeInvalidWatch, fmt.Sprintf("users: %v", err), req.Ref)
 			return
 		}
 		if _, dup := seen[u]; dup {
-			c.reject(CodeInvalidWatch, fmt.Sprintf("users: %q is listed twice", u), req.Ref)
+			c.reject(protocol.CodeInvalidWatch, fmt.Sprintf("users: %q is listed twice", u), req.Ref)
 			return
 		}
 		seen[u] = struct{}{}
 	}
 	if c.d.global {
-		c.reject(CodeInvalidWatch, "watch lists are not offered on a node serving the global view", req.Ref)
+		c.reject(protocol.CodeInvalidWatch, "watch lists are not offered on a node serving the global view", req.Ref)
 		return
 	}
 	if !c.grant.allowed(room) {
-		c.reject(CodeForbidden, fmt.Sprintf("the token does not grant room %q", room), req.Ref)
+		c.reject(protocol.CodeForbidden, fmt.Sprintf("the token does not grant room %q", room), req.Ref)
 		return
 	}
 	i := slices.Index(c.watches, room)
 	if len(users) > 0 && i < 0 && len(c.watches) >= lim.MaxWatches {
-		c.reject(CodeTooManyRooms, fmt.Sprintf("at most %d watched rooms per connection", lim.MaxWatches), req.Ref)
+		c.reject(protocol.CodeTooManyRooms, fmt.Sprintf("at most %d watched rooms per connection", lim.MaxWatches), req.Ref)
 		return
 	}
 	err := c.d.rooms.watchUsers(ctx, room, c, req.Ref, users)
@@ -453,7 +454,7 @@ func (c *conn) watch(ctx context.Context, req request) {
 
 func (c *conn) unavailable(op string, err error, ref string) {
 	c.d.log.Warn("node: "+op+" failed", "user", c.user, "session", c.session, "err", err)
-	c.d.metrics.rejectedFrames.WithLabelValues(string(CodeUnavailable)).Inc()
-	c.send(mustJSON(errorFrame{Type: typeError, Code: CodeUnavailable, Ref: ref,
+	c.d.metrics.rejectedFrames.WithLabelValues(string(protocol.CodeUnavailable)).Inc()
+	c.send(mustJSON(protocol.Error{Type: protocol.TypeError, Code: protocol.CodeUnavailable, Ref: ref,
 		Message: op + " failed; nothing changed, retry later", RetryAfterMS: c.d.admission.retryAfter().Milliseconds()}))
 }

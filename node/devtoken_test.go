@@ -1,6 +1,7 @@
 package node
 
 import (
+	"github.com/presence-dev/presence/protocol"
 	"net/http"
 	"net/url"
 	"strings"
@@ -20,14 +21,14 @@ func getDevToken(t *testing.T, n *node, query string) (int, http.Header, string)
 // rooms given, and is refused denied.
 func (c *client) expectGrant(user string, denied string, rooms ...string) {
 	c.t.Helper()
-	if c.hello.User != user || c.hello.Expires == nil || time.Until(*c.hello.Expires) < 59*time.Minute {
+	if c.hello.User != user || c.hello.TokenExpires == nil || time.Until(*c.hello.TokenExpires) < 59*time.Minute {
 		c.t.Fatalf("hello: %s, want %s's, expiring in an hour", c.hello.raw, user)
 	}
 	for _, r := range rooms {
 		c.join(r)
 	}
 	c.send(map[string]any{"type": "join", "room": denied, "ref": "denied"})
-	c.expectError(CodeForbidden, "denied")
+	c.expectError(protocol.CodeForbidden, "denied")
 }
 
 // A dev node mints real tokens and checks them as a production node
@@ -45,7 +46,7 @@ func TestDevToken(t *testing.T) {
 	c := n.dialWith(t, "session=s", http.Header{"Sec-Websocket-Protocol": {Subprotocol + ", " + TokenSubprotocolPrefix + tok}})
 	c.expectGrant("alice", "team8", "room42", "team7-x")
 	c.send(map[string]any{"type": "join", "room": "team7-y", "present": false, "ref": "obs"})
-	c.expectError(CodeForbidden, "obs")
+	c.expectError(protocol.CodeForbidden, "obs")
 
 	_, _, short := getDevToken(t, n, "user=alice&rooms=room42,team7-*&ttl=90m")
 	c.send(map[string]string{"type": "refresh", "token": short, "ref": "r"})

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/protocol"
 )
 
 // A snapshot frame is encoded for every join, and reflection made it a
@@ -211,11 +212,11 @@ func encodeEvents(region, room string, es []event, after uint64, d detail) []byt
 // change. One per room and tick, shared by its count members: not a hot
 // path, so encoding/json writes it.
 func encodeCount(ref, reason, room string, count int) []byte {
-	return mustJSON(countFrame{Type: typeCount, Ref: ref, Room: room, Reason: reason, Count: count})
+	return mustJSON(protocol.Count{Type: protocol.TypeCount, Ref: ref, Room: room, Reason: reason, Count: count})
 }
 
 // encodeWatching is a watching frame: a watch's reply (ref set) or a
 // resync; s is the watched users' presence, absent when the watch ended.
 func encodeWatching(ref, reason, room string, users []string, s *presence.Snapshot) []byte {
-	return mustJSON(watchingFrame{Type: typeWatching, Ref: ref, Room: room, Reason: reason, Users: users, Snapshot: s})
+	return mustJSON(protocol.Watching{Type: protocol.TypeWatching, Ref: ref, Room: room, Reason: reason, Users: users, Snapshot: s})
 }

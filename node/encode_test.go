@@ -10,11 +10,12 @@ import (
 	"time"
 
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/protocol"
 )
 
 // marshalSnapshot is the reference: what encoding/json writes for the frame.
 func marshalSnapshot(ref, reason string, s presence.Snapshot) []byte {
-	return mustJSON(snapshotFrame{Type: typeSnapshot, Ref: ref, Room: s.Room, Reason: reason, Truncated: s.Total > len(s.Members), Snapshot: s})
+	return mustJSON(protocol.Snapshot{Type: protocol.TypeSnapshot, Ref: ref, Room: s.Room, Reason: reason, Truncated: s.Total > len(s.Members), Snapshot: s})
 }
 
 var hostile = []string{

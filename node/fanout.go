@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"github.com/presence-dev/presence/protocol"
 	"slices"
 	"time"
 
@@ -348,7 +349,7 @@ func (h *hub) countReply(ctx context.Context, name string, c *conn, ref string) 
 	if r.readGen > gen {
 		n, gen = r.readN, r.readGen // a tick's read, newer, skipped this member
 	}
-	c.send(encodeCount(ref, reasonJoin, name, n))
+	c.send(encodeCount(ref, protocol.ReasonJoin, name, n))
 	m.live, m.sent, m.gen = true, n, gen
 	r.noteLocked(c, m)
 	return nil

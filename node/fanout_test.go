@@ -14,6 +14,7 @@ import (
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/protocol"
 )
 
 // The tick's fan-out, driven by hand on a hub with no I/O: connections
@@ -88,7 +89,7 @@ func TestATicksEventsGoOutAsOneFramePerMember(t *testing.T) {
 	r.members[states] = &member{in: interest{detail: detailStates, batch: true}}
 	r.members[single] = &member{in: interest{detail: detailSessions}}
 	h.mu.Lock()
-	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 10}, "j", reasonJoin, r.members) {
+	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 10}, "j", protocol.ReasonJoin, r.members) {
 		t.Fatal("snapshot refused")
 	}
 	h.mu.Unlock()
@@ -127,7 +128,7 @@ func TestATicksEventsGoOutAsOneFramePerMember(t *testing.T) {
 	r.noteLocked(late, r.members[late]) // as add does
 	h.eventLocked(r, fanEvent(14, presence.Online, presence.Joined))
 	h.eventLocked(r, fanEvent(15, presence.Online, presence.Joined))
-	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 14}, "j", reasonJoin, map[*conn]*member{late: r.members[late]}) {
+	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 14}, "j", protocol.ReasonJoin, map[*conn]*member{late: r.members[late]}) {
 		t.Fatal("late snapshot refused")
 	}
 	h.eventLocked(r, fanEvent(16, presence.Online, presence.Joined))
@@ -147,7 +148,7 @@ func TestAMemberThatFallsBehindIsResyncedNotQueued(t *testing.T) {
 	slow := queuedConn("slow")
 	r.members[slow] = &member{in: interest{batch: true}}
 	h.mu.Lock()
-	h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 0}, "j", reasonJoin, r.members)
+	h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 0}, "j", protocol.ReasonJoin, r.members)
 	h.mu.Unlock()
 	seq := uint64(0)
 	for range behindFrames + 20 { // the client reads nothing
@@ -172,7 +173,7 @@ func TestAMemberThatFallsBehindIsResyncedNotQueued(t *testing.T) {
 	if m.behind || !m.resync {
 		t.Fatalf("a drained member: behind %v resync %v, want a resync", m.behind, m.resync)
 	}
-	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: seq}, "", reasonResync, map[*conn]*member{slow: m}) {
+	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: seq}, "", protocol.ReasonResync, map[*conn]*member{slow: m}) {
 		t.Fatal("resync snapshot refused")
 	}
 	h.eventLocked(r, fanEvent(seq+1, presence.Online, presence.Joined))
@@ -254,7 +255,7 @@ func TestTheBudgetSpacesABusyRoomsFrames(t *testing.T) {
 		cs = append(cs, c)
 	}
 	h.mu.Lock()
-	h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7}, "j", reasonJoin, r.members)
+	h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7}, "j", protocol.ReasonJoin, r.members)
 	h.mu.Unlock()
 	for _, c := range cs {
 		c.takeQueue()
@@ -291,7 +292,7 @@ func TestWaitingMembersShareOneBoundedBuffer(t *testing.T) {
 	r.members[a] = &member{in: interest{detail: detailSessions}}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7}, "j", reasonJoin, r.members) {
+	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7}, "j", protocol.ReasonJoin, r.members) {
 		t.Fatal("first snapshot refused")
 	}
 	r.members[w] = &member{in: interest{detail: detailSessions}}
@@ -303,11 +304,11 @@ func TestWaitingMembersShareOneBoundedBuffer(t *testing.T) {
 	if len(r.buffered) > maxBuffered || r.dropped == 0 {
 		t.Fatalf("buffer of %d events, dropped up to %d: want it bounded", len(r.buffered), r.dropped)
 	}
-	if h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 5}, "j", reasonJoin, map[*conn]*member{w: r.members[w]}) {
+	if h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 5}, "j", protocol.ReasonJoin, map[*conn]*member{w: r.members[w]}) {
 		t.Fatal("a snapshot older than the dropped events served")
 	}
 	w.takeQueue()
-	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: last - 3}, "j", reasonJoin, map[*conn]*member{w: r.members[w]}) {
+	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: last - 3}, "j", protocol.ReasonJoin, map[*conn]*member{w: r.members[w]}) {
 		t.Fatal("a snapshot newer than the dropped events refused")
 	}
 	got := w.takeQueue()
@@ -330,7 +331,7 @@ func TestEventsDuringASnapshotReadFollowItAsOneFrame(t *testing.T) {
 	batch, single, old := queuedConn("batch"), queuedConn("single"), queuedConn("old")
 	h.mu.Lock()
 	r.members[old] = &member{in: interest{detail: detailSessions}}
-	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 10}, "j", reasonJoin, r.members) {
+	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 10}, "j", protocol.ReasonJoin, r.members) {
 		t.Fatal("the room's first snapshot was refused")
 	}
 	joiners := map[*conn]*member{}
@@ -342,7 +343,7 @@ func TestEventsDuringASnapshotReadFollowItAsOneFrame(t *testing.T) {
 	for seq := uint64(11); seq <= 400; seq++ {
 		h.eventLocked(r, fanEvent(seq, presence.Online, presence.Joined))
 	}
-	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 10}, "j", reasonJoin, joiners) {
+	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 10}, "j", protocol.ReasonJoin, joiners) {
 		t.Fatal("snapshot refused")
 	}
 	h.eventLocked(r, fanEvent(401, presence.Online, presence.Joined))
@@ -376,7 +377,7 @@ func TestABusyRoomsMembersTakeTurns(t *testing.T) {
 		r.members[c] = &member{in: interest{detail: detailSessions, batch: true}, slot: uint32(i)}
 		conns = append(conns, c)
 	}
-	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 10}, "j", reasonJoin, r.members) {
+	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 10}, "j", protocol.ReasonJoin, r.members) {
 		t.Fatal("snapshot refused")
 	}
 	h.mu.Unlock()
@@ -417,7 +418,7 @@ func TestABusyRoomsMembersTakeTurns(t *testing.T) {
 		r.members[c] = &member{in: interest{detail: detailSessions, batch: true}, slot: uint32(i)}
 		late[c] = r.members[c]
 	}
-	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 12}, "j", reasonJoin, late) {
+	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 12}, "j", protocol.ReasonJoin, late) {
 		t.Fatal("snapshot refused")
 	}
 	h.mu.Unlock()
@@ -594,7 +595,7 @@ func liveTurnMembers(t *testing.T, h *hub, r *room, n int) []*conn {
 		r.members[c] = &member{in: interest{detail: detailSessions, batch: true}, slot: uint32(i)}
 		conns = append(conns, c)
 	}
-	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 10}, "j", reasonJoin, r.members) {
+	if !h.readyLocked(r, presence.Snapshot{Room: "r", Epoch: 7, RoomSeq: 10}, "j", protocol.ReasonJoin, r.members) {
 		t.Fatal("snapshot refused")
 	}
 	for _, c := range conns {

@@ -18,6 +18,7 @@ import (
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/protocol"
 )
 
 // The invariant of PROTOCOL.md's "Snapshot, then events": for every joined
@@ -119,20 +120,9 @@ func (f *folder) apply(fr frame) {
 // decodeEntry reads one entry of an events frame as the event it stands
 // for (docs/PROTOCOL.md, "Batched events").
 func decodeEntry(fr frame, raw json.RawMessage) (bus.Event, error) {
-	var a []json.RawMessage
-	e := bus.Event{Room: fr.Room, Region: fr.Region, Epoch: fr.Epoch}
-	if err := json.Unmarshal(raw, &a); err != nil || len(a) < 6 || len(a) > 7 {
-		return e, fmt.Errorf("malformed entry %s", raw)
-	}
-	for i, dst := range []any{&e.Seq, &e.Kind, &e.Reason, &e.User, &e.Session, &e.Sessions} {
-		if err := json.Unmarshal(a[i], dst); err != nil {
-			return e, fmt.Errorf("entry %s, field %d: %v", raw, i, err)
-		}
-	}
-	if len(a) == 7 {
-		e.State = a[6]
-	}
-	return e, nil
+	t, err := protocol.DecodeEntry(&protocol.Events{Room: fr.Room, Region: fr.Region, Epoch: fr.Epoch}, raw)
+	return bus.Event{Room: t.Room, Region: t.Region, Epoch: t.Epoch, Seq: t.Seq, Kind: t.Kind, Reason: t.Reason,
+		User: t.User, Session: t.Session, Sessions: t.Sessions, State: t.State}, err
 }
 
 func (f *folder) event(e bus.Event, raw string) {
@@ -305,7 +295,7 @@ func TestFoldedViewsEqualFreshSnapshots(t *testing.T) {
 func (r *foldRun) join(c *client, name string, sessions, batch bool) *folder {
 	req := map[string]any{"type": "join", "room": r.room, "ref": "j", "batch": batch}
 	if sessions {
-		req["detail"] = detailSessionsName
+		req["detail"] = protocol.DetailSessions
 	}
 	c.send(req)
 	return newFolder(name, r.room, sessions, c)

@@ -8,6 +8,7 @@ import (
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/internal/testnats"
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/protocol"
 )
 
 // globalView answers room snapshots as the aggregators' service would.
@@ -33,7 +34,7 @@ func TestGlobalViewForClients(t *testing.T) {
 	c := n.dial(t, token(t, "near", []string{"*"}, time.Hour), "tab")
 	// The global view keeps states, not session lists: detail is refused.
 	c.send(map[string]string{"type": "join", "room": "room", "detail": "sessions", "ref": "d"})
-	c.expectError(CodeInvalidDetail, "d")
+	c.expectError(protocol.CodeInvalidDetail, "d")
 	snap := c.joinDetail("room", "").Snapshot
 	if snap.Region != bus.GlobalRegion || len(snap.Members) != 1 || snap.Members[0].User != "far" {
 		t.Fatalf("snapshot: %+v, want the global view", snap)

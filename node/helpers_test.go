@@ -25,6 +25,7 @@ import (
 	"github.com/presence-dev/presence/internal/testnats"
 	"github.com/presence-dev/presence/internal/testredis"
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/protocol"
 	"github.com/presence-dev/presence/region"
 )
 
@@ -156,30 +157,13 @@ func token(t testing.TB, user string, rooms []string, ttl time.Duration) string 
 	return s
 }
 
-// frame is any server frame.
+// frame is any server frame (protocol.Frame), with its event decoded and
+// its snapshot as a value, as the tests read them.
 type frame struct {
-	Type      string            `json:"type"`
-	Ref       string            `json:"ref"`
-	Room      string            `json:"room"`
-	Reason    string            `json:"reason"`
-	Code      string            `json:"code"`
-	Message   string            `json:"message"`
-	Truncated bool              `json:"truncated"`
-	Snapshot  presence.Snapshot `json:"snapshot"`
-	Event     bus.Event         `json:"event"`
-	// events, count and watching frames
-	Events  []json.RawMessage `json:"events"`
-	Epoch   int64             `json:"epoch"`
-	Region  string            `json:"region"`
-	Count   *int              `json:"count"`
-	Users   []string          `json:"users"`
-	V       int               `json:"v"`
-	User    string            `json:"user"`
-	Session string            `json:"session"`
-	Expires *time.Time        `json:"token_expires"`
-	GraceMS int64             `json:"offline_grace_ms"`
-	RetryMS int64             `json:"retry_after_ms"`
-	raw     string
+	protocol.Frame
+	Snapshot presence.Snapshot `json:"snapshot"`
+	Event    bus.Event         `json:"event"`
+	raw      string
 }
 
 // client is a test WebSocket client (see testkit.WS) reading typed
@@ -258,10 +242,10 @@ func (c *client) expect(typ string) frame {
 }
 
 // expectError returns the next frame, which must be an error with code.
-func (c *client) expectError(code ErrorCode, ref string) frame {
+func (c *client) expectError(code protocol.ErrorCode, ref string) frame {
 	c.t.Helper()
 	f := c.expect("error")
-	if f.Code != string(code) || f.Ref != ref || f.Message == "" {
+	if f.Code != code || f.Ref != ref || f.Message == "" {
 		c.t.Fatalf("got error %s, want code %q ref %q and a message", f.raw, code, ref)
 	}
 	return f
@@ -290,7 +274,7 @@ func (c *client) replyAndOwnEvent(reply string, kind presence.Kind) frame {
 // join joins a room with detail "sessions" and returns its snapshot frame.
 func (c *client) join(room string) frame {
 	c.t.Helper()
-	return c.joinDetail(room, detailSessionsName)
+	return c.joinDetail(room, protocol.DetailSessions)
 }
 
 // joinDetail joins a room at the given detail ("" for the default).

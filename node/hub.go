@@ -13,6 +13,7 @@ import (
 
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/protocol"
 )
 
 // Hub buffers. maxHeld bounds the events held back while an earlier one is
@@ -387,7 +388,7 @@ func (h *hub) snapshot(ctx context.Context, name string, c *conn, ref string, in
 			h.mu.Unlock()
 			return nil // left meanwhile
 		}
-		if h.readyLocked(r, snap, ref, reasonJoin, map[*conn]*member{c: m}) {
+		if h.readyLocked(r, snap, ref, protocol.ReasonJoin, map[*conn]*member{c: m}) {
 			h.mu.Unlock()
 			return nil
 		}
@@ -715,7 +716,7 @@ func (h *hub) runResync(r *room) {
 			// Readying may start the room over, putting members back on a
 			// resync: the loop then looks again with a fresh count.
 			if ms := h.waitingLocked(r); len(ms) > 0 {
-				h.readyLocked(r, snap, "", reasonResync, ms)
+				h.readyLocked(r, snap, "", protocol.ReasonResync, ms)
 			}
 			h.mu.Unlock()
 			continue

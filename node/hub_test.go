@@ -10,6 +10,7 @@ import (
 
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/protocol"
 )
 
 // Two joiners of a room that has no position yet: a's snapshot is read
@@ -35,14 +36,14 @@ func TestASnapshotOlderThanTheRoomsStartIsRefused(t *testing.T) {
 	snap := func(seq uint64) presence.Snapshot { return presence.Snapshot{Room: "r", Epoch: 1, RoomSeq: seq} }
 
 	h.mu.Lock()
-	if !h.readyLocked(r, snap(8), "", reasonJoin, map[*conn]*member{b: r.members[b]}) {
+	if !h.readyLocked(r, snap(8), "", protocol.ReasonJoin, map[*conn]*member{b: r.members[b]}) {
 		t.Fatal("the room's first snapshot was refused")
 	}
 	h.eventLocked(r, ev(8))
-	if h.readyLocked(r, snap(7), "", reasonJoin, map[*conn]*member{a: r.members[a]}) {
+	if h.readyLocked(r, snap(7), "", protocol.ReasonJoin, map[*conn]*member{a: r.members[a]}) {
 		t.Fatal("a snapshot older than the room's start served: a misses event 8")
 	}
-	if !h.readyLocked(r, snap(8), "", reasonJoin, map[*conn]*member{a: r.members[a]}) {
+	if !h.readyLocked(r, snap(8), "", protocol.ReasonJoin, map[*conn]*member{a: r.members[a]}) {
 		t.Fatal("a snapshot as new as the room's start was refused")
 	}
 	h.eventLocked(r, ev(9))

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/protocol"
 )
 
 // TestJoinersOfOneReadShareTheirFrames: joiners served by one snapshot
@@ -16,21 +17,21 @@ func TestJoinersOfOneReadShareTheirFrames(t *testing.T) {
 	snap := presence.Snapshot{Room: "r", Region: "eu", Epoch: 7, RoomSeq: 2, Total: 3,
 		Members: []presence.Member{{User: "a"}, {User: "b"}}}
 	body := r.bodies.get(snap, detailStates)
-	f1 := r.joinFrames.snapshot("1", reasonJoin, snap, detailStates, body)
-	f2 := r.joinFrames.snapshot("1", reasonJoin, snap, detailStates, r.bodies.get(snap, detailStates))
+	f1 := r.joinFrames.snapshot("1", protocol.ReasonJoin, snap, detailStates, body)
+	f2 := r.joinFrames.snapshot("1", protocol.ReasonJoin, snap, detailStates, r.bodies.get(snap, detailStates))
 	if &f1[0] != &f2[0] {
 		t.Error("two joiners of one read with one ref: the frame was encoded twice")
 	}
-	if want := encodeSnapshotBody("1", reasonJoin, "r", true, body); !bytes.Equal(f1, want) {
+	if want := encodeSnapshotBody("1", protocol.ReasonJoin, "r", true, body); !bytes.Equal(f1, want) {
 		t.Errorf("shared frame %s, want %s", f1, want)
 	}
-	f3 := r.joinFrames.snapshot("2", reasonJoin, snap, detailStates, body)
+	f3 := r.joinFrames.snapshot("2", protocol.ReasonJoin, snap, detailStates, body)
 	if !bytes.Contains(f3, []byte(`"ref":"2"`)) {
 		t.Errorf("another ref got %s", f3)
 	}
 	snap2 := snap
 	snap2.RoomSeq = 3
-	if f4 := r.joinFrames.snapshot("2", reasonJoin, snap2, detailStates, r.bodies.get(snap2, detailStates)); &f4[0] == &f3[0] {
+	if f4 := r.joinFrames.snapshot("2", protocol.ReasonJoin, snap2, detailStates, r.bodies.get(snap2, detailStates)); &f4[0] == &f3[0] {
 		t.Error("another read's joiner got the last read's frame")
 	}
 

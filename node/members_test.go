@@ -2,6 +2,7 @@ package node
 
 import (
 	"fmt"
+	"github.com/presence-dev/presence/protocol"
 	"slices"
 	"testing"
 	"time"
@@ -42,13 +43,13 @@ func TestMembersPagesThroughALargeRoom(t *testing.T) {
 
 	for _, bad := range []struct {
 		frame map[string]any
-		code  ErrorCode
+		code  protocol.ErrorCode
 	}{
-		{map[string]any{"type": "members", "room": "big", "limit": 3, "ref": "b1"}, CodeInvalidPage},
-		{map[string]any{"type": "members", "room": "big", "limit": 0, "ref": "b2"}, CodeInvalidPage},
-		{map[string]any{"type": "members", "room": "big", "offset": -1, "ref": "b3"}, CodeInvalidPage},
-		{map[string]any{"type": "members", "room": "other", "ref": "b4"}, CodeNotJoined},
-		{map[string]any{"type": "members", "room": "a.b", "ref": "b5"}, CodeInvalidRoom},
+		{map[string]any{"type": "members", "room": "big", "limit": 3, "ref": "b1"}, protocol.CodeInvalidPage},
+		{map[string]any{"type": "members", "room": "big", "limit": 0, "ref": "b2"}, protocol.CodeInvalidPage},
+		{map[string]any{"type": "members", "room": "big", "offset": -1, "ref": "b3"}, protocol.CodeInvalidPage},
+		{map[string]any{"type": "members", "room": "other", "ref": "b4"}, protocol.CodeNotJoined},
+		{map[string]any{"type": "members", "room": "a.b", "ref": "b5"}, protocol.CodeInvalidRoom},
 	} {
 		ref := bad.frame["ref"].(string)
 		t.Run(ref, func(t *testing.T) {
@@ -58,7 +59,7 @@ func TestMembersPagesThroughALargeRoom(t *testing.T) {
 		})
 	}
 	c.send(map[string]any{"type": "members", "room": "big", "offset": "x"})
-	c.expectError(CodeBadFrame, "")
+	c.expectError(protocol.CodeBadFrame, "")
 	c.ping()
 	e.quiesce("big")
 	if n := len(e.rec.Of("", "big", "u4")); n != 1 {

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"github.com/presence-dev/presence/protocol"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -122,8 +123,8 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 	}
 	// Codes and reasons exist from the start, so rates work before the
 	// first rejection.
-	for _, c := range []ErrorCode{CodeBadFrame, CodeUnknownType, CodeInvalidRoom, CodeInvalidState, CodeForbidden,
-		CodeTooManyRooms, CodeNotJoined, CodeRateLimited, CodeUnavailable, CodeInvalidToken, CodeInvalidPage, "too_big"} {
+	for _, c := range []protocol.ErrorCode{protocol.CodeBadFrame, protocol.CodeUnknownType, protocol.CodeInvalidRoom, protocol.CodeInvalidState, protocol.CodeForbidden,
+		protocol.CodeTooManyRooms, protocol.CodeNotJoined, protocol.CodeRateLimited, protocol.CodeUnavailable, protocol.CodeInvalidToken, protocol.CodeInvalidPage, "too_big"} {
 		m.rejectedFrames.WithLabelValues(string(c))
 	}
 	for _, r := range []string{"auth", "capacity", "draining", "bad_request", "origin"} {

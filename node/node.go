@@ -24,11 +24,12 @@ import (
 	"github.com/presence-dev/presence/bus"
 	jsclient "github.com/presence-dev/presence/clients/js"
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/protocol"
 )
 
 // Paths served by Handler.
 const (
-	PathWebSocket = "/v1/ws"
+	PathWebSocket = protocol.PathWebSocket
 	PathHealth    = "/healthz"
 	PathMetrics   = "/metrics"
 	// PathClient serves the browser client (clients/js), PathClientTypes
@@ -246,7 +247,7 @@ func (n *Node) Drain(ctx context.Context) error {
 	conns := n.wheel.close()
 	n.log.Info("node: draining", "connections", len(conns))
 	for _, c := range conns {
-		c.shutdown(CloseRestart, "service restart", true)
+		c.shutdown(protocol.CloseRestart, "service restart", true)
 	}
 	return n.waitConns(ctx, conns)
 }
@@ -283,7 +284,7 @@ func (n *Node) Close() error {
 
 	conns := n.wheel.close()
 	for _, c := range conns {
-		c.shutdown(CloseGoingAway, "server closing", true)
+		c.shutdown(protocol.CloseGoingAway, "server closing", true)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Limits.CloseTimeout)
 	_ = n.waitConns(ctx, conns)
@@ -371,7 +372,7 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 	ws.EnableWriteCompression(false)
 	if !n.wheel.add(c, &n.connWG) {
 		// Drain began during the handshake.
-		_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(CloseRestart, "service restart"), time.Now().Add(time.Second))
+		_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(protocol.CloseRestart, "service restart"), time.Now().Add(time.Second))
 		_ = ws.Close()
 		return
 	}
@@ -379,8 +380,8 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 	c.armExpiry()
 	n.counts.open.Add(1)
 	lim := &n.cfg.Limits
-	hello := helloFrame{Type: typeHello, V: ProtocolVersion, Region: n.cfg.Region, User: id.user, Session: session,
-		Limits: helloLimits{MaxRooms: lim.MaxRooms, MaxFrameBytes: lim.MaxFrameBytes, MaxStateBytes: presence.MaxStateBytes,
+	hello := protocol.Hello{Type: protocol.TypeHello, V: protocol.Version, Region: n.cfg.Region, User: id.user, Session: session,
+		Limits: protocol.Limits{MaxRooms: lim.MaxRooms, MaxFrameBytes: lim.MaxFrameBytes, MaxStateBytes: presence.MaxStateBytes,
 			FrameRate: lim.FrameRate, FrameBurst: lim.FrameBurst, PingIntervalMS: lim.PingInterval.Milliseconds(),
 			MaxWatches: lim.MaxWatches, MaxWatchUsers: lim.MaxWatchUsers, TickMS: n.cfg.FanoutTick.Milliseconds()},
 		OfflineGraceMS: n.cfg.Store.Timing().OfflineGrace.Milliseconds()}
@@ -405,7 +406,7 @@ func (n *Node) refuseAuth(w http.ResponseWriter, r *http.Request, err error) {
 	if uerr != nil {
 		return // the upgrader has answered
 	}
-	refuseUpgraded(ws, CloseUnauthorized, authReason(err))
+	refuseUpgraded(ws, protocol.CloseUnauthorized, authReason(err))
 }
 
 // Health is the body of the health endpoint.

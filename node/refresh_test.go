@@ -7,6 +7,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/protocol"
 )
 
 // A token that runs out closes its connection with 4002 and releases the
@@ -20,16 +21,16 @@ func TestTokenExpiryClosesTheConnection(t *testing.T) {
 	stay := n.dial(t, token(t, "stay", rooms, 2*time.Second), "s")
 	gone := n.dial(t, token(t, "gone", rooms, 2*time.Second), "s")
 	for _, c := range []*client{stay, gone} {
-		if c.hello.Expires == nil || time.Until(*c.hello.Expires) > 2*time.Second {
-			t.Fatalf("hello token_expires %v, want within 2s", c.hello.Expires)
+		if c.hello.TokenExpires == nil || time.Until(*c.hello.TokenExpires) > 2*time.Second {
+			t.Fatalf("hello token_expires %v, want within 2s", c.hello.TokenExpires)
 		}
 		c.join("room")
 	}
 	e.quiesce("room")
-	stay.expectClose(CloseTokenExpired)
+	stay.expectClose(protocol.CloseTokenExpired)
 	back := n.dial(t, token(t, "stay", rooms, time.Hour), "s")
 	back.join("room")
-	gone.expectClose(CloseTokenExpired)
+	gone.expectClose(protocol.CloseTokenExpired)
 	waitFor(t, 5*time.Second, "gone's offline", func() bool { return len(e.rec.Of(presence.Offline, "room", "gone")) == 1 })
 	e.quiesce("room")
 	if got := e.rec.Of(presence.Offline, "room", "gone"); got[0].Reason != presence.Left {
@@ -50,27 +51,27 @@ func TestRefreshExtendsTheTokenAndRevokesRooms(t *testing.T) {
 	// A control connection whose token expires no earlier than dana's
 	// first: once it is closed, that token's expiry has passed.
 	ctl := n.dial(t, token(t, "ctl", []string{"lobby"}, 3*time.Second), "s")
-	if ctl.hello.Expires.Before(*c.hello.Expires) {
-		t.Fatalf("control token expires %v, before dana's %v", ctl.hello.Expires, c.hello.Expires)
+	if ctl.hello.TokenExpires.Before(*c.hello.TokenExpires) {
+		t.Fatalf("control token expires %v, before dana's %v", ctl.hello.TokenExpires, c.hello.TokenExpires)
 	}
 	c.join("lobby")
 	c.join("team7-a")
 	c.send(map[string]string{"type": "refresh", "token": token(t, "dana", []string{"lobby"}, time.Hour), "ref": "r1"})
-	if f := c.expect("left"); f.Room != "team7-a" || f.Reason != reasonRevoked || f.Ref != "" {
+	if f := c.expect("left"); f.Room != "team7-a" || f.Reason != protocol.ReasonRevoked || f.Ref != "" {
 		t.Fatalf("revocation: %s", f.raw)
 	}
 	f := c.expect("refreshed")
-	if f.Ref != "r1" || f.Expires == nil || time.Until(*f.Expires) < 59*time.Minute {
+	if f.Ref != "r1" || f.TokenExpires == nil || time.Until(*f.TokenExpires) < 59*time.Minute {
 		t.Fatalf("refreshed: %s", f.raw)
 	}
 	c.send(map[string]string{"type": "join", "room": "team7-b", "ref": "j"})
-	c.expectError(CodeForbidden, "j")
+	c.expectError(protocol.CodeForbidden, "j")
 	if live := e.live("team7-a", "dana"); len(live) != 0 {
 		t.Fatalf("revoked room still holds %v", live)
 	}
 
 	// Past the first token's expiry the connection is still open.
-	ctl.expectClose(CloseTokenExpired)
+	ctl.expectClose(protocol.CloseTokenExpired)
 	c.ping()
 	if live := e.live("lobby", "dana"); len(live) != 1 {
 		t.Fatalf("lobby sessions %v after the first token's expiry", live)
@@ -92,10 +93,10 @@ func TestBadRefreshIsRefused(t *testing.T) {
 	} {
 		ref := string(rune('a' + i))
 		c.send(map[string]string{"type": "refresh", "token": tok, "ref": ref})
-		c.expectError(CodeInvalidToken, ref)
+		c.expectError(protocol.CodeInvalidToken, ref)
 	}
 	c.send(map[string]string{"type": "join", "room": "other", "ref": "j"})
-	c.expectError(CodeForbidden, "j") // the grant is still the first token's
+	c.expectError(protocol.CodeForbidden, "j") // the grant is still the first token's
 	e.quiesce("room")
 	if got := e.rec.Of("", "room", "erin"); len(got) != 1 {
 		t.Fatalf("erin's transitions %v, want the join only", got)

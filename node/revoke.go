@@ -11,6 +11,7 @@ import (
 
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/protocol"
 )
 
 // The server API disconnects users (bus.RegionDisconnect): every node of
@@ -211,9 +212,9 @@ func (d *dropper) drop(user, room string, until *time.Time) {
 	} else {
 		conns = d.hub.connsIn(room, user)
 	}
-	code, text := CloseDisconnected, "disconnected"
+	code, text := protocol.CloseDisconnected, "disconnected"
 	if room == "" && until != nil && d.revs.now().Before(*until) {
-		code, text = CloseRevoked, revokedText(*until)
+		code, text = protocol.CloseRevoked, revokedText(*until)
 	}
 	for _, c := range conns {
 		c.shutdown(code, text, false)
@@ -226,14 +227,14 @@ func (d *dropper) drop(user, room string, until *time.Time) {
 // revokedText is the reason of a CloseRevoked close: "revoked until"
 // and the end, RFC 3339 in UTC, which the client reads.
 func revokedText(until time.Time) string {
-	return "revoked until " + until.UTC().Format(time.RFC3339)
+	return protocol.RevokedUntilPrefix + until.UTC().Format(time.RFC3339)
 }
 
 // refuseRevoked closes a just upgraded connection of a revoked user with
 // CloseRevoked: refused before the upgrade, a browser would only see
 // 1006 and retry.
 func refuseRevoked(ws *websocket.Conn, until time.Time) {
-	_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(CloseRevoked, revokedText(until)), time.Now().Add(time.Second))
+	_ = ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(protocol.CloseRevoked, revokedText(until)), time.Now().Add(time.Second))
 	_ = ws.Close()
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testnats"
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/protocol"
 )
 
 func TestRevocationsKeepTheLatestWord(t *testing.T) {
@@ -94,8 +95,8 @@ func dialRevoked(t *testing.T, n *node, tok, session string) string {
 	}
 	_, err := w.End(time.Second)
 	var ce *websocket.CloseError
-	if !errors.As(err, &ce) || ce.Code != CloseRevoked {
-		t.Fatalf("revoked connect ended with %v, want %d", err, CloseRevoked)
+	if !errors.As(err, &ce) || ce.Code != protocol.CloseRevoked {
+		t.Fatalf("revoked connect ended with %v, want %d", err, protocol.CloseRevoked)
 	}
 	return ce.Text
 }
@@ -129,8 +130,8 @@ func TestDisconnectRevokesOnEveryNode(t *testing.T) {
 	}
 	want := "revoked until " + until.UTC().Format(time.RFC3339)
 	for _, c := range []*client{ca, cb} {
-		if code, text := closeOf(t, c); code != CloseRevoked || text != want {
-			t.Fatalf("close %d %q, want %d %q", code, text, CloseRevoked, want)
+		if code, text := closeOf(t, c); code != protocol.CloseRevoked || text != want {
+			t.Fatalf("close %d %q, want %d %q", code, text, protocol.CloseRevoked, want)
 		}
 	}
 	bob.ping() // the other user is untouched
@@ -165,14 +166,14 @@ func TestDisconnectFromARoomRefusesItsJoin(t *testing.T) {
 	if _, err := disconnecter(t, e).Disconnect(context.Background(), bus.DisconnectRequest{User: "bob", Room: "room42", RevokeUntil: &until}); err != nil {
 		t.Fatal(err)
 	}
-	if code, text := closeOf(t, c); code != CloseDisconnected || text != "disconnected" {
+	if code, text := closeOf(t, c); code != protocol.CloseDisconnected || text != "disconnected" {
 		t.Fatalf("close %d %q", code, text)
 	}
 	other.ping()
 	c = n.dial(t, tok, "tab1")
 	c.join("lobby")
 	c.send(map[string]string{"type": "join", "room": "room42", "ref": "r"})
-	if f := c.expectError(CodeRevoked, "r"); !strings.Contains(f.Message, `revoked from room "room42" until `) {
+	if f := c.expectError(protocol.CodeRevoked, "r"); !strings.Contains(f.Message, `revoked from room "room42" until `) {
 		t.Fatalf("refusal: %s", f.raw)
 	}
 	// A disconnect without a revocation closes with 4003 and bars nothing.
@@ -180,8 +181,8 @@ func TestDisconnectFromARoomRefusesItsJoin(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, x := range []*client{c, other} {
-		if code, _ := closeOf(t, x); code != CloseDisconnected {
-			t.Fatalf("close %d, want %d", code, CloseDisconnected)
+		if code, _ := closeOf(t, x); code != protocol.CloseDisconnected {
+			t.Fatalf("close %d, want %d", code, protocol.CloseDisconnected)
 		}
 	}
 	n.dial(t, tok, "tab3").join("lobby")
@@ -197,7 +198,7 @@ func TestAMissedDropIsCaughtUpFromTheStore(t *testing.T) {
 	if err := e.store.Revoke(context.Background(), presence.Revocation{User: "carol", Until: time.Now().Add(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
-	if code, text := closeOf(t, c); code != CloseRevoked || !strings.HasPrefix(text, "revoked until ") {
+	if code, text := closeOf(t, c); code != protocol.CloseRevoked || !strings.HasPrefix(text, "revoked until ") {
 		t.Fatalf("close %d %q", code, text)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/protocol"
 )
 
 // joinGate is a node's part in a reconnect storm: the join limiter that
@@ -97,7 +98,7 @@ func (g *joinGate) refused(ref presence.SessionRef) time.Duration {
 // waiting queues the session a refused join asked for, to be kept while
 // its client retries: only a valid room the token grants, joined with
 // presence.
-func (c *conn) waiting(req request) {
+func (c *conn) waiting(req protocol.Request) {
 	if req.Present != nil && !*req.Present || presence.ValidateRoom(req.Room) != nil || !c.grant.allowed(req.Room) ||
 		slices.Contains(c.rooms, req.Room) {
 		return
@@ -108,11 +109,11 @@ func (c *conn) waiting(req request) {
 // refuseJoin answers a join the node cannot take now: unavailable with a
 // retry hint spread over the node's backlog; its session is kept while
 // the client retries.
-func (c *conn) refuseJoin(req request, wait time.Duration, msg string) {
+func (c *conn) refuseJoin(req protocol.Request, wait time.Duration, msg string) {
 	c.waiting(req)
 	c.d.joins.appts.Set(c.ref(req.Room), time.Now(), wait)
-	c.d.metrics.rejectedFrames.WithLabelValues(string(CodeUnavailable)).Inc()
-	c.send(mustJSON(errorFrame{Type: typeError, Code: CodeUnavailable, Ref: req.Ref,
+	c.d.metrics.rejectedFrames.WithLabelValues(string(protocol.CodeUnavailable)).Inc()
+	c.send(mustJSON(protocol.Error{Type: protocol.TypeError, Code: protocol.CodeUnavailable, Ref: req.Ref,
 		Message: msg + "; nothing changed, retry after retry_after_ms", RetryAfterMS: max(1, wait.Milliseconds())}))
 }
 
@@ -121,7 +122,7 @@ func (c *conn) refuseJoin(req request, wait time.Duration, msg string) {
 // store calls (claimBatcher.observe), not from the joins: a join's time
 // also holds its wait for a shared call and, in a big room, for the
 // node's fan-out.
-func (c *conn) admitJoin(req request) bool {
+func (c *conn) admitJoin(req protocol.Request) bool {
 	ok, wait := c.d.joins.admit(c.ref(req.Room))
 	if !ok {
 		c.refuseJoin(req, wait, "joins are admitted at the store's pace")

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/protocol"
 )
 
 // countingStore counts the snapshot reads of a real store; the first
@@ -138,11 +138,8 @@ func TestOverloadIsRefusedWithRetryAdvice(t *testing.T) {
 	waitFor(t, 5*time.Second, "the first join to reach the store", func() bool { return gs.claims.Load() == 1 })
 	late := n.dial(t, token(t, "late", []string{"*"}, time.Hour), "s")
 	late.send(map[string]string{"type": "join", "room": "r", "ref": "j2"})
-	f := late.expectError(CodeUnavailable, "j2")
-	var e2 struct {
-		RetryAfterMS int64 `json:"retry_after_ms"`
-	}
-	if err := json.Unmarshal([]byte(f.raw), &e2); err != nil || e2.RetryAfterMS <= 0 {
+	f := late.expectError(protocol.CodeUnavailable, "j2")
+	if f.RetryAfterMS <= 0 {
 		t.Fatalf("refusal %s: want a retry_after_ms", f.raw)
 	}
 	if gs.claims.Load() != 1 {
@@ -172,16 +169,12 @@ func joinRetrying(t *testing.T, c *client, room string, maxHint time.Duration) (
 		if f.Type == "snapshot" {
 			return f, hints
 		}
-		var e struct {
-			Code         string `json:"code"`
-			RetryAfterMS int64  `json:"retry_after_ms"`
-		}
-		if err := json.Unmarshal([]byte(f.raw), &e); err != nil || e.Code != string(CodeUnavailable) {
+		if f.Code != protocol.CodeUnavailable {
 			t.Fatalf("join: %s, want a snapshot or unavailable", f.raw)
 		}
-		d := time.Duration(e.RetryAfterMS) * time.Millisecond
+		d := time.Duration(f.RetryAfterMS) * time.Millisecond
 		if d <= 0 || d > maxHint {
-			t.Fatalf("retry_after_ms %d, want in (0, %v]", e.RetryAfterMS, maxHint)
+			t.Fatalf("retry_after_ms %d, want in (0, %v]", f.RetryAfterMS, maxHint)
 		}
 		hints = append(hints, d)
 		time.Sleep(d) // the client honours the hint

@@ -11,6 +11,7 @@ import (
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/internal/testnats"
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/protocol"
 )
 
 // switchable answers room snapshots as the aggregators' query service
@@ -67,7 +68,7 @@ func TestGlobalNodeFallsBackToTheRegionalView(t *testing.T) {
 	g.down.Store(false)
 	for _, c := range []*client{alice, bob} {
 		f := c.expect("snapshot")
-		if f.Reason != reasonResync || f.Snapshot.Region != bus.GlobalRegion || !slices.Equal(users(f.Snapshot), []string{"far"}) {
+		if f.Reason != protocol.ReasonResync || f.Snapshot.Region != bus.GlobalRegion || !slices.Equal(users(f.Snapshot), []string{"far"}) {
 			t.Fatalf("back to the global view: %s", f.raw)
 		}
 	}
@@ -89,7 +90,7 @@ func TestGlobalNodeFallsBackToTheRegionalView(t *testing.T) {
 	// The global view fails again, with nobody joining: the probe notices.
 	g.down.Store(true)
 	f := alice.expect("snapshot")
-	if f.Reason != reasonResync || f.Snapshot.Region != "eu" || !slices.Equal(users(f.Snapshot), []string{"alice", "bob"}) {
+	if f.Reason != protocol.ReasonResync || f.Snapshot.Region != "eu" || !slices.Equal(users(f.Snapshot), []string{"alice", "bob"}) {
 		t.Fatalf("back to the regional view: %s", f.raw)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/protocol"
 )
 
 // Watch lists (docs/PROTOCOL.md, "Watch lists"): a connection follows some
@@ -85,7 +86,7 @@ type watcher struct {
 func (h *hub) watchUsers(ctx context.Context, room string, c *conn, ref string, users []string) error {
 	if len(users) == 0 {
 		h.unwatch(room, c)
-		c.send(encodeWatching(ref, reasonWatch, room, []string{}, nil))
+		c.send(encodeWatching(ref, protocol.ReasonWatch, room, []string{}, nil))
 		return nil
 	}
 	reader, ok := h.store.(UsersReader)
@@ -140,7 +141,7 @@ func (h *hub) watchUsers(ctx context.Context, room string, c *conn, ref string, 
 		h.unwatch(room, c)
 		return err
 	}
-	return h.readWatch(ctx, reader, w, c, wt, ref, reasonWatch)
+	return h.readWatch(ctx, reader, w, c, wt, ref, protocol.ReasonWatch)
 }
 
 // subscribeUsers subscribes to the users' subjects (wus are their entries,
@@ -258,7 +259,7 @@ func (h *hub) resyncWatcherLocked(w *wroom, c *conn, wt *watcher) {
 	wt.gen++
 	h.metrics.resyncs.Inc()
 	h.wg.Add(1)
-	go h.rewatch(reader, w, c, wt, reasonResync)
+	go h.rewatch(reader, w, c, wt, protocol.ReasonResync)
 }
 
 // holdWatchEventLocked holds an event of a watched user for its reorder

@@ -94,24 +94,10 @@ func (t Timing) Validate() error {
 			return &ConfigError{f.name, fmt.Sprintf("must be positive, got %v", f.d)}
 		}
 	}
-	// Session expiry is stored to the second.
-	if t.SessionTTL < 2*time.Second {
-		return &ConfigError{"session TTL", fmt.Sprintf("must be at least 2s, got %v", t.SessionTTL)}
-	}
-	if t.Heartbeat*3 > t.SessionTTL {
-		return &ConfigError{"heartbeat", fmt.Sprintf("(%v) must be at most a third of the session TTL (%v), so two missed ticks do not expire a live session", t.Heartbeat, t.SessionTTL)}
-	}
-	if t.OfflineGrace >= t.SessionTTL {
-		return &ConfigError{"offline grace", fmt.Sprintf("(%v) must be shorter than the session TTL (%v): a crashed node's users would otherwise outlive a clean close", t.OfflineGrace, t.SessionTTL)}
-	}
-	if t.ReapInterval > t.OfflineGrace {
-		return &ConfigError{"reap interval", fmt.Sprintf("(%v) must not exceed the offline grace (%v), or departures are announced late by more than the grace itself", t.ReapInterval, t.OfflineGrace)}
-	}
-	if t.ReapInterval*2 > t.OutageGap() {
-		return &ConfigError{"reap interval", fmt.Sprintf("(%v) must be at most a quarter of session TTL - heartbeat (%v): a silence of half that is taken for an outage", t.ReapInterval, t.SessionTTL-t.Heartbeat)}
-	}
-	if t.LastSeenInterval < t.Heartbeat {
-		return &ConfigError{"last-seen interval", fmt.Sprintf("(%v) must be at least the heartbeat (%v): last seen is not written on every heartbeat", t.LastSeenInterval, t.Heartbeat)}
+	for _, r := range TimingRules {
+		if !r.holds(t) {
+			return &ConfigError{r.Field, r.fails(t)}
+		}
 	}
 	return nil
 }

@@ -92,6 +92,41 @@ func TestTimingValidateNamesTheRule(t *testing.T) {
 	}
 }
 
+// Every rule of TimingRules is one Validate enforces: a timing that
+// breaks only that rule is refused with the rule's field and message.
+func TestTimingRulesAreWhatValidateChecks(t *testing.T) {
+	breaks := map[string]func(*Timing){
+		"session-ttl >= 2s": func(t *Timing) {
+			*t = Timing{SessionTTL: 1900 * time.Millisecond, Heartbeat: 500 * time.Millisecond, OfflineGrace: time.Second, ReapInterval: 100 * time.Millisecond, LastSeenInterval: time.Second}
+		},
+		"heartbeat <= session-ttl / 3":                   func(t *Timing) { t.Heartbeat, t.LastSeenInterval = 16*time.Second, time.Minute },
+		"offline-grace < session-ttl":                    func(t *Timing) { t.OfflineGrace = t.SessionTTL },
+		"reap-interval <= offline-grace":                 func(t *Timing) { t.OfflineGrace, t.ReapInterval = 2*time.Second, 3*time.Second },
+		"reap-interval <= (session-ttl - heartbeat) / 4": func(t *Timing) { t.OfflineGrace, t.ReapInterval = 40*time.Second, 8*time.Second },
+		"last-seen-interval >= heartbeat":                func(t *Timing) { t.LastSeenInterval = t.Heartbeat - time.Second },
+	}
+	if len(breaks) != len(TimingRules) {
+		t.Fatalf("%d counterexamples for %d rules", len(breaks), len(TimingRules))
+	}
+	for _, r := range TimingRules {
+		edit, ok := breaks[r.Rule]
+		if !ok {
+			t.Fatalf("no counterexample for %q", r.Rule)
+		}
+		tm := DefaultTiming()
+		edit(&tm)
+		for _, other := range TimingRules {
+			if other.Rule != r.Rule && !other.Holds(tm) {
+				t.Fatalf("%q's counterexample %+v breaks %q too", r.Rule, tm, other.Rule)
+			}
+		}
+		var ce *ConfigError
+		if err := tm.Validate(); r.Holds(tm) || !errors.As(err, &ce) || ce.Field != r.Field || ce.Rule != r.fails(tm) {
+			t.Errorf("%q: %+v gave %v", r.Rule, tm, err)
+		}
+	}
+}
+
 func TestKinds(t *testing.T) {
 	for _, k := range []Kind{Online, Offline, Update} {
 		if !k.Valid() {

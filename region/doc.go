@@ -30,7 +30,8 @@
 //	                          theirs that a node holds goes stale later (see
 //	                          Transitions). The departure keeps to that ms;
 //	                          until in z is it rounded up.
-//	presence:{R}:st   st  HASH  "user:session" -> state JSON. It belongs to the
+//	presence:{R}:st   st  HASH  "user:session" -> state JSON (the test format 3:
+//	                          '~' then the JSON). It belongs to the
 //	                          session, whichever node holds it.
 //	presence:{R}:mv   mv  ZSET  entry of s -> ms: tombstones of entries
 //	                          taken over from, or released by, that holder, so
@@ -82,15 +83,19 @@
 //	presence:reap:{tag}:swept  STRING, cluster only: a master's sweep is
 //	                          claimed (PX 4/5 of the reap interval).
 //	presence:clock        HASH  seen, hold, from: the region's clock (clock.lua).
-//	presence:holders      HASH  holder code -> "nonce|lease end ms|free from ms|name":
+//	presence:holders      HASH  holder code -> "nonce|lease end ms|free from ms|name|format":
 //	                          the codes' leases (hold.lua, holders.go). A code
 //	                          goes to another store only from "free from" on,
 //	                          a quarantine after its lease ended; name is the
-//	                          holder's Options.Holder, for operators. On a
-//	                          cluster, in whichever slot it hashes to.
+//	                          holder's Options.Holder, for operators; format
+//	                          the newest it reads (none: 2), which the
+//	                          switch of formats checks. On a cluster, in
+//	                          whichever slot it hashes to.
 //	presence:seen:{N}     HASH  user -> last seen, unix seconds (N = crc32(user)
 //	                          mod buckets).
-//	presence:schema       STRING the format of the region's data, "2" (schema.go).
+//	presence:schema       STRING the format of the region's data, "2" (schema.go):
+//	                          every store writes it; "Upgrading" says how it
+//	                          moves to the next.
 //	presence:revoked      ZSET  "user:room" ("user:" for every room) -> until, unix
 //	                          ms: the users the server API barred (revoke.go);
 //	                          written with the ended ones dropped, and expires
@@ -104,16 +109,48 @@
 //
 // Format 2 (holder codes, until in seconds) cannot read the data of the
 // releases before it (entries "user:session:holder", until in ms): a
-// member's until in ms would read as seconds far ahead, a ghost. Preload
-// (which presenced runs at start) therefore writes presence:schema on a
-// region with no data (or with only data of its own format, which has a
-// holder registry), accepts its own format, and refuses with a
-// SchemaError a region with other data and no version key, or another
-// version;
-// presenced then exits instead of writing. A region moves to format 2 on
-// an empty keyspace: start the new release with another prefix
-// (presenced --redis-prefix), or empty Redis once every node of the old
-// release has stopped. Nodes of two formats must never share a region.
+// member's until in ms would read as seconds far ahead, a ghost. Such a
+// region moves to format 2 on an empty keyspace (presenced
+// --redis-prefix). From format 2 on, a format changes by expand and
+// contract, node by node, with nothing announced:
+//
+//   - Expand. A release of format N+1 reads formats N and N+1 and writes
+//     the format presence:schema names. Its nodes run beside those of
+//     the release of format N in a region of format N: the region keeps
+//     being written in N, which both read. Releases that may run together
+//     are exactly those two: the one of the region's format and the next,
+//     which reads it; a release reads from format 2 (oldestFormat) to its
+//     own (FormatVersion), and refuses any other at Preload with a
+//     SchemaError (presenced exits).
+//   - Switch. Once every node runs the new release, an operator runs
+//     presenced upgrade --finish (FinishUpgrade, upgrade.go). It moves the
+//     marker to N+1 only if no holder of presence:holders whose lease runs
+//     reads an older format (every writing store holds a lease naming the
+//     newest format it reads; a store's Close ends its lease; one that died
+//     keeps it until it runs out, holdLease). The switch is a command, not
+//     automatic when the last old node leaves, because it ends the rollback:
+//     an operator who stops the rollout, or finds the new release wanting,
+//     rolls the old release back in up to that moment, and decides when it
+//     has passed.
+//   - Contract. Within a heartbeat every store reads the marker again
+//     (pollFormat) and writes N+1; each session's data moves as its node's
+//     next heartbeat rewrites it (touch.lua), and what no heartbeat
+//     touches ends with its session. A release that drops reading N may
+//     follow once the region has been in N+1 for a session TTL and a
+//     grace. A store that finds the marker naming a format it cannot read,
+//     at Preload or at run time, writes nothing (a SchemaError); at run
+//     time its Ping fails with it too, so its node's /healthz answers 503
+//     saying why.
+//
+// An operator therefore rolls the nodes (drain, start, healthy: nothing
+// else), then runs presenced upgrade (it shows the region's format and
+// each holder's) and presenced upgrade --finish. To roll back before the
+// switch, roll the nodes back to the old release the same way: the data
+// is in its format. After the switch there is no rollback: the old
+// release refuses the region. A release that changes the format says so
+// first in the CHANGELOG, with the format it reads and writes and the
+// release it runs beside. A build with the presenceformat3 tag is the
+// test format 3 (format_three.go), which proves this in the tests.
 //
 // Reading it with redis-cli (quote the braces for the shell):
 //

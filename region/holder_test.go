@@ -242,8 +242,8 @@ func TestHolderIDs(t *testing.T) {
 	}
 	s := newStore(t, rdb, &collector{}, func(o *Options) { o.Holder = "n" + strconv.Itoa(7) })
 	touch(t, s, ref("r", "v", "a"))
-	if v, _ := rdb.HGet(context.Background(), "presence:holders", s.code()).Result(); !strings.HasSuffix(v, "|n7") {
-		t.Fatalf("registry entry of %q: %q, want it to name n7", s.code(), v)
+	if v, _ := rdb.HGet(context.Background(), "presence:holders", s.code()).Result(); !strings.HasSuffix(v, "|n7|"+FormatVersion) {
+		t.Fatalf("registry entry of %q: %q, want it to name n7 and the format it reads", s.code(), v)
 	}
 }
 

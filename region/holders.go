@@ -124,11 +124,15 @@ func (s *Store) hold(ctx context.Context) (string, int64, error) {
 	defer s.holdMu.Unlock()
 	h := &s.holding
 	now := time.Now()
+	s.pollFormat(ctx, now)
+	if se := s.badFormat.Load(); se != nil {
+		return "", 0, se
+	}
 	if h.code != "" && now.Before(h.renew) {
 		return h.code, h.until, nil
 	}
 	res, err := scriptHold.Run(ctx, s.rdb, []string{s.holdersKey()}, h.nonce, h.code,
-		ms(s.leaseLen), ms(s.holdQuarantine()), s.opt.Holder, codeBytes).Slice()
+		ms(s.leaseLen), ms(s.holdQuarantine()), s.opt.Holder, codeBytes, newestFormat).Slice()
 	if err != nil || len(res) != 3 {
 		if h.code != "" && now.Before(h.expires) {
 			s.log.Warn("presence: holder lease not renewed; writing under it until it ends", "region", s.opt.Region, "err", err)
@@ -164,6 +168,22 @@ func (s *Store) renewSoon() {
 	s.holdMu.Lock()
 	s.holding.renew = time.Time{}
 	s.holdMu.Unlock()
+}
+
+// unhold ends the store's lease now (unhold.lua), if it has one; the
+// next write takes it again. A failure leaves the lease to run out.
+func (s *Store) unhold(ctx context.Context) {
+	s.holdMu.Lock()
+	defer s.holdMu.Unlock()
+	h := &s.holding
+	if h.code == "" {
+		return
+	}
+	if err := scriptUnhold.Run(ctx, s.rdb, []string{s.holdersKey()}, h.nonce, h.code, ms(s.holdQuarantine())).Err(); err != nil {
+		s.log.Warn("presence: holder lease not ended at close; it runs out", "region", s.opt.Region, "err", err)
+		return
+	}
+	h.until, h.expires, h.renew = 0, time.Time{}, time.Time{}
 }
 
 // code is the store's holder code, ” before its first write.

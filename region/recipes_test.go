@@ -45,7 +45,7 @@ func TestRedisCliRecipes(t *testing.T) {
 	if n, _ := rdb.ZCount(context.Background(), "presence:{room42}", fmt.Sprint(time.Now().Unix()), "+inf").Result(); n != 2 {
 		t.Fatalf("zcount via client: %d", n)
 	}
-	if got := cli("hgetall", "presence:holders"); len(strings.Split(got, "\n")) != 2 || len(strings.Split(got, "|")) != 4 {
+	if got := cli("hgetall", "presence:holders"); len(strings.Split(got, "\n")) != 2 || len(strings.Split(got, "|")) != 5 {
 		t.Fatalf("hgetall presence:holders: %q, want one code and its lease", got)
 	}
 }

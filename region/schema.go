@@ -4,73 +4,141 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// The region's data format. Version 2 (holder codes in session entries,
-// until in whole seconds in the member zsets) cannot read version 1 right:
-// a member's until in ms would read as seconds far ahead, a ghost. So a
-// store refuses a region whose data is of another version, and a region
-// moves to a new version on an empty keyspace (a new Options.Prefix, or
-// Redis emptied after every node of the old version stopped).
-const schemaVersion = "2"
+// The region's data format. presence:schema, the region's format marker,
+// names the format its data is in: every store writes that format, and a
+// store refuses a region in a format it cannot read. A release reads the
+// formats from oldestFormat to newestFormat (format_release.go), so a
+// release of a new format runs beside the one before it in a region of
+// the old format, and the region switches once no store of the old
+// release is left (upgrade.go; doc.go, "Upgrading"). Version 2 (holder
+// codes in session entries, until in whole seconds) cannot read the data
+// of version 1, the format before versions: until in ms would read as
+// seconds far ahead, a ghost.
+const oldestFormat = 2
 
-// FormatVersion is the data format this store reads and writes.
-const FormatVersion = schemaVersion
-
-// SchemaError is a region holding data of another format than this
-// store's: its nodes must not write it (see region/doc.go, "Upgrading").
+// SchemaError is a region holding data of a format this store cannot
+// read: its nodes must not write it (see region/doc.go, "Upgrading").
 type SchemaError struct {
-	Found, Want string // Found "1": data with no version key (older releases)
+	Found, Want string // Found "1": data with no version key (older releases); Want: what this store reads
 	Key         string
 }
 
 func (e *SchemaError) Error() string {
-	return fmt.Sprintf("presence: the region's data (%s) is of format %s, this store writes format %s: start the region on an empty keyspace (a new prefix, or Redis emptied once every node of the old release has stopped)",
+	return fmt.Sprintf("presence: the region's data (%s) is of format %s, this store reads format %s: run a release that reads it (region/doc.go, Upgrading), or start the region on an empty keyspace (a new prefix)",
 		e.Key, e.Found, e.Want)
+}
+
+// readsWhat names the formats this release reads, for errors.
+func readsWhat() string {
+	if oldestFormat == newestFormat {
+		return strconv.Itoa(newestFormat)
+	}
+	return fmt.Sprintf("%d to %d", oldestFormat, newestFormat)
+}
+
+// readable parses a marker's value and reports whether this release reads
+// that format.
+func readable(v string) (int, bool) {
+	n, err := strconv.Atoi(v)
+	return n, err == nil && n >= oldestFormat && n <= newestFormat
 }
 
 func (s *Store) schemaKey() string { return s.opt.Prefix + ":schema" }
 
-// checkSchema accepts the region if its version key names this store's
-// format, or if it has no data yet or only data of this format written by
-// stores that did not Preload (a holder registry: only this format has
-// one); then it writes the key. Other data with no version key is of the
-// format before versions: refused.
+// checkSchema accepts the region if its marker names a format this store
+// reads, which it then writes; or if it has no data yet (it writes the
+// newest format it reads), or only data written by stores that did not
+// Preload, which is format 2 (a holder registry: the format before it has
+// none). Other data with no marker is of the format before versions:
+// refused.
 func (s *Store) checkSchema(ctx context.Context) error {
 	key := s.schemaKey()
 	for range 2 {
 		v, err := s.rdb.Get(ctx, key).Result()
-		switch {
-		case err == nil && v == schemaVersion:
+		if err == nil {
+			n, ok := readable(v)
+			if !ok {
+				return &SchemaError{Found: v, Want: readsWhat(), Key: key}
+			}
+			s.format.Store(int64(n))
 			return nil
-		case err == nil:
-			return &SchemaError{Found: v, Want: schemaVersion, Key: key}
-		case !errors.Is(err, redis.Nil):
+		}
+		if !errors.Is(err, redis.Nil) {
 			return err
 		}
-		old, err := s.hasRegionData(ctx)
-		if err == nil && old {
-			var n int64
-			n, err = s.rdb.Exists(ctx, s.holdersKey()).Result()
-			old = n == 0
-		}
+		mark, err := s.unmarkedFormat(ctx)
 		if err != nil {
 			return err
 		}
-		if old {
-			return &SchemaError{Found: "1", Want: schemaVersion, Key: s.opt.Prefix + ":*"}
+		if _, ok := readable(mark); !ok {
+			return &SchemaError{Found: mark, Want: readsWhat(), Key: s.opt.Prefix + ":*"}
 		}
-		if ok, err := s.rdb.SetNX(ctx, key, schemaVersion, 0).Result(); err != nil || ok {
+		if ok, err := s.rdb.SetNX(ctx, key, mark, 0).Result(); err != nil {
 			return err
+		} else if ok {
+			n, _ := readable(mark)
+			s.format.Store(int64(n))
+			return nil
 		}
 		// Another store wrote it meanwhile: read it again.
 	}
 	return nil
 }
+
+// unmarkedFormat is the format of a region with no marker: the newest
+// this release reads when it has no data, 2 for data with a holder
+// registry, 1 for other data.
+func (s *Store) unmarkedFormat(ctx context.Context) (string, error) {
+	data, err := s.hasRegionData(ctx)
+	if err != nil || !data {
+		return strconv.Itoa(newestFormat), err
+	}
+	n, err := s.rdb.Exists(ctx, s.holdersKey()).Result()
+	if err != nil {
+		return "", err
+	}
+	if n == 0 {
+		return "1", nil
+	}
+	return "2", nil
+}
+
+// pollFormat reads the region's marker again, at most once a heartbeat
+// (hold calls it before a write, under holdMu): a store writes the format
+// the region has switched to within a heartbeat, and one that finds a
+// format it cannot read writes nothing more (badFormat). A marker that is
+// missing or cannot be read leaves the format as it was.
+func (s *Store) pollFormat(ctx context.Context, now time.Time) {
+	if now.Before(s.formatNext) {
+		return
+	}
+	s.formatNext = now.Add(s.t.Heartbeat)
+	v, err := s.rdb.Get(ctx, s.schemaKey()).Result()
+	if err != nil {
+		return
+	}
+	n, ok := readable(v)
+	if !ok {
+		se := &SchemaError{Found: v, Want: readsWhat(), Key: s.schemaKey()}
+		s.log.Error("presence: the region switched to a format this release cannot read; this store writes nothing more", "region", s.opt.Region, "err", se)
+		s.badFormat.Store(se)
+		return
+	}
+	if old := s.format.Swap(int64(n)); old != int64(n) {
+		s.log.Info("presence: the region's data format changed; this store writes it", "region", s.opt.Region, "from", old, "to", n)
+	}
+}
+
+// writeFormat is the format this store writes: the region's, as last read.
+func (s *Store) writeFormat() int64 { return s.format.Load() }
 
 // hasRegionData reports whether any reap index exists: every region with
 // data has one per slot in use (presence:reap, on a cluster

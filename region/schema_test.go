@@ -3,6 +3,7 @@ package region
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -27,8 +28,8 @@ func TestARegionOfAnotherFormatIsRefused(t *testing.T) {
 			if err := fresh.Preload(ctx); err != nil {
 				t.Fatalf("a region with no data: %v", err)
 			}
-			if v, _ := rdb.Get(ctx, "fresh:schema").Result(); v != schemaVersion {
-				t.Fatalf("version key %q, want %q", v, schemaVersion)
+			if v, _ := rdb.Get(ctx, "fresh:schema").Result(); v != FormatVersion {
+				t.Fatalf("version key %q, want %q", v, FormatVersion)
 			}
 			// The region is used, then a second store starts: accepted.
 			if _, err := fresh.Claim(ctx, []presence.SessionRef{{Room: "r", User: "u", Session: "s"}}); err != nil {
@@ -61,13 +62,14 @@ func TestARegionOfAnotherFormatIsRefused(t *testing.T) {
 				t.Fatal("the refusal wrote the version key")
 			}
 
-			// Another version.
-			if err := rdb.Set(ctx, "next:schema", "3", 0).Err(); err != nil {
+			// A format newer than this release reads.
+			next := strconv.Itoa(newestFormat + 1)
+			if err := rdb.Set(ctx, "next:schema", next, 0).Err(); err != nil {
 				t.Fatal(err)
 			}
 			err = newStore(t, rdb, sink, func(o *Options) { o.Prefix = "next" }).Preload(ctx)
-			if !errors.As(err, &se) || se.Found != "3" {
-				t.Fatalf("format 3: %v, want a SchemaError of format 3", err)
+			if !errors.As(err, &se) || se.Found != next {
+				t.Fatalf("format %s: %v, want a SchemaError of format %s", next, err, next)
 			}
 		})
 	}

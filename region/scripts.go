@@ -3,6 +3,7 @@ package region
 import (
 	"context"
 	"embed"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -36,7 +37,9 @@ func loadFlags(name string, readOnly bool, extra string) *redis.Script {
 	if len(flags) > 0 {
 		head = "#!lua flags=" + strings.Join(flags, ",") + "\n"
 	}
-	return redis.NewScript(head + string(lib) + string(body))
+	// FORMAT, the newest data format this release reads, tells lib.lua's
+	// state_read which encodings it knows.
+	return redis.NewScript(head + "local FORMAT = " + strconv.Itoa(newestFormat) + "\n" + string(lib) + string(body))
 }
 
 var (
@@ -57,9 +60,12 @@ var (
 	scriptExtend   = load("extend", false)
 	scriptHold     = load("hold", false)
 	scriptRenumber = load("renumber", false)
+	scriptUnhold   = load("unhold", false)
+	scriptRegistry = load("registry", true)
+	scriptSwitch   = load("switch", false)
 )
 
-var allScripts = []*redis.Script{scriptTouch, scriptRelease, scriptReap, scriptClock, scriptAck, scriptSeen, scriptDue, scriptDueAll, scriptSnapshot, scriptState, scriptCount, scriptSessions, scriptRoster, scriptUsers, scriptExtend, scriptHold, scriptRenumber}
+var allScripts = []*redis.Script{scriptTouch, scriptRelease, scriptReap, scriptClock, scriptAck, scriptSeen, scriptDue, scriptDueAll, scriptSnapshot, scriptState, scriptCount, scriptSessions, scriptRoster, scriptUsers, scriptExtend, scriptHold, scriptRenumber, scriptUnhold, scriptRegistry, scriptSwitch}
 
 type call struct {
 	script *redis.Script

@@ -31,6 +31,7 @@ func (f SinkFunc) Publish(ctx context.Context, ts []presence.Transition) (uint64
 
 // Store is one region's presence state in Redis. It is safe for concurrent
 // use; any number of Stores, in any number of processes, may share a Redis.
+// Its locks and goroutines: locksordering.txt.
 type Store struct {
 	rdb     redis.UniversalClient
 	cluster bool
@@ -60,9 +61,13 @@ type Store struct {
 	done   chan struct{}
 	closed bool
 
-	holdMu   sync.Mutex // holding
-	holding  holding    // the holder code and its lease (holders.go)
-	leaseLen time.Duration
+	holdMu     sync.Mutex // holding, formatNext
+	holding    holding    // the holder code and its lease (holders.go)
+	leaseLen   time.Duration
+	formatNext time.Time // when hold reads the region's format marker again (schema.go)
+
+	format    atomic.Int64                // the format this store writes: the region's (schema.go)
+	badFormat atomic.Pointer[SchemaError] // the region switched to a format this store cannot read
 
 	stats Stats
 }
@@ -84,17 +89,22 @@ func (s *Store) Start() {
 }
 
 // Close stops what Start started and waits for the reaper (the deliverer
-// stops with it). The Redis client is the caller's.
+// stops with it), then ends the store's holder lease: its node has
+// stopped writing, and a region's switch to a new format need not wait
+// for the lease to run out (upgrade.go). A write after Close takes a
+// lease again. The Redis client is the caller's.
 func (s *Store) Close() {
 	s.runMu.Lock()
-	defer s.runMu.Unlock()
 	s.closed = true
-	if s.stop == nil {
-		return
+	if s.stop != nil {
+		s.stop()
+		<-s.done
+		s.stop = nil
 	}
-	s.stop()
-	<-s.done
-	s.stop = nil
+	s.runMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	s.unhold(ctx)
 }
 
 // Stats counts what a Store did.
@@ -132,6 +142,7 @@ func New(rdb redis.UniversalClient, opt Options) (*Store, error) {
 	st := &Store{rdb: rdb, cluster: cluster, opt: opt, t: t, log: lg, now: time.Now,
 		seen: map[string]time.Time{}, incs: map[string]string{}, held: map[presence.SessionRef]heldAt{},
 		holding: holding{nonce: newNonce()}, leaseLen: holdLease}
+	st.format.Store(oldestFormat) // until Preload or the first write reads the region's
 	if opt.AsyncDelivery {
 		st.outq = make(chan map[string][]string, outQueue)
 	}
@@ -144,8 +155,13 @@ func (s *Store) Timing() presence.Timing { return s.t }
 // Stats returns the live counters.
 func (s *Store) Stats() *Stats { return &s.stats }
 
-// Ping reports whether Redis answers (on a cluster, every master).
+// Ping reports whether Redis answers (on a cluster, every master), and
+// fails with a SchemaError once the region has switched to a format this
+// store cannot read: a node's health then says why it writes nothing.
 func (s *Store) Ping(ctx context.Context) error {
+	if se := s.badFormat.Load(); se != nil {
+		return se
+	}
 	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
 		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() })
 	}

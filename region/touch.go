@@ -136,7 +136,7 @@ func (s *Store) touchCalls(sorted []presence.SessionRef, claim bool, code string
 	expected := s.expectedIncs(sorted)
 	var calls []touchCall
 	for _, k := range order {
-		head := touchHead{ms(s.t.SessionTTL), ms(s.opt.PublishLease), s.opt.MaxOutbox, code, flag, expected[k], s.readCut(), ms(s.readSlack()), len(s.opt.Prefix), until, ms(s.t.Unrefreshed())}
+		head := touchHead{ms(s.t.SessionTTL), ms(s.opt.PublishLease), s.opt.MaxOutbox, code, flag, expected[k], s.readCut(), ms(s.readSlack()), len(s.opt.Prefix), until, ms(s.t.Unrefreshed()), s.writeFormat()}
 		b := touchBatcher{s: s, index: k, chunk: s.opt.ChunkSize, head: head[:]}
 		b.reset()
 		for _, rb := range byIndex[k] {
@@ -148,8 +148,8 @@ func (s *Store) touchCalls(sorted []presence.SessionRef, claim bool, code string
 	return calls
 }
 
-// touchHead is touch.lua's arguments before the rooms (ARGV[1..11]).
-type touchHead [11]any
+// touchHead is touch.lua's arguments before the rooms (ARGV[1..12]).
+type touchHead [12]any
 
 // touchBatcher fills the touch calls of one reap index (see touch.lua for
 // the argument layout).

@@ -83,7 +83,7 @@ func (s *Store) SetState(ctx context.Context, ref presence.SessionRef, state jso
 		script: scriptState,
 		keys:   s.roomKeys(ref.Room).writeKeys(s.indexKey(ref.Room)),
 		args: []any{ms(s.opt.PublishLease), s.opt.MaxOutbox, ref.Room, ref.User, ref.Session, buf.String(), code,
-			s.heldInc(ref), until},
+			s.heldInc(ref), until, s.writeFormat()},
 	}})
 	if err != nil {
 		if s.leaseEnded(err) {

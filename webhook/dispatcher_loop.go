@@ -76,6 +76,7 @@ func (d *Dispatcher) tick(ctx context.Context) {
 		}
 	}
 	d.take(tctx, all, want, now)
+	d.watch(now)
 	d.mu.Lock()
 	d.m.lanes.Set(float64(len(d.lanes)))
 	d.mu.Unlock()
@@ -135,12 +136,37 @@ func (d *Dispatcher) take(ctx context.Context, all []LaneID, want int, now time.
 	}
 }
 
+// watch starts over a lane that has lag and made no attempt for longer
+// than any wait it makes on purpose (stallAfter): the lane ends with
+// errStalled, and the next tick starts it again on its lease.
+func (d *Dispatcher) watch(now time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for id, ln := range d.lanes {
+		idle := now.Sub(time.Unix(0, ln.busyAt.Load()))
+		limit := stallAfter(ln.ep.Load().e, d.opts.LeaseTTL)
+		if ln.status.Load().LagEvents == 0 || idle < limit {
+			continue
+		}
+		select {
+		case ln.stalled <- struct{}{}:
+			d.m.stalls.WithLabelValues(id.Endpoint, id.Source).Inc()
+			d.lg.Warn("webhook: lane made no progress while it had lag; starting it over from its consumer's ack floor",
+				"lane", id.String(), "idle", idle.Round(time.Millisecond), "lag_events", ln.status.Load().LagEvents)
+		default:
+		}
+		ln.busy(now) // once per stallAfter, even if the lane does not read it (it waits for JetStream)
+	}
+}
+
 // ended is called by a lane that stopped by itself: its lease stays, and
 // the next tick starts it afresh.
 func (d *Dispatcher) ended(ln *lane, err error) {
-	if errors.Is(err, errStreamChanged) {
+	switch {
+	case errors.Is(err, errStalled): // watch said why
+	case errors.Is(err, errStreamChanged):
 		d.lg.Warn("webhook: the lane's stream was made again or its consumer removed; starting the lane over", "lane", ln.id.String())
-	} else if err != nil {
+	case err != nil:
 		d.lg.Error("webhook: lane stopped", "lane", ln.id.String(), "err", err)
 	}
 	d.mu.Lock()

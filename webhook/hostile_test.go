@@ -181,3 +181,17 @@ func TestHostilePrivateAddressIsRefused(t *testing.T) {
 		t.Errorf("%d connections reached the receiver", conns.Load())
 	}
 }
+
+// A certificate from a trusted CA but for another name is refused: the
+// httptest certificate names 127.0.0.1 and example.com, not localhost.
+func TestHostileCertificateForAnotherName(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(srv.Close)
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ep := endpoint("tls", strings.Replace(srv.URL, "127.0.0.1", "localhost", 1))
+	ep.CAFile = ca
+	hostileFailure(t, ep, "tls")
+}

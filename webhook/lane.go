@@ -54,6 +54,10 @@ type lane struct {
 	graceful atomic.Bool        // on stop, let the attempt in flight finish
 	done     chan struct{}
 	status   atomic.Pointer[LaneStatus]
+	stalled  chan struct{} // the watchdog: start over from the ack floor
+	// busyAt is when the lane last showed it is not stuck (unix ns): an
+	// attempt started or answered, or nothing to deliver.
+	busyAt atomic.Int64
 
 	// The lane goroutine's own.
 	core     *core
@@ -81,7 +85,8 @@ type LaneStatus struct {
 func newLane(d *Dispatcher, id LaneID, rt *endpointRT) *lane {
 	ln := &lane{id: id, d: d, enable: make(chan bool, 1), done: make(chan struct{}),
 		in: make(chan jetstream.Msg, pullBatch), results: make(chan result, 1), trouble: make(chan struct{}, 1),
-		msgs: map[uint64]jetstream.Msg{}}
+		stalled: make(chan struct{}, 1), msgs: map[uint64]jetstream.Msg{}}
+	ln.busy(time.Now())
 	ln.ep.Store(rt)
 	ln.status.Store(&LaneStatus{Endpoint: id.Endpoint, Source: id.Source, State: "starting"})
 	return ln
@@ -111,6 +116,17 @@ func (ln *lane) stop(graceful bool) {
 		ln.abort()
 	}
 	ln.cancel()
+}
+
+func (ln *lane) busy(now time.Time) { ln.busyAt.Store(now.UnixNano()) }
+
+// stallAfter is how long a lane with lag may go without an attempt
+// before the watchdog starts it over: longer than any wait the lane
+// makes on purpose (a retry's backoff and its attempt, a gap, a batch
+// filling, a lease refresh).
+func stallAfter(e *Endpoint, leaseTTL time.Duration) time.Duration {
+	return time.Duration(e.MaxBackoff) + time.Duration(e.Timeout) + time.Duration(e.GapTimeout) +
+		time.Duration(e.MaxWait) + leaseTTL + 4*laneTick
 }
 
 func (ln *lane) setup(ctx context.Context) error {

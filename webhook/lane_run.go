@@ -15,6 +15,13 @@ import (
 // consumer is gone: the dispatcher starts it afresh.
 var errStreamChanged = errors.New("the lane's stream or consumer changed")
 
+// errStalled ends a lane the watchdog found stuck: messages JetStream
+// counts as delivered to its consumer never reached it (lost in flight,
+// or taken by another client of the durable) and would stay invisible
+// until the consumer's AckWait. Started over, it resets the consumer to
+// its ack floor and gets them again.
+var errStalled = errors.New("the lane made no progress while it had lag")
+
 // run sets the lane up, then feeds the core from the consumer and
 // delivers what it says, until ctx ends (or the stream changes).
 func (ln *lane) run(ctx, actx context.Context) error {
@@ -78,8 +85,11 @@ func (ln *lane) loop(ctx, actx context.Context) error {
 		case m := <-ln.in:
 			ln.intake(ctx, m)
 		case r := <-ln.results:
+			// Settled under actx, which only a lost lease cuts: a graceful
+			// stop arriving meanwhile must not drop a 2xx's settlement (the
+			// next holder would send the batch again).
 			ln.inflight = false
-			ln.answered(ctx, r)
+			ln.answered(actx, r)
 		case <-timer.C:
 		case now := <-tick.C:
 			ln.core.tick(now)
@@ -99,6 +109,8 @@ func (ln *lane) loop(ctx, actx context.Context) error {
 			}
 		case lift := <-ln.enable:
 			ln.reconfigure(lift)
+		case <-ln.stalled:
+			return errStalled
 		case <-ctx.Done():
 			return ln.shutdown()
 		}
@@ -133,6 +145,7 @@ func (ln *lane) next(ctx, actx context.Context) time.Time {
 			return now.Add(laneTick)
 		}
 		ln.inflight = true
+		ln.busy(now)
 		go func(id string, body []byte) {
 			r := post(actx, rt.client, rt.e, id, body, time.Now())
 			ln.results <- r

@@ -13,6 +13,7 @@ import (
 // disable on 410).
 func (ln *lane) answered(ctx context.Context, r result) {
 	ep := ln.id.Endpoint
+	ln.busy(time.Now())
 	ln.d.m.attemptTime.WithLabelValues(ep).Observe(r.took.Seconds())
 	if r.ok() {
 		ln.finish(ctx, false)
@@ -103,6 +104,9 @@ func (ln *lane) stats(ctx context.Context) error {
 		lag = info.NumPending + uint64(info.NumAckPending)
 	case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
 		return ln.checkStream(ctx)
+	}
+	if lag == 0 || ln.core.disabled {
+		ln.busy(time.Now()) // nothing to deliver, or stopped by a 410 on purpose
 	}
 	secs := 0.0
 	if !oldest.IsZero() {

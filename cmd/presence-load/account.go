@@ -12,6 +12,7 @@ import (
 
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/protocol"
 )
 
 // never ranks a join whose online never arrived on a path (missing, or
@@ -88,19 +89,6 @@ func (l *ledger) send(user string, at time.Time) int {
 	return r.attempts
 }
 
-// frame is the union of the node frames the tool reads.
-type frame struct {
-	Type         string             `json:"type"`
-	Ref          string             `json:"ref"`
-	Room         string             `json:"room"`
-	Reason       string             `json:"reason"`
-	Code         string             `json:"code"`
-	Message      string             `json:"message"`
-	RetryAfterMS int64              `json:"retry_after_ms"`
-	Event        json.RawMessage    `json:"event"`
-	Snapshot     *presence.Snapshot `json:"snapshot"`
-}
-
 // isEvent tells an event frame from its first bytes: the node writes
 // "type" first. A frame not recognised here is parsed in full.
 func isEvent(data []byte) bool { return bytes.HasPrefix(data, []byte(`{"type":"event"`)) }
@@ -115,7 +103,7 @@ func (l *ledger) joinerFrame(user string, data []byte, at time.Time) time.Durati
 	if isEvent(data) {
 		return 0
 	}
-	var f frame
+	var f protocol.Frame
 	if err := json.Unmarshal(data, &f); err != nil {
 		l.mu.Lock()
 		l.badFrames++
@@ -127,7 +115,7 @@ func (l *ledger) joinerFrame(user string, data []byte, at time.Time) time.Durati
 	r := l.byUser[user]
 	if r == nil || !strings.HasPrefix(f.Ref, "j") {
 		if f.Type == "error" {
-			l.errorFrames[f.Code]++
+			l.errorFrames[string(f.Code)]++
 		}
 		return 0
 	}
@@ -139,7 +127,7 @@ func (l *ledger) joinerFrame(user string, data []byte, at time.Time) time.Durati
 		r.final = false
 	case "error":
 		r.refusals++
-		r.lastCode = f.Code
+		r.lastCode = string(f.Code)
 		if f.RetryAfterMS > 0 && r.attempts < maxAttempts {
 			r.retryPending = true
 			return time.Duration(f.RetryAfterMS) * time.Millisecond
@@ -195,7 +183,7 @@ func (l *ledger) natsEvent(kind presence.Kind, user string, at time.Time) {
 // resync snapshot replaces the events it covers: a joiner it lists whose
 // online the watcher has not seen will never get it as an event.
 func (l *ledger) watcherFrame(room string, data []byte, at time.Time) {
-	var f frame
+	var f protocol.Frame
 	if err := json.Unmarshal(data, &f); err != nil {
 		l.mu.Lock()
 		l.badFrames++
@@ -239,7 +227,7 @@ func (l *ledger) watcherFrame(room string, data []byte, at time.Time) {
 			}
 		}
 	case "error":
-		l.errorFrames[f.Code]++
+		l.errorFrames[string(f.Code)]++
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/presence-dev/presence/protocol"
 )
 
 func ms(n float64) time.Duration { return time.Duration(n * float64(time.Millisecond)) }
@@ -115,12 +117,12 @@ func TestLedgerAccounting(t *testing.T) {
 	// u3: answered, but its online never shows anywhere.
 	reply("u3", ms(1))
 	// u4: refused for good.
-	if r := l.joinerFrame("u4", errorFrame("unavailable", "j1", 0), at(ms(1))); r != 0 {
+	if r := l.joinerFrame("u4", errorFrame(string(protocol.CodeUnavailable), "j1", 0), at(ms(1))); r != 0 {
 		t.Fatal("refusal without retry_after_ms asked for a retry")
 	}
 	// u5: refused with retry_after_ms, retried, served; measured from the
 	// first send.
-	if r := l.joinerFrame("u5", errorFrame("unavailable", "j1", 50), at(ms(1))); r != ms(50) {
+	if r := l.joinerFrame("u5", errorFrame(string(protocol.CodeUnavailable), "j1", 50), at(ms(1))); r != ms(50) {
 		t.Fatalf("retry delay %v, want 50ms", r)
 	}
 	if l.settled() {
@@ -182,7 +184,7 @@ func TestLedgerAccounting(t *testing.T) {
 	check("nats duplicates", s.natsDuplicates, 1)
 	check("watchers lost", s.watchersLost, 1)
 	check("bad frames", s.badFrames, 0)
-	if got := s.refusalCodes["unavailable"]; got != 2 {
+	if got := s.refusalCodes[string(protocol.CodeUnavailable)]; got != 2 {
 		t.Errorf("unavailable refusals = %d, want 2 (u4, u5)", got)
 	}
 	wantWS := []time.Duration{ms(3), ms(3), ms(101), 1600 * time.Millisecond, never, never, never}
@@ -234,7 +236,7 @@ func TestRetryDroppedCountsAsRefused(t *testing.T) {
 	l := newLedger()
 	l.add("u", "r")
 	l.send("u", time.Unix(0, 0))
-	if d := l.joinerFrame("u", errorFrame("unavailable", "j1", 5000), time.Unix(0, 0)); d != 5*time.Second {
+	if d := l.joinerFrame("u", errorFrame(string(protocol.CodeUnavailable), "j1", 5000), time.Unix(0, 0)); d != 5*time.Second {
 		t.Fatalf("retry delay %v", d)
 	}
 	l.retryDropped("u")

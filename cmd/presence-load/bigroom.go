@@ -20,6 +20,7 @@ import (
 
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/protocol"
 )
 
 // The bigroom mode: one room of thousands of members on one node, every
@@ -580,7 +581,7 @@ func (r *bigRun) truthOnce(ctx context.Context, attempt int) (view, *presence.Sn
 			moved = true
 			continue
 		case "error":
-			if p.Code == "rate_limited" {
+			if p.Code == protocol.CodeRateLimited {
 				time.Sleep(time.Second)
 				more = true
 				break
@@ -798,9 +799,9 @@ func (c *churn) joinWithRetries(ctx context.Context, ws *websocket.Conn, frames 
 					continue
 				}
 				if p.Type == "error" {
-					lastCode = p.Code
-					c.note(func() { c.codes[p.Code]++ })
-					retry = time.Duration(p.Retry) * time.Millisecond
+					lastCode = string(p.Code)
+					c.note(func() { c.codes[string(p.Code)]++ })
+					retry = time.Duration(p.RetryAfterMS) * time.Millisecond
 					break wait
 				}
 				c.replyUS[i] = time.Now().UnixMicro() - r.baseUS
@@ -835,8 +836,8 @@ func (c *churn) awaitLeft(frames <-chan pframe) (retry time.Duration, done bool)
 				return 0, true
 			}
 			if p.Type == "error" && p.Ref == "l" {
-				c.note(func() { c.leaveRefused[p.Code]++ })
-				return time.Duration(p.Retry) * time.Millisecond, false
+				c.note(func() { c.leaveRefused[string(p.Code)]++ })
+				return time.Duration(p.RetryAfterMS) * time.Millisecond, false
 			}
 		case <-timeout:
 			return 0, false
@@ -1099,7 +1100,7 @@ func (r *bigRun) judgeStats(what string, s statsResp) {
 		r.fail("%s connections closed: %s", what, codes(s.Closed))
 	}
 	for code, n := range s.Errors {
-		if code != "rate_limited" {
+		if code != string(protocol.CodeRateLimited) {
 			r.fail("%d error frames %s at %ss", n, code, what)
 		}
 	}
@@ -1304,15 +1305,15 @@ func stormJoin(c *websocket.Conn, join []byte, i int, retried *atomic.Int64) (ti
 		if json.Unmarshal(data, &p) != nil || p.Ref != "j" {
 			continue
 		}
-		if k == "error" && p.Code == "unavailable" && p.Retry > 0 && time.Since(t0) < 30*time.Second {
+		if k == "error" && p.Code == protocol.CodeUnavailable && p.RetryAfterMS > 0 && time.Since(t0) < 30*time.Second {
 			retried.Add(1)
-			time.Sleep(jitter(time.Duration(p.Retry) * time.Millisecond))
+			time.Sleep(jitter(time.Duration(p.RetryAfterMS) * time.Millisecond))
 			if c.WriteMessage(websocket.TextMessage, join) != nil {
 				return 0, "lost"
 			}
 			continue
 		}
-		return 0, p.Code
+		return 0, string(p.Code)
 	}
 }
 

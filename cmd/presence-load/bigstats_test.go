@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/presence-dev/presence/protocol"
 )
 
 func TestFramesPerTick(t *testing.T) {
@@ -98,9 +100,9 @@ func TestMergeStats(t *testing.T) {
 	mergeStats(&s, statsResp{Frames: []int64{1, 2}, Types: map[string]int64{"events": 3}, Resyncs: 1, MinSeq: 5, MaxSeq: 9,
 		Anom: anomalies{Gaps: 1, Missing: 2, Examples: []string{"x"}}})
 	mergeStats(&s, statsResp{Frames: []int64{-1}, Types: map[string]int64{"events": 4}, MinSeq: 0, MaxSeq: 0}) // no folding connection
-	mergeStats(&s, statsResp{Frames: []int64{7}, MinSeq: 3, MaxSeq: 4, Errors: map[string]int{"rate_limited": 2}})
+	mergeStats(&s, statsResp{Frames: []int64{7}, MinSeq: 3, MaxSeq: 4, Errors: map[string]int{string(protocol.CodeRateLimited): 2}})
 	if !slices.Equal(s.Frames, []int64{1, 2, -1, 7}) || s.Types["events"] != 7 || s.Resyncs != 1 || s.MinSeq != 3 || s.MaxSeq != 9 ||
-		s.Anom.Missing != 2 || s.Errors["rate_limited"] != 2 || !s.Anom.protocolBroken() {
+		s.Anom.Missing != 2 || s.Errors[string(protocol.CodeRateLimited)] != 2 || !s.Anom.protocolBroken() {
 		t.Fatalf("%+v", s)
 	}
 }

@@ -22,6 +22,7 @@ import (
 
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/protocol"
 )
 
 // The big-room scenarios hold more WebSockets than one process may open
@@ -396,16 +397,12 @@ func (w *bigWorker) open(ctx context.Context, spec *openSpec) (openResp, error) 
 // error frame) if the refusal is an unavailable with a retry hint and
 // retried is under openRetries; otherwise it returns the refusal.
 func (c *bconn) again(ctx context.Context, frame, req []byte, retried int) error {
-	var f struct {
-		Code         string `json:"code"`
-		Message      string `json:"message"`
-		RetryAfterMS int64  `json:"retry_after_ms"`
-	}
+	var f protocol.Error
 	if json.Unmarshal(frame, &f) != nil {
 		return fmt.Errorf("unreadable error frame %.100s", frame)
 	}
-	if f.Code != "unavailable" || f.RetryAfterMS <= 0 || retried >= openRetries {
-		return &refusal{f.Code, f.Message}
+	if f.Code != protocol.CodeUnavailable || f.RetryAfterMS <= 0 || retried >= openRetries {
+		return &refusal{string(f.Code), f.Message}
 	}
 	select {
 	case <-time.After(time.Duration(f.RetryAfterMS) * time.Millisecond):
@@ -442,13 +439,8 @@ func (c *bconn) open(ctx context.Context, d *dialer, users []string) (int, strin
 	if err != nil {
 		return fail(err)
 	}
-	var hello struct {
-		Type   string `json:"type"`
-		Limits struct {
-			TickMS int `json:"tick_ms"`
-		} `json:"limits"`
-	}
-	if json.Unmarshal(data, &hello) != nil || hello.Type != "hello" {
+	var hello protocol.Hello
+	if json.Unmarshal(data, &hello) != nil || hello.Type != protocol.TypeHello {
 		return fail(fmt.Errorf("first frame is not a hello: %.100s", data))
 	}
 	var req string
@@ -506,7 +498,7 @@ func (c *bconn) open(ctx context.Context, d *dialer, users []string) (int, strin
 			}
 		}
 		go c.readLoop()
-		return hello.Limits.TickMS, typ, retried, nil
+		return int(hello.Limits.TickMS), typ, retried, nil
 	}
 }
 
@@ -649,11 +641,7 @@ func (c *bconn) snapshotSeen(reason string) {
 
 // unparsed handles the rare frames a non-parsing connection looks into.
 func (c *bconn) unparsed(kind string, data []byte) {
-	var f struct {
-		Type   string `json:"type"`
-		Reason string `json:"reason"`
-		Code   string `json:"code"`
-	}
+	var f protocol.Frame
 	if json.Unmarshal(data, &f) != nil {
 		c.w.types.inc("unparsable")
 		return
@@ -664,7 +652,7 @@ func (c *bconn) unparsed(kind string, data []byte) {
 		c.w.types.inc("snapshot/resync")
 	case f.Type == "error":
 		c.w.types.inc("error")
-		c.w.errored(f.Code)
+		c.w.errored(string(f.Code))
 	default:
 		c.w.types.inc(f.Type)
 	}
@@ -682,18 +670,11 @@ func (w *bigWorker) errored(code string) {
 	w.mu.Unlock()
 }
 
-// pframe is the union of the frames a parsing connection reads.
+// pframe is a frame a parsing connection reads: any frame, and a
+// room_seq, which no count frame should carry (its absence is counted).
 type pframe struct {
-	Type     string             `json:"type"`
-	Ref      string             `json:"ref"`
-	Reason   string             `json:"reason"`
-	Code     string             `json:"code"`
-	Retry    int64              `json:"retry_after_ms"`
-	Event    json.RawMessage    `json:"event"`
-	Snapshot *presence.Snapshot `json:"snapshot"`
-	Count    *int               `json:"count"`
-	RoomSeq  uint64             `json:"room_seq"`
-	Epoch    int64              `json:"epoch"`
+	protocol.Frame
+	RoomSeq uint64 `json:"room_seq"`
 }
 
 // onSnapshot applies a snapshot or watching frame (a join's, a watch's
@@ -807,8 +788,8 @@ func (c *bconn) handle(data []byte, at time.Time) {
 	case "count":
 		c.onCount(f)
 	case "error":
-		c.w.errored(f.Code)
-		if f.Code == "rate_limited" && c.fold != nil && c.fold.paging {
+		c.w.errored(string(f.Code))
+		if f.Code == protocol.CodeRateLimited && c.fold != nil && c.fold.paging {
 			// A page request was dropped: ask again later.
 			gen := c.fold.gen
 			time.AfterFunc(1500*time.Millisecond, func() {

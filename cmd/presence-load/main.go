@@ -66,6 +66,8 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/gorilla/websocket"
+
+	"github.com/presence-dev/presence/protocol"
 )
 
 func main() {
@@ -343,10 +345,10 @@ func joinRoom(ws *websocket.Conn, room string) error {
 		// unavailable: sent again after retry_after_ms with the client's
 		// own jitter, as the JS client does, within the read deadline.
 		var p pframe
-		if json.Unmarshal(data, &p) != nil || p.Code != "unavailable" || p.Retry <= 0 {
+		if json.Unmarshal(data, &p) != nil || p.Code != protocol.CodeUnavailable || p.RetryAfterMS <= 0 {
 			return errors.New(s)
 		}
-		time.Sleep(jitter(time.Duration(p.Retry) * time.Millisecond))
+		time.Sleep(jitter(time.Duration(p.RetryAfterMS) * time.Millisecond))
 		if err := ws.WriteMessage(websocket.TextMessage, join); err != nil {
 			return err
 		}

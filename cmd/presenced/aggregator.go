@@ -26,15 +26,7 @@ import (
 // runAggregatorCommand runs one aggregator until ctx is done. Run two or
 // more (one per region, say): one leads, the others take over.
 func runAggregatorCommand(ctx context.Context, args []string, stderr io.Writer) error {
-	c := &aggregatorCommand{}
-	if err := c.parse(args, stderr); err != nil {
-		if err == flag.ErrHelp {
-			return nil
-		}
-		return err
-	}
-	defer c.close()
-	return c.run(ctx)
+	return runCommand(ctx, &aggregatorCommand{}, args, stderr)
 }
 
 // aggregatorCommand is one run of an aggregator: parse, then the steps of

@@ -329,23 +329,18 @@ func (tb *tab) view() pageView {
 func (tb *tab) waitView(within time.Duration, what string, cond func(pageView) bool) pageView {
 	tb.t.Helper()
 	var last pageView
-	var lastErr error
-	deadline := time.Now().Add(within)
-	for {
+	testkit.CheckFor(tb.t, within, 50*time.Millisecond, func() error {
 		var v pageView
-		err := tb.tryEval(`window.view ? window.view() : {ready:false}`, &v)
-		if err == nil {
-			last = v
-			if v.Ready && cond(v) {
-				return v
-			}
+		if err := tb.tryEval(`window.view ? window.view() : {ready:false}`, &v); err != nil {
+			return fmt.Errorf("%s: waiting for %s; last view %s (error %w)", tb.name, what, last, err)
 		}
-		lastErr = err
-		if time.Now().After(deadline) {
-			tb.t.Fatalf("%s: timed out after %v waiting for %s; last view %s (error %v)", tb.name, within, what, last, lastErr)
+		last = v
+		if v.Ready && cond(v) {
+			return nil
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("%s: waiting for %s; last view %s", tb.name, what, last)
+	})
+	return last
 }
 
 // waitSynced waits for the page's client to be open and its room synced.

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"fmt"
+	"github.com/presence-dev/presence/internal/testkit"
 	"slices"
 	"syscall"
 	"testing"
@@ -395,17 +397,14 @@ func TestBrowserCountRoomAndWatchList(t *testing.T) {
 	}
 	waitBig := func(what string, cond func(big) bool) big {
 		t.Helper()
-		deadline := time.Now().Add(brGrace + 10*time.Second)
-		for {
-			v := read()
-			if cond(v) {
-				return v
+		var v big
+		testkit.CheckFor(t, brGrace+10*time.Second, 50*time.Millisecond, func() error {
+			if v = read(); !cond(v) {
+				return fmt.Errorf("%s: page has %+v", what, v)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: page has %+v", what, v)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
+		return v
 	}
 	// The counter room counts alice's own session there.
 	waitBig("count 1, nobody watched is here", func(v big) bool {

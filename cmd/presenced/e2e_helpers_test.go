@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -84,14 +85,18 @@ func (e *env) startNode(extra ...string) *proc {
 // startNodeIn runs a node of the given region.
 func (e *env) startNodeIn(region string, extra ...string) *proc {
 	e.t.Helper()
-	args := append([]string{"node",
+	return e.start(e.nodeArgs(region, extra...), true)
+}
+
+// nodeArgs are the arguments of a node of region with the tests' timing.
+func (e *env) nodeArgs(region string, extra ...string) []string {
+	return append([]string{"node",
 		"--region", region, "--redis", e.redis, "--nats", e.nats, "--listen", "127.0.0.1:0",
 		"--jwt-secret", e2eSecret,
 		"--session-ttl", e2eTTL.String(), "--heartbeat", e2eBeat.String(),
 		"--offline-grace", e2eGrace.String(), "--reap-interval", e2eReap.String(),
 		"--last-seen-interval", "2s", "--drain-timeout", "5s",
 	}, extra...)
-	return e.start(args, true)
 }
 
 // listening matches the line a node logs once its listener is bound; the
@@ -109,7 +114,13 @@ func (e *env) start(args []string, health bool) *proc {
 // startEnv is start with environment variables added to the test's.
 func (e *env) startEnv(args, environ []string, health bool) *proc {
 	e.t.Helper()
-	cmd := exec.Command(binary, args...)
+	return e.startBin(binary, args, environ, health)
+}
+
+// startBin is startEnv with another build of presenced.
+func (e *env) startBin(bin string, args, environ []string, health bool) *proc {
+	e.t.Helper()
+	cmd := exec.Command(bin, args...)
 	if environ != nil {
 		cmd.Env = append(os.Environ(), environ...)
 	}
@@ -320,12 +331,13 @@ func skipIfShort(t *testing.T, what string) {
 // and reports whether it held: a wait on a condition for callers that
 // judge the outcome themselves (waitFor fails the test instead).
 func poll(within, every time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
+	return testkit.Poll(within, every, func() error {
+		if cond() {
+			return nil
 		}
-		time.Sleep(every)
-	}
-	return true
+		return errNotYet
+	}) == nil
 }
+
+// errNotYet is poll's reason: its callers say what they waited for.
+var errNotYet = errors.New("not yet")

@@ -228,10 +228,16 @@ func TestE2EWebhookNATSRestartAndStoreLost(t *testing.T) {
 	waitFor(t, 60*time.Second, "the receiver's fold to equal who is connected", func() bool {
 		return slices.Equal(foldHooks(t, client, sink.items(), "r"), truth)
 	})
+	// The endpoint is told in the documented way: a resync marker of the
+	// room with a reason docs/WEBHOOKS.md lists for a lost stream.
 	markers := 0
 	for _, it := range sink.items() {
-		if it.Kind == webhook.KindResync {
-			markers++
+		if it.Kind != webhook.KindResync {
+			continue
+		}
+		markers++
+		if it.Room != "r" || !slices.Contains([]string{webhook.ResyncStreamReset, webhook.ResyncNewEpoch, webhook.ResyncGap}, it.Reason) {
+			t.Errorf("marker %+v: not a documented notice of the lost stream", it)
 		}
 	}
 	if markers == 0 {

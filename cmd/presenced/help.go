@@ -36,6 +36,7 @@ var helpGroups = []flagGroup{
 	{"Logs and profiling", []string{"log-level", "log-format", "pprof-listen"}},
 	{"Webhooks", []string{"config", "config-poll", "instance", "lease-ttl", "state-max-age", "dead-letter-max-age"}},
 	{"The token (presenced token)", []string{"user", "rooms", "ttl", "observe", "jwt-private-key-file", "kid"}},
+	{"The switch (presenced upgrade)", []string{"finish"}},
 	{"Development", []string{"insecure-dev"}},
 }
 
@@ -45,6 +46,7 @@ var commandIntro = map[string]string{
 	"presenced dev":        "Runs everything on this machine: an embedded nats-server, a throwaway redis-server\n(or REDIS_URL), one node with --insecure-dev and the demo page.",
 	"presenced aggregator": "Runs a cross-region aggregator: the global view (run two or more).",
 	"presenced webhooks":   "Runs a webhook dispatcher: the region and global streams, delivered to HTTP endpoints\n(docs/WEBHOOKS.md).",
+	"presenced upgrade":    "Shows the region's data format and the format of each node holding a lease; --finish\nswitches the region to this release's format once none of an older one is left\n(region/doc.go, Upgrading).",
 	"presenced token":      "Prints a client token (JWT) for a user and rooms, signed as the nodes check it\n(docs/TOKENS.md).",
 }
 

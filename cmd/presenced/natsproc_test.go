@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testredis"
 )
 
@@ -65,24 +66,22 @@ func newProcessEnv(t *testing.T) *env {
 	portsFile := filepath.Join(dir, fmt.Sprintf("nats-server_%d.ports", cmd.Process.Pid))
 	var url string
 	var nc *nats.Conn
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
 		if url == "" {
 			url = readPortsFile(portsFile)
 		}
-		if url != "" {
-			if nc, err = nats.Connect(url); err == nil {
-				if _, err = nc.Request("$JS.API.INFO", nil, 2*time.Second); err == nil {
-					break
-				}
-				nc.Close()
-			}
+		if url == "" {
+			return fmt.Errorf("no url in the ports file %s", portsFile)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nats-server (ports file %s, url %q) did not answer: %v", portsFile, url, err)
+		if nc, err = nats.Connect(url); err != nil {
+			return fmt.Errorf("nats-server at %s: %w", url, err)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		if _, err = nc.Request("$JS.API.INFO", nil, 2*time.Second); err != nil {
+			nc.Close()
+			return fmt.Errorf("nats-server at %s: JetStream: %w", url, err)
+		}
+		return nil
+	})
 	t.Cleanup(nc.Close)
 	return &env{t: t, redis: rs.Addr, nats: url, nc: nc}
 }

@@ -87,16 +87,16 @@ func (c *commonFlags) register(fs *flag.FlagSet, listen string) {
 	c.api.register(fs)
 }
 
-// timingRules closes the --help of commands that take the timing flags.
-const timingRules = `
-The timing must keep these rules (the error names the one broken):
-  session-ttl >= 2s                                  expiry is stored in whole seconds
-  heartbeat <= session-ttl / 3                       two missed heartbeats do not expire a live session
-  offline-grace < session-ttl                        a crashed node's users do not outlive a clean close
-  reap-interval <= offline-grace                     departures are not late by more than the grace
-  reap-interval <= (session-ttl - heartbeat) / 4     a longer silence is taken for a Redis outage
-  last-seen-interval >= heartbeat                    last seen is not written on every heartbeat
-`
+// timingRules closes the --help of commands that take the timing flags:
+// presence.TimingRules, which Validate checks.
+var timingRules = func() string {
+	var b strings.Builder
+	b.WriteString("\nThe timing must keep these rules (the error names the one broken):\n")
+	for _, r := range presence.TimingRules {
+		fmt.Fprintf(&b, "  %-50s %s\n", r.Rule, r.Why)
+	}
+	return b.String()
+}()
 
 // embeddedCluster is the embedded nats-server's cluster from the
 // --nats-cluster-* and --nats-gateway* flags, nil when none is set. The

@@ -137,6 +137,23 @@ func TestOracle(t *testing.T) {
 	}
 }
 
+// TestOracleMixedFormats runs a schedule on nodes of two releases in one
+// region of format 2: presenced as built and the test format 3
+// (e2e_upgrade_test.go), started in turn, so the kill's restart brings
+// the other release up in its slot. A region mid-rollout keeps every
+// promise the oracle checks.
+func TestOracleMixedFormats(t *testing.T) {
+	if testing.Short() {
+		t.Skip("oracle: a seeded run of real nodes; skipped with -short")
+	}
+	sc := shortScenario(int64(envInt("PRESENCE_ORACLE_SEED", 5)))
+	run, rep := runOracle(t, sc, oracleOpts{bins: []string{binary, binaryFormat3(t)}})
+	t.Log("\n" + rep.String())
+	if rep.Failed() {
+		t.Errorf("oracle seed %d, nodes of formats 2 and 3 (rerun: PRESENCE_ORACLE_SEED=%d): violations\n%s", sc.Seed, sc.Seed, rep.Details(run, 15))
+	}
+}
+
 func longHint(sc oracle.Scenario) string {
 	if sc.MaxOps > 0 {
 		return fmt.Sprintf(" PRESENCE_ORACLE_OPS=%d", sc.MaxOps)
@@ -183,16 +200,18 @@ func TestOracleCatchesBrokenSetups(t *testing.T) {
 type oracleOpts struct {
 	nodeArgs []string                // appended to every node's flags (they win)
 	tap      func(oracle.Event) bool // false hides an event from every observer
+	bins     []string                // builds of presenced the node starts take in turn (none: binary)
 }
 
 // harness carries out one plan and records it.
 type harness struct {
-	t     *testing.T
-	e     *env
-	plan  *oracle.Plan
-	opts  oracleOpts
-	start time.Time
-	args  []string // node flags
+	t      *testing.T
+	e      *env
+	plan   *oracle.Plan
+	opts   oracleOpts
+	start  time.Time
+	args   []string // node flags
+	starts int      // nodes started, on the test goroutine
 
 	mu       sync.Mutex
 	nodes    []oracle.Node
@@ -255,7 +274,18 @@ func (h *harness) until(d time.Duration) {
 // startSlot starts a node process in slot and watches for its exit. Test
 // goroutine only (startNodeIn may fail the test).
 func (h *harness) startSlot(slot int) {
-	h.register(slot, h.e.startNodeIn(oracleRegion, h.args...))
+	h.register(slot, h.startProc())
+}
+
+// startProc starts a node: of presenced as built, or of each of
+// opts.bins in turn. On the test goroutine only.
+func (h *harness) startProc() *proc {
+	if len(h.opts.bins) == 0 {
+		return h.e.startNodeIn(oracleRegion, h.args...)
+	}
+	bin := h.opts.bins[h.starts%len(h.opts.bins)]
+	h.starts++
+	return h.e.startBin(bin, h.e.nodeArgs(oracleRegion, h.args...), nil, true)
 }
 
 // register records a started node process and watches for its exit.
@@ -389,7 +419,7 @@ func runOracle(t *testing.T, sc oracle.Scenario, opts oracleOpts) (*oracle.Run, 
 		sc.Seed, tm, sc.Users, len(plan.Tabs), sc.Rooms, sc.Nodes, plan.Ops)
 	procs := make([]*proc, sc.Nodes)
 	for s := range procs {
-		procs[s] = h.e.startNodeIn(oracleRegion, h.args...)
+		procs[s] = h.startProc()
 	}
 	// The schedule's clock starts once every node is up; it is set before
 	// any goroutine reads it.

@@ -25,6 +25,8 @@ commands:
   webhooks    run a webhook dispatcher: the streams to HTTP endpoints
   dev         run everything on this machine: embedded NATS, a local
               redis-server, one node and a demo page
+  upgrade     show the region's data format and its nodes' formats; with
+              --finish, switch it to this release's (region/doc.go, Upgrading)
   version     print the version, commit, Go, protocol and data format
 
 Run 'presenced <command> -h' for the command's flags. Every flag can also
@@ -48,6 +50,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runTokenCommand(args[1:], stdout, stderr)
 	case "webhooks":
 		return runWebhooksCommand(ctx, args[1:], stderr)
+	case "upgrade":
+		return runUpgradeCommand(ctx, args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, versionLine(buildInfo()))
 		return nil
@@ -57,6 +61,27 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprint(stderr, usage)
 	return &usageError{fmt.Sprintf("unknown command %q", args[0])}
+}
+
+// command is a long-running command: it parses its flags, runs until
+// its context is done, and closes whatever its run started.
+type command interface {
+	parse(args []string, stderr io.Writer) error
+	run(ctx context.Context) error
+	close()
+}
+
+// runCommand parses c's flags and runs it: --help is no error, and what
+// the run started is closed however it ends.
+func runCommand(ctx context.Context, c command, args []string, stderr io.Writer) error {
+	if err := c.parse(args, stderr); err != nil {
+		if err == flag.ErrHelp {
+			return nil
+		}
+		return err
+	}
+	defer c.close()
+	return c.run(ctx)
 }
 
 // parseFlags parses args, then fills every flag not given on the command

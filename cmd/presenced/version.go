@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/presence-dev/presence/bus"
-	"github.com/presence-dev/presence/node"
+	"github.com/presence-dev/presence/protocol"
 	"github.com/presence-dev/presence/region"
 )
 
@@ -25,7 +25,7 @@ func buildInfo() map[string]string {
 		"version":     version,
 		"commit":      "unknown",
 		"go":          runtime.Version(),
-		"protocol":    strconv.Itoa(node.ProtocolVersion),
+		"protocol":    strconv.Itoa(protocol.Version),
 		"bus_event":   strconv.Itoa(bus.EventVersion),
 		"data_format": region.FormatVersion,
 	}

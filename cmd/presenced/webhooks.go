@@ -23,15 +23,7 @@ import (
 // runWebhooksCommand runs one webhook dispatcher until ctx is done. Run
 // two or more with the same --config: they share the lanes.
 func runWebhooksCommand(ctx context.Context, args []string, stderr io.Writer) error {
-	c := &webhooksCommand{}
-	if err := c.parse(args, stderr); err != nil {
-		if err == flag.ErrHelp {
-			return nil
-		}
-		return err
-	}
-	defer c.close()
-	return c.run(ctx)
+	return runCommand(ctx, &webhooksCommand{}, args, stderr)
 }
 
 // webhooksCommand is one run of a dispatcher: parse, then run's steps,

@@ -499,3 +499,25 @@ func TestWindows(t *testing.T) {
 		t.Fatalf("kill long after a close: %v", w)
 	}
 }
+
+func TestReportCountsFailuresByMinute(t *testing.T) {
+	vs := []Violation{
+		{Class: C4Late, At: 10 * time.Second},
+		{Class: C4Late, At: 59 * time.Second},
+		{Class: C9Spurious, At: 61 * time.Second},
+		{Class: C2LiveOffline, At: 185 * time.Second},
+	}
+	rep := &Report{Counts: map[Class]int{}}
+	for _, v := range vs {
+		rep.add(v)
+	}
+	if got, want := byMinute(rep.Failures()), "0:2 3:1"; got != want {
+		t.Fatalf("byMinute = %q, want %q (informational classes left out)", got, want)
+	}
+	if !strings.Contains(rep.String(), "failing violations by minute of the run: 0:2 3:1") {
+		t.Fatalf("the report does not say when its failures fell:\n%s", rep)
+	}
+	if byMinute(nil) != "" {
+		t.Fatal("no failures should print no line")
+	}
+}

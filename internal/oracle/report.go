@@ -114,6 +114,9 @@ func (r *Report) String() string {
 		}
 		fmt.Fprintf(&b, "    %-52s %d%s\n", c, r.Counts[c], info)
 	}
+	if m := byMinute(r.Failures()); m != "" {
+		fmt.Fprintf(&b, "  failing violations by minute of the run: %s\n", m)
+	}
 	fmt.Fprintf(&b, "  ambiguous cases judged leniently: %s\n", fmtCounts(r.Ambiguous))
 	fmt.Fprintf(&b, "  latency clean close -> offline left: %s\n", fmtLatency(r.LatencyLeft))
 	fmt.Fprintf(&b, "  latency kill -> offline expired:     %s\n", fmtLatency(r.LatencyKilled))
@@ -160,4 +163,25 @@ func (r *Report) Details(run *Run, n int) string {
 		}
 	}
 	return b.String()
+}
+
+// byMinute counts vs by the minute of the run they fall in ("0:12 5:3"),
+// so a run whose failures bunch up while the machine was loaded (the
+// harness lag says when it fell behind) can be told from one whose
+// failures are spread evenly.
+func byMinute(vs []Violation) string {
+	n := map[int]int{}
+	for _, v := range vs {
+		n[int(v.At/time.Minute)]++
+	}
+	mins := make([]int, 0, len(n))
+	for m := range n {
+		mins = append(mins, m)
+	}
+	slices.Sort(mins)
+	parts := make([]string, len(mins))
+	for i, m := range mins {
+		parts[i] = fmt.Sprintf("%d:%d", m, n[m])
+	}
+	return strings.Join(parts, " ")
 }

@@ -6,7 +6,6 @@ package testkit
 
 import (
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/presence-dev/presence/presence"
@@ -20,19 +19,6 @@ var Timing = presence.Timing{
 	OfflineGrace:     time.Second,
 	ReapInterval:     100 * time.Millisecond,
 	LastSeenInterval: time.Second,
-}
-
-// WaitFor polls cond every 10ms until it holds, failing tb after timeout
-// with what it was waiting for.
-func WaitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // Log records transitions in arrival order; safe for concurrent use.

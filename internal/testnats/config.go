@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/presence-dev/presence/internal/testkit"
 )
 
 // Configured is a supercluster started from nats-server configuration
@@ -132,20 +134,16 @@ func startConfigured(tb testing.TB, files []string) (*Configured, string) {
 // server sees a JetStream meta leader that knows every server.
 func waitConfigured(tb testing.TB, c *Configured, timeout time.Duration) {
 	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	testkit.CheckFor(tb, timeout, 20*time.Millisecond, func() error {
 		err := gatewaysUp(c.servers)
 		if err == nil {
 			err = metaUp(c.servers)
 		}
-		if err == nil {
-			return
+		if err != nil {
+			return fmt.Errorf("configured supercluster not ready: %w", err)
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("configured supercluster not ready after %v: %v", timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func metaUp(servers map[string]*server.Server) error {

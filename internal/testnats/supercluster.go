@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -17,6 +18,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/presence-dev/presence/internal/testkit"
 )
 
 // gatewayDelay replaces the server's 1s wait before soliciting gateways.
@@ -127,17 +130,12 @@ func (sc *SuperCluster) connected(among []string) error {
 // cluster are up (after Heal, too).
 func (sc *SuperCluster) WaitConnected(tb testing.TB, timeout time.Duration) {
 	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := sc.connected(sc.names)
-		if err == nil {
-			return
+	testkit.CheckFor(tb, timeout, 20*time.Millisecond, func() error {
+		if err := sc.connected(sc.names); err != nil {
+			return fmt.Errorf("supercluster not connected: %w", err)
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("supercluster not connected after %v: %v", timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // WaitJetStream waits until JetStream answers on every server and the
@@ -152,16 +150,10 @@ func (sc *SuperCluster) WaitJetStream(tb testing.TB, timeout time.Duration) {
 			tb.Fatalf("connect %s: %v", n, err)
 		}
 		js, _ := jetstream.New(nc)
-		for {
-			err := probeJetStream(js, n)
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				nc.Close()
-				tb.Fatalf("JetStream cannot place a stream in %s after %v: %v", n, timeout, err)
-			}
-			time.Sleep(50 * time.Millisecond)
+		err = testkit.Poll(time.Until(deadline), 50*time.Millisecond, func() error { return probeJetStream(js, n) })
+		if err != nil {
+			nc.Close()
+			tb.Fatalf("JetStream cannot place a stream in %s: %v", n, err)
 		}
 		nc.Close()
 	}
@@ -479,15 +471,16 @@ func (p *gwProxy) serve(client net.Conn) {
 	// Servers start one after the other: an early dial waits for its
 	// destination rather than failing into the server's 1s retry delay.
 	var target string
-	for deadline := time.Now().Add(10 * time.Second); target == "" && time.Now().Before(deadline); {
+	err := testkit.Poll(10*time.Second, 5*time.Millisecond, func() error {
 		p.mu.Lock()
 		target = p.target
 		p.mu.Unlock()
 		if target == "" {
-			time.Sleep(5 * time.Millisecond)
+			return errors.New("no target yet")
 		}
-	}
-	if target == "" {
+		return nil
+	})
+	if err != nil {
 		_ = client.Close()
 		return
 	}

@@ -1,12 +1,14 @@
 package testnats
 
 import (
-	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/presence-dev/presence/internal/testkit"
 )
 
 func TestSuperClusterIsolateAndHeal(t *testing.T) {
@@ -20,32 +22,27 @@ func TestSuperClusterIsolateAndHeal(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Interest reaches a a moment after b's flush: publish until it lands.
-	roundTrip := func() error {
-		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+	roundTrip := func(when string) {
+		t.Helper()
+		testkit.CheckFor(t, 5*time.Second, 0, func() error {
 			if err := na.Publish("x", []byte("1")); err != nil {
 				return err
 			}
-			if _, err := sub.NextMsg(100 * time.Millisecond); err == nil {
-				return nil
+			if _, err := sub.NextMsg(100 * time.Millisecond); err != nil {
+				return fmt.Errorf("a -> b %s: %w", when, err)
 			}
-		}
-		return errors.New("timed out")
+			return nil
+		})
 	}
-	if err := roundTrip(); err != nil {
-		t.Fatalf("a -> b before the cut: %v", err)
-	}
+	roundTrip("before the cut")
 	if n, err := sc.GatewayBytes(); err != nil || n == 0 || sc.WireBytes() == 0 {
 		t.Fatalf("gateway bytes %d (%v), wire bytes %d", n, err, sc.WireBytes())
 	}
 
 	sc.Isolate("a")
-	deadline := time.Now().Add(5 * time.Second)
-	for sc.connected([]string{"a", "b"}) == nil || sc.connected([]string{"a", "c"}) == nil {
-		if time.Now().After(deadline) {
-			t.Fatal("a's gateways still up after Isolate")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.WaitFor(t, 5*time.Second, "a's gateways down after Isolate", func() bool {
+		return sc.connected([]string{"a", "b"}) != nil && sc.connected([]string{"a", "c"}) != nil
+	})
 	for {
 		if _, err := sub.NextMsg(50 * time.Millisecond); err != nil {
 			break // drained what crossed before the cut
@@ -63,9 +60,7 @@ func TestSuperClusterIsolateAndHeal(t *testing.T) {
 
 	sc.Heal("a")
 	sc.WaitConnected(t, 20*time.Second)
-	if err := roundTrip(); err != nil {
-		t.Fatalf("a -> b after heal: %v", err)
-	}
+	roundTrip("after heal")
 }
 
 // A route port taken between picking and binding it costs a retry, not

@@ -56,7 +56,9 @@ func StartWith(tb testing.TB, o *server.Options) *server.Server {
 // Connect returns a client connection to s, closed at cleanup.
 func Connect(tb testing.TB, s *server.Server) *nats.Conn {
 	tb.Helper()
-	nc, err := nats.Connect(s.ClientURL())
+	// The client's default 2 s for the handshake is short for a loaded
+	// machine running the server in the test process under -race.
+	nc, err := nats.Connect(s.ClientURL(), nats.Timeout(10*time.Second))
 	if err != nil {
 		tb.Fatalf("connect %s: %v", s.ClientURL(), err)
 	}

@@ -2,10 +2,13 @@ package testredis
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/presence-dev/presence/internal/testkit"
 )
 
 // Now reads Redis's clock (TIME), the one its scripts score entries with.
@@ -24,11 +27,10 @@ func Now(tb testing.TB, rdb redis.UniversalClient) time.Time {
 func WaitPast(tb testing.TB, rdb redis.UniversalClient, at time.Time) {
 	tb.Helper()
 	limit := at.Truncate(time.Millisecond).Add(time.Millisecond)
-	deadline := time.Now().Add(time.Until(at) + 5*time.Second)
-	for Now(tb, rdb).Before(limit) {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out waiting for the redis clock to pass %s", at.Format(time.StampMilli))
+	testkit.CheckFor(tb, time.Until(at)+5*time.Second, 5*time.Millisecond, func() error {
+		if now := Now(tb, rdb); now.Before(limit) {
+			return fmt.Errorf("the redis clock at %s, not past %s", now.Format(time.StampMilli), at.Format(time.StampMilli))
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/presence-dev/presence/internal/testkit"
 )
 
 const installHint = "redis-server not found in PATH; install it with: apt-get install -y redis-server"
@@ -178,35 +180,32 @@ func Cluster(tb testing.TB, n int) (*redis.ClusterClient, []*Server) {
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
 		tb.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
+	// One deadline for the whole cluster: every master agrees, then the
+	// client sees every slot assigned before tests run.
 	deadline := time.Now().Add(10 * time.Second)
 	for _, a := range addrs {
 		c := redis.NewClient(&redis.Options{Addr: a})
-		for {
+		testkit.CheckFor(tb, time.Until(deadline), 50*time.Millisecond, func() error {
 			info, err := c.ClusterInfo(context.Background()).Result()
-			if err == nil && clusterOK(info) {
-				break
+			if err == nil && !clusterOK(info) {
+				err = fmt.Errorf("not ok: %s", info)
 			}
-			if time.Now().After(deadline) {
-				c.Close()
-				tb.Fatalf("cluster at %s not ok: %v %s", a, err, info)
+			if err != nil {
+				return fmt.Errorf("cluster at %s: %w", a, err)
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		c.Close()
+			return nil
+		})
+		_ = c.Close()
 	}
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	tb.Cleanup(func() { _ = cc.Close() })
-	// The client must see every slot assigned before tests run.
-	for {
+	testkit.CheckFor(tb, time.Until(deadline), 50*time.Millisecond, func() error {
 		err := cc.ForEachShard(context.Background(), func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() })
-		if err == nil {
-			break
+		if err != nil {
+			return fmt.Errorf("cluster client: %w", err)
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("cluster client: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	return cc, servers
 }
 

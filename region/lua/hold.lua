@@ -1,10 +1,13 @@
 -- hold: take or keep this store's holder code (see holders.go).
--- KEYS[1] the region's holder registry, a HASH: code -> "nonce|until|free|name"
--- (until: the lease's end, ms; free: when the code may go to another
--- store, until plus the holder's quarantine; name: Options.Holder)
+-- KEYS[1] the region's holder registry, a HASH: code ->
+-- "nonce|until|free|name|format" (until: the lease's end, ms; free: when
+-- the code may go to another store, until plus the holder's quarantine;
+-- name: Options.Holder; format: the newest data format the holder reads,
+-- which the region's switch to a format checks (upgrade.go); releases
+-- before it wrote no format, and read format 2)
 -- ARGV[1] the store's nonce, ARGV[2] the code it has ('' none), ARGV[3]
 -- lease ms, ARGV[4] quarantine ms, ARGV[5] name, ARGV[6] the single-byte
--- codes in order of preference
+-- codes in order of preference, ARGV[7] format
 -- Returns {code, until ms, now ms}.
 --
 -- A store keeps its code while the registry names it (or names nobody:
@@ -13,11 +16,11 @@
 -- has passed, one byte before two, two before three.
 local now = now_ms()
 local key, nonce, cur = KEYS[1], ARGV[1], ARGV[2]
-local lease, quar, name, alpha = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], ARGV[6]
+local lease, quar, name, alpha, fmt = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7]
 
 local function take(code)
   local u = now + lease
-  redis.call('HSET', key, code, nonce .. '|' .. u .. '|' .. (u + quar) .. '|' .. name)
+  redis.call('HSET', key, code, nonce .. '|' .. u .. '|' .. (u + quar) .. '|' .. name .. '|' .. fmt)
   return {code, u, now}
 end
 

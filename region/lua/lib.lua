@@ -97,6 +97,38 @@ local function lease_ok(now, lease_end)
   return nil
 end
 
+-- Data formats (schema.go, doc.go "Upgrading"). FORMAT, set before this
+-- file, is the newest format this release reads; a writing script is
+-- given the region's format (wfmt), which is never newer. Format 2
+-- stores a session's state in st as its JSON; format 3, a test format
+-- (a build with the presenceformat3 tag), stores it behind a '~', which
+-- begins no JSON. A release of format 2 would hand that on as the
+-- state: it cannot read format 3, so the region writes 3 only once no
+-- such release runs in it.
+local STATE3 = '~'
+
+-- state_read returns the state JSON of a value of st (nil stays nil), of
+-- any format this release reads.
+local function state_read(v)
+  if FORMAT >= 3 and v and string.sub(v, 1, 1) == STATE3 then return string.sub(v, 2) end
+  return v
+end
+
+-- state_write returns the value of st for a state JSON in format wfmt.
+local function state_write(wfmt, json)
+  if wfmt >= 3 then return STATE3 .. json end
+  return json
+end
+
+-- state_move rewrites a session's state (st, field key) in format wfmt if
+-- it is in an older one: the heartbeat moves every held session's state
+-- to the region's format once it has switched.
+local function state_move(wfmt, st, key)
+  if wfmt < 3 then return end
+  local v = redis.call('HGET', st, key)
+  if v and string.sub(v, 1, 1) ~= STATE3 then redis.call('HSET', st, key, STATE3 .. v) end
+end
+
 -- BIG: above this many session entries a room keeps the member index u.
 -- Up to it a scan of s is cheap (128 entries are one compact list), and
 -- small rooms do not pay u's memory.

@@ -59,7 +59,7 @@ for b = 1, #KEYS, 4 do
         local states = redis.call('HMGET', st, unpack(fields))
         for i, m in ipairs(live) do
           out[#out + 1] = m
-          out[#out + 1] = states[i] or ''
+          out[#out + 1] = state_read(states[i] or nil) or ''
         end
       end
     else

@@ -21,6 +21,7 @@ for b = 1, #KEYS, 4 do
     ss = redis.call('ZRANGEBYSCORE', s, live_s(at), '+inf', 'WITHSCORES')
     if redis.call('HLEN', st) > 0 then
       sts = redis.call('HGETALL', st)
+      for i = 2, #sts, 2 do sts[i] = state_read(sts[i]) end
     end
   end
   out[#out + 1] = {{now, meta[1] or '0', meta[2] or '0', meta[3] or '0'}, users, ss, sts}

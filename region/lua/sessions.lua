@@ -12,7 +12,7 @@ for m, sc in pairs(set) do
     local _, sid = parse(m)
     out[#out + 1] = sid
     out[#out + 1] = sc
-    out[#out + 1] = redis.call('HGET', KEYS[2], u .. ':' .. sid) or ''
+    out[#out + 1] = state_read(redis.call('HGET', KEYS[2], u .. ':' .. sid)) or ''
   end
 end
 return out

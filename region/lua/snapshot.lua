@@ -26,7 +26,7 @@ if redis.call('EXISTS', KEYS[5]) == 1 then
           local sid = tok_sid(tok)
           l[#l + 1] = sid
           l[#l + 1] = sc
-          l[#l + 1] = redis.call('HGET', KEYS[4], u .. ':' .. sid) or ''
+          l[#l + 1] = state_read(redis.call('HGET', KEYS[4], u .. ':' .. sid)) or ''
         end
       end
       out[#out + 1] = u
@@ -60,7 +60,7 @@ if #page > 0 then
       local l = page[u]
       l[#l + 1] = sid
       l[#l + 1] = ss[i + 1]
-      l[#l + 1] = redis.call('HGET', KEYS[4], u .. ':' .. sid) or ''
+      l[#l + 1] = state_read(redis.call('HGET', KEYS[4], u .. ':' .. sid)) or ''
     end
   end
 end

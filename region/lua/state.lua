@@ -6,7 +6,8 @@
 -- ARGV[1] publish lease ms, ARGV[2] outbox cap, ARGV[3] room, ARGV[4] user,
 -- ARGV[5] session, ARGV[6] state JSON ('' clears), ARGV[7] holder code,
 -- ARGV[8] the slot's incarnation the caller saw last ('' if none),
--- ARGV[9] the end of the caller's lease of its code (see lease_ok)
+-- ARGV[9] the end of the caller's lease of its code (see lease_ok),
+-- ARGV[10] the region's data format, which the state is written in
 -- Returns {found, the slot's incarnation, outbox entries this call
 -- added...}: found is 1 when the
 -- caller holds the session, 0 when it is not live, 2 when another holder
@@ -25,18 +26,21 @@ local exp = redis.call('ZSCORE', r.s, m)
 local found = 0
 if exp and tonumber(exp) >= live_s(now) then
   found = 1
-  local old = redis.call('HGET', r.st, key) or ''
+  local wfmt = tonumber(ARGV[10])
+  local old = state_read(redis.call('HGET', r.st, key)) or ''
   if old ~= state then
     if state == '' then
       redis.call('HDEL', r.st, key)
     else
-      redis.call('HSET', r.st, key, state)
+      redis.call('HSET', r.st, key, state_write(wfmt, state))
     end
     local n = 0
     for _, sc in pairs(user_entries(r, u)) do
       if sc >= live_s(now) then n = n + 1 end
     end
     emit(r, now, 'update', 'state', u, n, sid, state, maxo)
+  else
+    state_move(wfmt, r.st, key)
   end
 elseif moved(r, u, sid, m) then
   found = 2

@@ -18,8 +18,9 @@
 -- ARGV[7] the read cut ms (0: none) and ARGV[8] the read slack ms (see
 -- read_cut), ARGV[9] the length of the key prefix, ARGV[10] the end of the
 -- caller's lease of its code, Redis ms (see lease_ok), ARGV[11] the
--- unrefreshed span ms (see stale_at in lib.lua)
--- ARGV[12..] per room: k, then k pairs (user, session), a user's pairs
+-- unrefreshed span ms (see stale_at in lib.lua), ARGV[12] the region's
+-- data format: every session written moves its state to it (state_move)
+-- ARGV[13..] per room: k, then k pairs (user, session), a user's pairs
 -- adjacent (their until is raised once)
 -- Returns the slot's incarnation, then for each room something happened
 -- in (most refreshes: none) its position (1-based, in ARGV order) and
@@ -56,7 +57,8 @@ if redis.call('SCARD', gs) > 0 then
 end
 local plen = tonumber(ARGV[9])
 local st = {w = KEYS[4], ttl = ttl, unrefreshed = tonumber(ARGV[11])}
-local a, ri = 12, 0
+local wfmt = tonumber(ARGV[12])
+local a, ri = 13, 0
 while a <= #ARGV do
   local k = tonumber(ARGV[a])
   a = a + 1
@@ -93,6 +95,7 @@ while a <= #ARGV do
     local u, sid = ARGV[a], ARGV[a + 1]
     a = a + 2
     local m = u .. ':' .. sid .. holder
+    local wrote = true
     if redis.call('ZADD', s, exps, m) == 1 then
       -- A new entry: a join, a revival (the entry was reaped or lost), or
       -- a session that moved here from another holder.
@@ -105,6 +108,7 @@ while a <= #ARGV do
         -- released entry (its taker's connection ended, or this
         -- holder released it itself): the caller may claim it again.
         redis.call('ZREM', r.s, m)
+        wrote = false
         local held = false
         for _, o in ipairs(others) do
           local _, _, h = parse(o)
@@ -176,6 +180,7 @@ while a <= #ARGV do
         redis.call('ZREM', r.g, u)
       end
     end
+    if wrote and wfmt >= 3 then state_move(wfmt, z .. ':st', u .. ':' .. sid) end
   end
   if emitted > 0 or lost or taken or orphaned then
     local ev = {}

@@ -20,7 +20,7 @@ for i = 3, #ARGV do
         local _, sid = parse(m)
         l[#l + 1] = sid
         l[#l + 1] = sc
-        l[#l + 1] = redis.call('HGET', KEYS[4], u .. ':' .. sid) or ''
+        l[#l + 1] = state_read(redis.call('HGET', KEYS[4], u .. ':' .. sid)) or ''
       end
     end
     body[#body + 1] = u

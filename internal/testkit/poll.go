@@ -1,0 +1,48 @@
+package testkit
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// Poll calls f every interval until it returns nil or total has passed,
+// and returns nil or, on a timeout, f's last error: the reason the wait
+// was still waiting. It is the one polling loop of the tests; CheckFor
+// and WaitFor fail the test with it, callers that judge the outcome
+// themselves use it directly.
+func Poll(total, every time.Duration, f func() error) error {
+	deadline := time.Now().Add(total)
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %v: %w", total, err)
+		}
+		time.Sleep(every)
+	}
+}
+
+// CheckFor polls f every interval until it returns nil, failing tb after
+// total with f's last error.
+func CheckFor(tb testing.TB, total, every time.Duration, f func() error) {
+	tb.Helper()
+	if err := Poll(total, every, f); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// WaitFor polls cond every 10ms until it holds, failing tb after timeout
+// with what it was waiting for: CheckFor for a condition that has no
+// reason to give.
+func WaitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	CheckFor(tb, timeout, 10*time.Millisecond, func() error {
+		if cond() {
+			return nil
+		}
+		return fmt.Errorf("waiting for %s", what)
+	})
+}

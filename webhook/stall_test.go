@@ -1,0 +1,65 @@
+package webhook
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/presence-dev/presence/presence"
+)
+
+// Messages that JetStream counts as delivered to the lane's consumer but
+// the lane never got (lost in flight on a dropped connection, or taken by
+// another client of the same durable, as here) stay invisible until the
+// consumer's AckWait, minutes. The lane notices it makes no progress
+// while it has lag, and starts over from the consumer's ack floor: the
+// events arrive within seconds, in order, and the stall is counted.
+func TestStalledLaneStartsOverFromTheAckFloor(t *testing.T) {
+	e := newEnv(t, "eu")
+	r := newReceiver(t)
+	ep := endpoint("a", r.srv.URL)
+	ep.GapTimeout = Duration(500 * time.Millisecond)
+	d, _ := e.dispatcher(config(t, ep))
+	waitLanes(t, e, "a", "eu")
+	first := e.transition("eu", "r1", "u1", presence.Online)
+	e.publish(first)
+	waitEvents(t, r, 1, 20*time.Second)
+	d.Close()
+	// A stray client of the durable asks first: what is stored next goes
+	// to it (JetStream serves pull requests in turn), and it never
+	// acknowledges.
+	c, err := e.js.Consumer(t.Context(), "PRESENCE_eu", ConsumerName("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stray := make(chan int)
+	go func() {
+		n := 0
+		if b, err := c.Fetch(1, jetstream.FetchMaxWait(60*time.Second)); err == nil {
+			for range b.Messages() {
+				n++
+			}
+		}
+		stray <- n
+	}()
+	waitFor(t, 10*time.Second, "the stray pull request", func() bool {
+		info, err := c.Info(t.Context())
+		return err == nil && info.NumWaiting > 0
+	})
+	_, reg := e.dispatcher(config(t, ep))
+	waitFor(t, 20*time.Second, "the lane's pull request", func() bool {
+		info, err := c.Info(t.Context())
+		return err == nil && info.NumWaiting > 1
+	})
+	later := []presence.Transition{e.transition("eu", "r1", "u2", presence.Online)}
+	e.publish(later...)
+	if n := <-stray; n != len(later) {
+		t.Fatalf("the stray took %d messages, want %d", n, len(later))
+	}
+	waitEvents(t, r, 2, 30*time.Second)
+	checkContract(t, r, append([]presence.Transition{first}, later...), false)
+	if v := counter(t, reg, "presence_webhook_stalls_total"); v < 1 {
+		t.Errorf("presence_webhook_stalls_total = %v, want at least 1", v)
+	}
+}
