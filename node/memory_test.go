@@ -26,6 +26,7 @@ import (
 	"github.com/presence-dev/presence/internal/testnats"
 	"github.com/presence-dev/presence/internal/testredis"
 	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/protocol"
 	"github.com/presence-dev/presence/region"
 )
 
@@ -346,8 +347,8 @@ func idleJoin(ws *websocket.Conn, room string) error {
 		switch {
 		case f.Type == "snapshot" && f.Ref == "j":
 			return nil
-		case f.Type == "error" && f.Code == string(CodeUnavailable) && f.RetryMS > 0:
-			time.Sleep(time.Duration(f.RetryMS) * time.Millisecond)
+		case f.Type == "error" && f.Code == protocol.CodeUnavailable && f.RetryAfterMS > 0:
+			time.Sleep(time.Duration(f.RetryAfterMS) * time.Millisecond)
 			if err := ws.WriteJSON(join); err != nil {
 				return err
 			}
