@@ -279,7 +279,8 @@ func (a *authenticator) authenticate(r *http.Request, q url.Values) (*identity, 
 		if err := presence.ValidateUser(u); err != nil {
 			return nil, &authError{fmt.Sprintf("dev mode needs a token (GET %s?user=) or ?%s=<user id>: %v", PathDevToken, UserQueryParam, err)}
 		}
-		return &identity{user: u, rooms: []string{"*"}, observe: true}, nil
+		// A copy: u is a slice of the request line (see serveWS).
+		return &identity{user: strings.Clone(u), rooms: []string{"*"}, observe: true}, nil
 	}
 	if raw == "" {
 		return nil, &authError{fmt.Sprintf("no token: send Authorization: Bearer <jwt>, a %q subprotocol entry, or ?%s=", TokenSubprotocolPrefix+"<jwt>", TokenQueryParam)}

@@ -127,12 +127,19 @@ func (e *env) newNode(edit ...func(*Config)) *node {
 		e.t.Fatalf("Start: %v", err)
 	}
 	e.runReaper(st)
-	srv := httptest.NewUnstartedServer(n.Handler())
-	srv.Listener = WrapListener(srv.Listener) // as presenced serves it
-	srv.Config.ConnState = n.ConnState
-	srv.Start()
+	srv := newTestServer(n)
 	e.t.Cleanup(func() { _ = n.Close(); srv.Close() })
 	return &node{Node: n, srv: srv, store: st}
+}
+
+// newTestServer serves n's Handler as presenced serves it: on a batching
+// listener, with the node's connection guard.
+func newTestServer(n *Node) *httptest.Server {
+	srv := httptest.NewUnstartedServer(n.Handler())
+	srv.Listener = WrapListener(srv.Listener)
+	srv.Config.ConnState = n.ConnState
+	srv.Start()
+	return srv
 }
 
 func (n *node) wsURL(query string) string {

@@ -349,7 +349,10 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 		n.refuseAuth(w, r, err)
 		return
 	}
-	session := q.Get(SessionQueryParam)
+	// A copy: the query's value is a slice of the request line, which
+	// would keep the whole line (the token with it) for the connection's
+	// life.
+	session := strings.Clone(q.Get(SessionQueryParam))
 	if err := presence.ValidateSession(session); err != nil {
 		n.refuse(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("node: ?%s= must be a session id the client keeps across reconnects: %v", SessionQueryParam, err))
 		return

@@ -49,6 +49,19 @@
 #                                no storm. Further arguments go to the
 #                                Centrifugo run; BIG_FLAGS to the bigroom runs.
 #
+#   scripts/load.sh versus       the side by side as one table: presence (as
+#                                idle and latency above: 15,000 sessions,
+#                                1,000 joins/s), then Centrifugo v6.9.1 (as
+#                                in centrifugo: built, or CENTRIFUGO_BIN;
+#                                Redis engine on the same redis-server, JWT
+#                                clients, join_leave) measured the same way
+#                                (presence-load cf-idle, cf-latency), then
+#                                join -> event p50/p99, RSS per idle session,
+#                                CPU per 10k idle sessions and their ratios
+#                                (presence-load versus). Latency and CPU
+#                                mean something only on a quiet machine: the
+#                                load average is printed with the table.
+#
 #   scripts/load.sh cluster      a region on a local Redis Cluster of MASTERS
 #                                masters (default 3; 1 is a one-master
 #                                cluster holding every slot), driven directly
@@ -88,9 +101,9 @@ cd "$(dirname "$0")/.."
 mode=${1:-idle}
 shift || true
 case $mode in
-idle | latency | latency-hog | sweep | storm | bigroom | bigroom-count | bigroom-watch | centrifugo | cluster | reconnect-storm) ;;
+idle | latency | latency-hog | sweep | storm | bigroom | bigroom-count | bigroom-watch | centrifugo | versus | cluster | reconnect-storm) ;;
 *)
-	echo "usage: $0 idle|latency|latency-hog|sweep|storm|bigroom|bigroom-count|bigroom-watch|centrifugo|cluster|reconnect-storm [presence-load flags]" >&2
+	echo "usage: $0 idle|latency|latency-hog|sweep|storm|bigroom|bigroom-count|bigroom-watch|centrifugo|versus|cluster|reconnect-storm [presence-load flags]" >&2
 	exit 2
 	;;
 esac
@@ -152,7 +165,7 @@ wait_for() {
 [[ $mode == cluster ]] || nice -n 10 go build -o "$bin/presenced" ./cmd/presenced
 nice -n 10 go build -o "$bin/presence-load" ./cmd/presence-load
 nice -n 10 go build -o "$bin/nats-server" github.com/nats-io/nats-server/v2
-if [[ $mode == centrifugo ]]; then
+if [[ $mode == centrifugo || $mode == versus ]]; then
 	# Centrifugo v6 from the Go module proxy, into this run's temp dir (not
 	# the repository). Its own go.mod decides its dependencies.
 	if [[ -n ${CENTRIFUGO_BIN:-} ]]; then
@@ -308,6 +321,38 @@ EOF
 			--pop-addr "127.0.0.1:$bport" --node-pid "$node_pid" --pop-pid "$nodeb_pid" \
 			--churn-rate "$rate" --churn-for 20s --storm 0 ${BIG_FLAGS:-} || rc=$?
 	done
+	;;
+versus)
+	# presence first (a fresh node), then Centrifugo on the same Redis;
+	# each run's log is kept for the table.
+	"$bin/presence-load" idle "${common[@]}" "${cpu[@]}" --sessions 15000 --hold 60s | tee "$work/pr-idle.log" || rc=1
+	"$bin/presence-load" latency "${common[@]}" "${cpu[@]}" "${lat[@]}" --rate 1000 --duration 10s | tee "$work/pr-latency.log" || rc=1
+	cport=$(free_port 8391)
+	cat >"$work/centrifugo.json" <<EOF
+{
+  "http_server": {"address": "127.0.0.1", "port": $cport},
+  "log": {"level": "warn"},
+  "engine": {"type": "redis", "redis": {"address": "127.0.0.1:$rport"}},
+  "health": {"enabled": true},
+  "usage_stats": {"disabled": true},
+  "client": {"token": {"hmac_secret_key": "$secret"}},
+  "channel": {"without_namespace": {"presence": true, "join_leave": true,
+    "allow_subscribe_for_client": true, "allow_presence_for_subscriber": true}}
+}
+EOF
+	"$bin/centrifugo" --config "$work/centrifugo.json" >"$work/centrifugo.log" 2>&1 &
+	cf_pid=$!
+	pids+=("$cf_pid")
+	wait_for centrifugo "$cf_pid" curl -sf "http://127.0.0.1:$cport/health"
+	echo "=== Centrifugo v6.9.1 pid $cf_pid on 127.0.0.1:$cport (Redis engine on :$rport)"
+	cf=(--addr "127.0.0.1:$cport" --jwt-secret "$secret")
+	"$bin/presence-load" cf-idle "${cf[@]}" --node-pid "$cf_pid" --sessions 15000 --hold 60s | tee "$work/cf-idle.log" || rc=1
+	"$bin/presence-load" cf-latency "${cf[@]}" --rate 1000 --duration 10s | tee "$work/cf-latency.log" || rc=1
+	kill -0 "$cf_pid" 2>/dev/null || { echo "load.sh: centrifugo exited during the run; log: $work/centrifugo.log" >&2; rc=1; }
+	stop "$cf_pid"
+	echo "=== side by side: one run each, $(nproc) cores, load average now $(cut -d' ' -f1-3 /proc/loadavg)"
+	"$bin/presence-load" versus --rate 1000 --idle "$work/pr-idle.log" --latency "$work/pr-latency.log" \
+		--cf-idle "$work/cf-idle.log" --cf-latency "$work/cf-latency.log" || rc=1
 	;;
 esac
 

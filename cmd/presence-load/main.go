@@ -103,7 +103,7 @@ type options struct {
 	natsMonitor    string
 }
 
-const usage = "usage: presence-load idle|latency|sweep|storm|bigroom|centrifugo|reconnect|hog|region [flags] (-h for the flags of a mode)"
+const usage = "usage: presence-load idle|latency|sweep|storm|bigroom|centrifugo|cf-idle|cf-latency|versus|reconnect|hog|region [flags] (-h for the flags of a mode)"
 
 // runRegion runs the region mode, which has its own flags, or its child
 // (region-driver: a node's sessions on the store).
@@ -132,6 +132,8 @@ func runOwn(ctx context.Context, args []string, out io.Writer) (ok bool, err err
 	case args[0] == "reconnect":
 		raiseFileLimit()
 		return true, reconnect(ctx, args[1:], out)
+	case args[0] == "versus":
+		return true, versus(args[1:], out)
 	case args[0] == "centrifugo-worker":
 		raiseFileLimit()
 		return true, cfWorkerMain(ctx, os.Stdin, out)
@@ -143,7 +145,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if ok, err := runOwn(ctx, args, out); ok {
 		return err
 	}
-	modes := []string{"idle", "latency", "sweep", "storm", "bigroom", "centrifugo", "hog"}
+	modes := []string{"idle", "latency", "sweep", "storm", "bigroom", "centrifugo", "cf-idle", "cf-latency", "hog"}
 	if len(args) == 0 || !slices.Contains(modes, args[0]) {
 		return errors.New(usage)
 	}
@@ -167,7 +169,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	o.insecure = o.secret == ""
 	if o.perRoom == 0 {
 		o.perRoom = 50
-		if mode == "idle" {
+		if mode == "idle" || mode == "cf-idle" {
 			o.perRoom = 100
 		}
 	}
@@ -181,6 +183,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	switch mode {
 	case "idle":
 		return idle(ctx, o, out)
+	case "cf-idle":
+		return cfIdle(ctx, o, big.nodePID, out)
+	case "cf-latency":
+		return cfLatency(ctx, o, out)
 	case "storm":
 		return storm(ctx, o, out)
 	case "bigroom":
