@@ -189,7 +189,7 @@ func (c *conn) join(ctx context.Context, req request) {
 			c.unavailable("snapshot", err, req.Ref)
 			return
 		}
-		c.d.metrics.joins.Inc()
+		c.d.joined()
 		return
 	}
 	ref := c.ref(room)
@@ -211,7 +211,7 @@ func (c *conn) join(ctx context.Context, req request) {
 		c.unavailable("snapshot", err, req.Ref)
 		return
 	}
-	c.d.metrics.joins.Inc()
+	c.d.joined()
 }
 
 // interestOf reads a join's detail, view and batch, or rejects the join.
