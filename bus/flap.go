@@ -8,12 +8,15 @@ import (
 )
 
 // The flapping detector counts a view's presence events over a sliding
-// window, per user and per room, and names the users who come and go:
-// a flap is a user's return to a room (an online, or a session joining)
-// after a departure seen in the window (an offline, or a session leaving
-// or expiring). State updates are not presence events here. A session
-// that drops and comes back within the offline grace with its id is no
-// event at all, so it never counts.
+// window, per user and per room, and names the users who come and go.
+// Presence events are onlines, offlines and sessions joining, leaving or
+// expiring; state updates are not. A user's flaps in a room are the
+// returns the window shows: min(arrivals - 1, departures). A client that
+// reconnects with a new session id every few seconds flaps at each
+// reconnect (its old session departs a grace later, in any order with
+// the next arrivals); one tab opened and closed, or a second tab, does
+// not. A session that drops and comes back within the offline grace
+// with its id is no event at all, so it never counts.
 //
 // It is a pure core: the clock is injected and nothing runs on its own;
 // FlapFeed feeds it from NATS.

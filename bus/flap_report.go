@@ -89,11 +89,12 @@ type flapTally struct {
 	users  map[string]*flapCount
 }
 
-// tally counts events (of room only, unless empty) per room and user;
-// an arrival of a (room, user) after its departure is a flap.
+// tally counts events (of room only, unless empty) per room and user,
+// and their flaps: per room and user, min(arrivals - 1, departures).
 func tally(events []flapEvent, room string) flapTally {
 	t := flapTally{rooms: map[string]*flapCount{}, users: map[string]*flapCount{}}
-	departed := map[[2]string]bool{}
+	type moves struct{ arrive, depart int }
+	pairs := map[[2]string]*moves{}
 	get := func(m map[string]*flapCount, k string) *flapCount {
 		c := m[k]
 		if c == nil {
@@ -113,13 +114,19 @@ func tally(events []flapEvent, room string) flapTally {
 		rc.users[e.user] = struct{}{}
 		uc.rooms[e.room] = struct{}{}
 		key := [2]string{e.room, e.user}
-		switch {
-		case e.kind == flapDepart:
-			departed[key] = true
-		case departed[key]:
-			delete(departed, key)
-			rc.flaps++
-			uc.flaps++
+		if pairs[key] == nil {
+			pairs[key] = &moves{}
+		}
+		if e.kind == flapDepart {
+			pairs[key].depart++
+		} else {
+			pairs[key].arrive++
+		}
+	}
+	for key, m := range pairs {
+		if f := min(m.arrive-1, m.depart); f > 0 {
+			t.rooms[key[0]].flaps += f
+			t.users[key[1]].flaps += f
 		}
 	}
 	return t

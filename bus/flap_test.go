@@ -49,15 +49,15 @@ func TestFlappingNamesTheUserWhoComesAndGoes(t *testing.T) {
 	if len(rep.Users) != 1 || rep.Users[0].User != "flap" {
 		t.Fatalf("users %+v, want flap alone", rep.Users)
 	}
-	// The first join is no flap; each join after a leave is.
-	if u := rep.Users[0]; u.Transitions != 13 || u.Flaps != 5 || u.Rooms != 1 {
-		t.Fatalf("flap: %+v, want 13 transitions, 5 flaps, 1 room", u)
+	// Seven arrivals, six departures: six returns.
+	if u := rep.Users[0]; u.Transitions != 13 || u.Flaps != 6 || u.Rooms != 1 {
+		t.Fatalf("flap: %+v, want 13 transitions, 6 flaps, 1 room", u)
 	}
 	minutes := rep.At.Sub(rep.Since).Minutes()
 	if rep.Overall.Events != 15 || rep.Overall.Users != 3 || !near(rep.Overall.EventsPerUserPerMinute, 15/3/minutes) {
 		t.Fatalf("overall %+v over %v minutes", rep.Overall, minutes)
 	}
-	if len(rep.Rooms) != 1 || rep.Rooms[0].Room != "lobby" || rep.Rooms[0].Events != 15 || rep.Rooms[0].Flaps != 5 {
+	if len(rep.Rooms) != 1 || rep.Rooms[0].Room != "lobby" || rep.Rooms[0].Events != 15 || rep.Rooms[0].Flaps != 6 {
 		t.Fatalf("rooms %+v", rep.Rooms)
 	}
 }
@@ -102,6 +102,28 @@ func TestFlappingBoundKeepsTheNewest(t *testing.T) {
 	rep := report(t, f, FlapRequest{})
 	if rep.Overall.Events != 4 || !rep.Since.Equal(c.t.Add(-3*time.Second)) {
 		t.Fatalf("bounded: %+v (now %v)", rep, c.t)
+	}
+}
+
+// Departures that come a grace after the next arrivals (a client that
+// reconnects with new session ids) are flaps all the same; a second tab,
+// or one visit, is not.
+func TestFlappingOrderOfArrivalsAndDepartures(t *testing.T) {
+	f, _ := newTestFlapping(0)
+	f.Observe(tr("r", "flappy", presence.Online, presence.Joined))
+	for range 4 {
+		f.Observe(tr("r", "flappy", presence.Update, presence.Joined))
+	}
+	for range 4 {
+		f.Observe(tr("r", "flappy", presence.Update, presence.Left))
+	}
+	f.Observe(tr("r", "tabs", presence.Online, presence.Joined))
+	f.Observe(tr("r", "tabs", presence.Update, presence.Joined))
+	f.Observe(tr("r", "visit", presence.Online, presence.Joined))
+	f.Observe(tr("r", "visit", presence.Offline, presence.Left))
+	rep := report(t, f, FlapRequest{})
+	if len(rep.Users) != 1 || rep.Users[0].User != "flappy" || rep.Users[0].Flaps != 4 {
+		t.Fatalf("users %+v, want flappy with 4 flaps alone", rep.Users)
 	}
 }
 

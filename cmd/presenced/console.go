@@ -15,18 +15,21 @@ import (
 // NATS. Only with API keys: without them the console cannot log in, and
 // the detector's subscription would cost for nothing.
 
-// nodeOperations answers for the node's region, answers NodesSubject
-// with the node's status, and mints observer tokens when the node signs.
+// nodeOperations answers NodesSubject with the node's status and, with
+// API keys, for the node's region, minting observer tokens when the node
+// signs.
 func (s *nodeServer) nodeOperations() (*bus.Operations, error) {
-	if s.apiKeys.Len() == 0 {
-		return nil, nil
-	}
+	// Every node answers for itself, keys or not: the aggregator's
+	// console lists the nodes of every region.
 	version := buildInfo()["version"]
 	sub, err := bus.ServeNode(s.nc, s.cfg.Region, func() bus.NodeInfo { return nodeInfo(s.node.Status(), s.svcID, s.cfg.Region, version, s.nc) })
 	if err != nil {
 		return nil, err
 	}
 	s.onClose(func() { _ = sub.Unsubscribe() })
+	if s.apiKeys.Len() == 0 {
+		return nil, nil
+	}
 	region := s.cfg.Region
 	ops := &bus.Operations{View: region, NATS: s.nc,
 		Regions: func() []bus.RegionInfo { return []bus.RegionInfo{{Region: region, State: string(global.RegionLive)}} }}
