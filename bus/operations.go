@@ -44,10 +44,13 @@ type RegionInfo struct {
 	Heard  *time.Time `json:"heard,omitempty"`
 }
 
-// RegionsReply lists a view's regions, sorted.
+// RegionsReply lists a view's regions, sorted. ObserverTokens says
+// whether this server mints observer tokens (else that endpoint answers
+// 501): whether a room can be followed live here.
 type RegionsReply struct {
-	Region  string       `json:"region"`
-	Regions []RegionInfo `json:"regions"`
+	Region         string       `json:"region"`
+	Regions        []RegionInfo `json:"regions"`
+	ObserverTokens bool         `json:"observer_tokens"`
 }
 
 // ObserverTokenRequest asks for a token to follow Room unlisted.
@@ -78,7 +81,7 @@ func (o *Operations) ListRegions(context.Context) (RegionsReply, error) {
 	if rs == nil {
 		rs = []RegionInfo{}
 	}
-	return RegionsReply{Region: o.View, Regions: rs}, nil
+	return RegionsReply{Region: o.View, Regions: rs, ObserverTokens: o.Mint != nil}, nil
 }
 
 // Nodes gathers the nodes of the view's regions.

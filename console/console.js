@@ -14,6 +14,7 @@ let timer = null;
 let roomsSeen = [];
 let flap = null;
 let openView = null;
+let tokens = false; // the server mints observer tokens: rooms are followed live
 
 // el makes an element with text and data attributes; children appended.
 export function el(tag, opts = {}, ...children) {
@@ -60,6 +61,7 @@ async function login(k) {
     $("logout").hidden = false;
     $("view").textContent = "view: " + regions.region;
     document.body.dataset.view = regions.region;
+    tokens = regions.observer_tokens;
     renderRegions(regions);
     await refresh();
     timer = setInterval(refresh, EVERY_MS);
@@ -113,7 +115,7 @@ async function listRooms() {
   return out;
 }
 
-const when = (t) => (!t || t.startsWith("0001-") ? "never" : new Date(t).toLocaleTimeString());
+const when = (t) => (!t ? "–" : t.startsWith("0001-") ? "never" : new Date(t).toLocaleTimeString());
 const cell = (text, k, cls) => el("td", { text, data: k ? { k } : {}, cls });
 
 function fill(id, rows) {
@@ -157,9 +159,9 @@ export function disconnectButton(user) {
     b.disabled = true;
     try {
       await api("POST", "/v1/users/" + encodeURIComponent(user) + "/disconnect");
-      $("status").textContent = "Disconnected " + user + ": every node was told to close the user's connections.";
+      $("action").textContent = "Disconnected " + user + ": every node was told to close the user's connections.";
     } catch (err) {
-      $("status").textContent = "Disconnect " + user + " failed: " + err.message;
+      $("action").textContent = "Disconnect " + user + " failed: " + err.message;
     }
     document.body.dataset.lastAction = "disconnect " + user;
     b.disabled = false;
@@ -194,7 +196,7 @@ async function showRoom(id) {
   if (openView) openView.close();
   $("room-card").hidden = false;
   $("room-id").textContent = id;
-  openView = await openRoom(id, { api, el, disconnectButton, mode: (m) => { $("room-mode").textContent = m; $("room-card").dataset.mode = m; } });
+  openView = await openRoom(id, { api, el, disconnectButton, live: tokens, mode: (m) => { $("room-mode").textContent = m; $("room-card").dataset.mode = m; } });
   renderRooms();
 }
 

@@ -24,16 +24,14 @@ export async function openRoom(id, ui) {
       ...m.sessions.map((s) => ui.el("span", { cls: "session", data: { session: s.id } },
         ui.el("code", { text: s.id }), " ", ui.el("span", { text: s.state === undefined ? "(no state)" : JSON.stringify(s.state), data: { k: "state" } }))))));
   };
-  let tok = null;
+  if (!ui.live) return polled(view, ui, render, log);
   try {
-    tok = await ui.api("POST", "/v1/observer-token", { room: id });
+    const tok = await ui.api("POST", "/v1/observer-token", { room: id });
+    return live(view, tok, ui, render, log);
   } catch (err) {
-    if (err.status !== 501) {
-      ui.mode("error: " + err.message);
-      return view;
-    }
+    ui.mode("error: " + err.message);
+    return view;
   }
-  return tok ? live(view, tok, ui, render, log) : polled(view, ui, render, log);
 }
 
 async function live(view, tok, ui, render, log) {

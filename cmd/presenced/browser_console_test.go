@@ -39,6 +39,7 @@ type consoleView struct {
 	Events     []consoleEvent      `json:"events"`
 	Markup     int                 `json:"markup"` // elements in the app that no code of the page makes
 	Status     string              `json:"status"`
+	Action     string              `json:"action"` // what the last action did
 }
 
 type consoleMember struct {
@@ -104,6 +105,7 @@ const consoleProbe = `(() => {
     events: q("#events li").map((li) => ({ type: li.dataset.type, user: li.dataset.user, text: li.textContent })).reverse(),
     markup: q("#app img, #app script, #app iframe, #app b, #app i").length,
     status: document.getElementById("status").textContent,
+    action: document.getElementById("action").textContent,
   };
 })()`
 

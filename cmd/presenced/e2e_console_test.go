@@ -67,7 +67,7 @@ func TestBrowserConsoleNode(t *testing.T) {
 		t.Fatalf("bob's connection closed with %d, want 4003 (disconnected)", code)
 	}
 	waitConsole(t, page, 15*time.Second, "the page saying bob was disconnected", func(v consoleView) bool {
-		return strings.Contains(v.Status, "Disconnected bob")
+		return strings.Contains(v.Action, "Disconnected bob")
 	})
 	shots.take(page, "disconnected")
 	page.noConsoleErrors()
