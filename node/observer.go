@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// ErrNoSigner: the node only verifies tokens (a public key or a JWKS),
+// ErrNoSigner is SignObserver's error when the node only verifies tokens (a public key or a JWKS),
 // so it cannot sign one.
 var ErrNoSigner = errors.New("node: no signing key: the node verifies tokens with a public key or a JWKS")
 
