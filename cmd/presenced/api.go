@@ -63,6 +63,6 @@ func (f *apiFlags) mount(ctx context.Context, mux *http.ServeMux, keys *httpapi.
 		lg.Info("presenced: HTTP API off: no API key configured (--api-keys-file, --api-keys or PRESENCE_API_KEYS); its endpoints answer 404", "view", q.Region())
 		return nil
 	}
-	lg.Info("presenced: HTTP API on", "view", q.Region(), "console", console.Path, "keys", keys.Len(), "keys_file", f.keysFile, "rate", f.rate, "burst", f.burst, "cors", f.cors)
+	lg.Info("presenced: HTTP API on", "view", q.Region(), "keys", keys.Len(), "keys_file", f.keysFile, "rate", f.rate, "burst", f.burst, "cors", f.cors, "console", console.Path)
 	return nil
 }

@@ -60,7 +60,7 @@ func TestBrowserConsoleNode(t *testing.T) {
 	shots.take(page, "overview")
 
 	consoleRoomLive(t, page, n.addr, alice, shots)
-	consoleFlapping(t, page, n.addr, shots)
+	consoleFlapping(t, page, api, n.addr, shots)
 
 	page.click(`#members button[data-disconnect="bob"]`)
 	if code := bob.closeCode(); code != 4003 {
@@ -142,7 +142,7 @@ func consoleRoomLive(t *testing.T, page *tab, addr string, alice *client, shots 
 // consoleFlapping: flappy reconnects with a new session id every second
 // or so; blippy's connection drops and comes back with its session
 // inside the grace. The panel lists flappy first, blippy nowhere.
-func consoleFlapping(t *testing.T, page *tab, addr string, shots *demoShots) {
+func consoleFlapping(t *testing.T, page *tab, api *apitest.Client, addr string, shots *demoShots) {
 	t.Helper()
 	blippy := dial(t, addr, "blippy", "bl1")
 	blippy.join("churn")
@@ -166,6 +166,20 @@ func consoleFlapping(t *testing.T, page *tab, addr string, shots *demoShots) {
 	if slices.Contains(column(v.Flappers, "user"), "blippy") {
 		t.Fatalf("blippy, who came back inside the grace, is listed: %s", v)
 	}
+	// Once the last departures are in, the page shows /v1/flapping's
+	// figures for flappy.
+	var rep struct {
+		Users []struct {
+			User               string `json:"user"`
+			Transitions, Flaps int
+		} `json:"users"`
+	}
+	waitConsole(t, page, 20*time.Second, "flappy's figures of /v1/flapping", func(v consoleView) bool {
+		rep.Users = nil
+		api.Get("/v1/flapping?limit=100").JSON(t, &rep)
+		return len(rep.Users) > 0 && rep.Users[0].User == "flappy" && rep.Users[0].Flaps == 4 &&
+			v.Flappers[0]["transitions"] == itoa(rep.Users[0].Transitions) && v.Flappers[0]["flaps"] == "4"
+	})
 	page.eval(`(() => { const s = document.getElementById("sort"); s.value = "churn"; s.dispatchEvent(new Event("change")); return true })()`, nil)
 	waitConsole(t, page, 10*time.Second, "room churn first by churn", func(v consoleView) bool {
 		return len(v.Rooms) > 0 && v.Rooms[0]["room"] == "churn"
