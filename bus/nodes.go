@@ -80,7 +80,7 @@ func ServeNode(nc *nats.Conn, region string, info func() NodeInfo) (*nats.Subscr
 
 // GatherNodes asks every node of regions for its NodeInfo and returns
 // those that answered within NodesWait (or before ctx is done). Answers
-// that do not decode, or name another region, are dropped.
+// that do not decode, name another region or repeat an id are dropped.
 func GatherNodes(ctx context.Context, nc *nats.Conn, view string, regions []string) (NodesReply, error) {
 	rep := NodesReply{Region: view, Nodes: []NodeInfo{}}
 	inbox := nc.NewInbox()
@@ -96,17 +96,18 @@ func GatherNodes(ctx context.Context, nc *nats.Conn, view string, regions []stri
 	}
 	ctx, cancel := context.WithTimeout(ctx, NodesWait)
 	defer cancel()
-	seen := map[string]int{}
+	seen, ids := map[string]int{}, map[string]bool{}
 	for {
 		m, err := sub.NextMsgWithContext(ctx)
 		if err != nil {
 			break // the wait is over
 		}
 		var n NodeInfo
-		if json.Unmarshal(m.Data, &n) != nil || !slices.Contains(regions, n.Region) || seen[n.Region] >= MaxNodes {
-			continue
+		if json.Unmarshal(m.Data, &n) != nil || !slices.Contains(regions, n.Region) || seen[n.Region] >= MaxNodes || ids[n.ID] {
+			continue // a node heard twice (two routes to it) counts once
 		}
 		seen[n.Region]++
+		ids[n.ID] = true
 		rep.Nodes = append(rep.Nodes, n)
 	}
 	slices.SortFunc(rep.Nodes, func(a, b NodeInfo) int { return cmp.Or(cmp.Compare(a.Region, b.Region), cmp.Compare(a.ID, b.ID)) })

@@ -120,11 +120,11 @@ func TestObserverToken(t *testing.T) {
 	}
 }
 
-// Every node of the view's region that answers on NATS is listed, by id;
-// those of another region are not.
+// Every node of the view's region that answers on NATS is listed once,
+// by id; those of another region are not.
 func TestNodesAreFoundOverNATS(t *testing.T) {
 	f := newOpsFixture(t, false)
-	for _, n := range []bus.NodeInfo{{ID: "n2", Region: "eu", State: "ok", Connections: 7}, {ID: "n1", Region: "eu", State: "draining"}, {ID: "x", Region: "us"}} {
+	for _, n := range []bus.NodeInfo{{ID: "n2", Region: "eu", State: "ok", Connections: 7}, {ID: "n1", Region: "eu", State: "draining"}, {ID: "n1", Region: "eu", State: "draining"}, {ID: "x", Region: "us"}} {
 		region := n.Region
 		sub, err := bus.ServeNode(f.nc, region, func() bus.NodeInfo { return n })
 		if err != nil {
