@@ -99,7 +99,8 @@ func (o *Operations) Flaps(_ context.Context, req FlapRequest) (FlapReply, error
 }
 
 // ObserverToken mints a token for the operator key named key to follow
-// req.Room unlisted, as user "console-<key>".
+// req.Room unlisted, as user "console-<key>" (the name cut to fit a user
+// id).
 func (o *Operations) ObserverToken(_ context.Context, key string, req ObserverTokenRequest) (ObserverTokenReply, error) {
 	if o.Mint == nil {
 		return ObserverTokenReply{}, &QueryError{Code: CodeNotImplemented,
@@ -109,6 +110,7 @@ func (o *Operations) ObserverToken(_ context.Context, key string, req ObserverTo
 		return ObserverTokenReply{}, badRequest("room: %v", err)
 	}
 	user := "console-" + key
+	user = user[:min(len(user), presence.MaxUserLen)]
 	if err := presence.ValidateUser(user); err != nil {
 		return ObserverTokenReply{}, badRequest("key name: %v", err)
 	}
