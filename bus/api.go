@@ -38,16 +38,17 @@ const DefaultRequestTimeout = 5 * time.Second
 // service answers 400 and 500 (and the disconnect endpoint 503); the
 // others come from the HTTP API's own checks.
 const (
-	CodeBadRequest   = "400" // the request is malformed; nothing was read or written
-	CodeUnauthorized = "401" // HTTP: no API key, or an unknown one
-	CodeForbidden    = "403" // HTTP: the key's scope does not allow the endpoint
-	CodeNotFound     = "404" // HTTP: no such endpoint, or the HTTP API is off
-	CodeMethod       = "405" // HTTP: the endpoint does not take that method
-	CodeTimeout      = "408" // HTTP: the request body did not arrive in time
-	CodeTooLarge     = "413" // HTTP: the request body is over its limit
-	CodeTooMany      = "429" // HTTP: the key's rate limit; Retry-After says when to try again
-	CodeInternal     = "500" // the backend failed or timed out
-	CodeUnavailable  = "503" // nothing could carry out the request (no node of a region answered)
+	CodeBadRequest     = "400" // the request is malformed; nothing was read or written
+	CodeUnauthorized   = "401" // HTTP: no API key, or an unknown one
+	CodeForbidden      = "403" // HTTP: the key's scope does not allow the endpoint
+	CodeNotFound       = "404" // HTTP: no such endpoint, or the HTTP API is off
+	CodeMethod         = "405" // HTTP: the endpoint does not take that method
+	CodeTimeout        = "408" // HTTP: the request body did not arrive in time
+	CodeTooLarge       = "413" // HTTP: the request body is over its limit
+	CodeTooMany        = "429" // HTTP: the key's rate limit; Retry-After says when to try again
+	CodeInternal       = "500" // the backend failed or timed out
+	CodeNotImplemented = "501" // HTTP: this server does not do that (an aggregator mints no tokens)
+	CodeUnavailable    = "503" // nothing could carry out the request (no node of a region answered)
 )
 
 // ErrorReply is the body of an error response; on NATS the same code and

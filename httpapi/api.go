@@ -35,6 +35,9 @@ type Config struct {
 	Query *bus.Query
 	// Disconnect carries out the disconnect endpoints (required).
 	Disconnect bus.Disconnecter
+	// Ops answers the operator endpoints (regions, nodes, flapping,
+	// observer tokens); nil: they answer 404.
+	Ops *bus.Operations
 	// Keys are the API keys; with none in force every endpoint but the
 	// OpenAPI document answers 404, the API being off.
 	Keys *Keys
@@ -72,6 +75,11 @@ func New(cfg Config) (*API, error) {
 	if cfg.Query == nil || cfg.Disconnect == nil || cfg.Keys == nil {
 		return nil, errors.New("httpapi: query, disconnect and keys are required")
 	}
+	if cfg.Ops != nil {
+		if err := cfg.Ops.Check(); err != nil {
+			return nil, fmt.Errorf("httpapi: %w", err)
+		}
+	}
 	if cfg.Rate == 0 {
 		cfg.Rate = DefaultRate
 	}
@@ -107,7 +115,8 @@ func New(cfg Config) (*API, error) {
 func (a *API) Handler() http.Handler { return a.mux }
 
 // Prefixes are the paths Handler serves, for a mux in front of it.
-var Prefixes = []string{"/v1/rooms", "/v1/rooms/", "/v1/rooms:batch-count", "/v1/users/", PathOpenAPI}
+var Prefixes = []string{"/v1/rooms", "/v1/rooms/", "/v1/rooms:batch-count", "/v1/users/", PathOpenAPI,
+	"/v1/regions", "/v1/nodes", "/v1/flapping", "/v1/observer-token"}
 
 // Mount serves the API on mux at Prefixes.
 func (a *API) Mount(mux *http.ServeMux) {
@@ -148,6 +157,10 @@ func (h *handlers) table() map[string]route {
 		"/v1/rooms/{room}/users/{user}/disconnect": {http.MethodPost, ScopeAdmin, h.disconnectRoom},
 		"/v1/users/{user}":                         {http.MethodGet, ScopeRead, h.lastSeen},
 		"/v1/users/{user}/disconnect":              {http.MethodPost, ScopeAdmin, h.disconnectUser},
+		"/v1/regions":                              {http.MethodGet, ScopeAdmin, h.regions},
+		"/v1/nodes":                                {http.MethodGet, ScopeAdmin, h.nodes},
+		"/v1/flapping":                             {http.MethodGet, ScopeAdmin, h.flapping},
+		"/v1/observer-token":                       {http.MethodPost, ScopeAdmin, h.observerToken},
 	}
 }
 
@@ -178,6 +191,7 @@ func (a *API) endpoint(rt route) http.Handler {
 			_ = rc.Flush()
 			_ = rc.SetWriteDeadline(time.Time{})
 		}()
+		r = withKey(r, key)
 		body, qe := a.readBody(w, r, rc)
 		if qe != nil {
 			writeError(w, qe)

@@ -20,9 +20,12 @@ import (
 type handlers struct {
 	q *bus.Query
 	d bus.Disconnecter
+	o *bus.Operations
 }
 
-func (a *API) handlers() *handlers { return &handlers{q: a.cfg.Query, d: a.cfg.Disconnect} }
+func (a *API) handlers() *handlers {
+	return &handlers{q: a.cfg.Query, d: a.cfg.Disconnect, o: a.cfg.Ops}
+}
 
 // params reads the query parameters, each at most once and all of them
 // among names.

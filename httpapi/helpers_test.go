@@ -80,6 +80,9 @@ func newFixture(t testing.TB, edit ...func(*Config)) *fixture {
 	for _, e := range edit {
 		e(&cfg)
 	}
+	if cfg.Ops != nil && cfg.Ops.NATS == nil {
+		cfg.Ops.NATS = nc
+	}
 	a, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

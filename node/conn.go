@@ -87,6 +87,8 @@ type connDeps struct {
 	// wait on it.
 	wg   *sync.WaitGroup
 	mono func() int64 // monotonic clock in nanoseconds
+	// joined counts a room joined (metrics, Status).
+	joined func()
 }
 
 // roomSet is what the hub offers a connection: membership of rooms, their

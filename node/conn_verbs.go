@@ -190,7 +190,7 @@ func (c *conn) join(ctx context.Context, req protocol.Request) {
 			c.unavailable("snapshot", err, req.Ref)
 			return
 		}
-		c.d.metrics.joins.Inc()
+		c.d.joined()
 		return
 	}
 	ref := c.ref(room)
@@ -212,7 +212,7 @@ func (c *conn) join(ctx context.Context, req protocol.Request) {
 		c.unavailable("snapshot", err, req.Ref)
 		return
 	}
-	c.d.metrics.joins.Inc()
+	c.d.joined()
 }
 
 // interestOf reads a join's detail, view and batch, or rejects the join.

@@ -71,6 +71,8 @@ type Node struct {
 	gatherer  prometheus.Gatherer
 	handler   http.Handler
 	epoch     time.Time // origin of mono()
+	beats     *windows  // slowest heartbeat batches (Status)
+	joinMeter *windows  // joins (Status)
 
 	// ctx carries the store calls made for clients; Close cancels it.
 	ctx    context.Context
@@ -142,8 +144,10 @@ func New(cfg Config) (*Node, error) {
 func (n *Node) wire() error {
 	cfg := n.cfg
 	n.joins = newJoinGate(cfg)
+	n.beats, n.joinMeter = newWindows(statusWindow, false, n.epoch), newWindows(statusWindow, true, n.epoch)
 	n.keeper = newSessionKeeper(cfg.Store, cfg.heartbeat, cfg.HeartbeatSlots, cfg.Limits.TouchBatch, cfg.StoreTimeout, n.log,
 		func(d time.Duration, _ int, err error) {
+			n.beats.add(time.Now(), float64(d))
 			n.metrics.touchSeconds.Observe(d.Seconds())
 			if err != nil {
 				n.metrics.touchErrors.Inc()
@@ -181,7 +185,10 @@ func (n *Node) wire() error {
 		every: cfg.heartbeat, timeout: cfg.StoreTimeout, log: n.log}
 	n.conns = &connDeps{lim: cfg.Limits, storeTimeout: cfg.StoreTimeout, global: cfg.Global != nil, rooms: n.hub, sessions: n.keeper, tokens: n.auth,
 		admission: n.admission, joins: n.joins, revoked: n.drops.revs, registry: &n.wheel, counts: &n.counts, metrics: n.metrics, log: n.log, ctx: n.ctx,
-		wg: &n.connWG, mono: n.mono}
+		wg: &n.connWG, mono: n.mono, joined: func() {
+			n.metrics.joins.Inc()
+			n.joinMeter.add(time.Now(), 1)
+		}}
 	return nil
 }
 

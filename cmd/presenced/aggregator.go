@@ -200,7 +200,11 @@ func (c *aggregatorCommand) serveHTTP() error {
 	}
 	actx, stopAPI := context.WithCancel(context.Background())
 	c.onClose(stopAPI)
-	mount := func(mux *http.ServeMux) error { return c.api.mount(actx, mux, c.apiKeys, q, c.agg, c.lg) }
+	ops, err := c.aggregatorOperations()
+	if err != nil {
+		return err
+	}
+	mount := func(mux *http.ServeMux) error { return c.api.mount(actx, mux, c.apiKeys, q, c.agg, ops, c.lg) }
 	stop, err := serveOps(c.listen, c.reg, func(w http.ResponseWriter, _ *http.Request) {
 		serveAggregatorHealth(w, c.nc, c.agg, c.started.Load())
 	}, mount, c.api.headerTimeout, c.lg, "aggregator")

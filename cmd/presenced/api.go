@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/console"
 	"github.com/presence-dev/presence/httpapi"
 )
 
@@ -46,8 +47,8 @@ func (f *apiFlags) loadKeys(lg *slog.Logger) (*httpapi.Keys, error) {
 
 // mount serves the API of one view on mux, its keys file watched until
 // ctx is done, and says at start whether the API is on.
-func (f *apiFlags) mount(ctx context.Context, mux *http.ServeMux, keys *httpapi.Keys, q *bus.Query, d bus.Disconnecter, lg *slog.Logger) error {
-	cfg := httpapi.Config{Query: q, Disconnect: d, Keys: keys, Rate: f.rate, Burst: f.burst, Logger: lg}
+func (f *apiFlags) mount(ctx context.Context, mux *http.ServeMux, keys *httpapi.Keys, q *bus.Query, d bus.Disconnecter, ops *bus.Operations, lg *slog.Logger) error {
+	cfg := httpapi.Config{Query: q, Disconnect: d, Ops: ops, Keys: keys, Rate: f.rate, Burst: f.burst, Logger: lg}
 	if f.cors != "" {
 		cfg.CORSOrigins = strings.Split(f.cors, ",")
 	}
@@ -56,11 +57,12 @@ func (f *apiFlags) mount(ctx context.Context, mux *http.ServeMux, keys *httpapi.
 		return &usageError{"--api-cors-origins: " + err.Error()}
 	}
 	a.Mount(mux)
+	console.Mount(mux)
 	go keys.Watch(ctx, f.reload)
 	if keys.Len() == 0 {
 		lg.Info("presenced: HTTP API off: no API key configured (--api-keys-file, --api-keys or PRESENCE_API_KEYS); its endpoints answer 404", "view", q.Region())
 		return nil
 	}
-	lg.Info("presenced: HTTP API on", "view", q.Region(), "keys", keys.Len(), "keys_file", f.keysFile, "rate", f.rate, "burst", f.burst, "cors", f.cors)
+	lg.Info("presenced: HTTP API on", "view", q.Region(), "keys", keys.Len(), "keys_file", f.keysFile, "rate", f.rate, "burst", f.burst, "cors", f.cors, "console", console.Path)
 	return nil
 }

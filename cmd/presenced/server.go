@@ -188,6 +188,7 @@ type nodeServer struct {
 	apiKeys   *httpapi.Keys
 	query     *bus.Query
 	discon    *bus.RegionDisconnect
+	svcID     string // the query service instance's id: the node's, on NodesSubject
 	node      *node.Node
 	running   atomic.Pointer[node.Node] // node, for the server's goroutines
 }
@@ -218,7 +219,11 @@ func (s *nodeServer) run(ctx context.Context) error {
 	mux.Handle("/", s.node.Handler())
 	actx, stopAPI := context.WithCancel(context.Background())
 	s.onClose(stopAPI)
-	if err := s.cfg.API.mount(actx, mux, s.apiKeys, s.query, s.discon, s.lg); err != nil {
+	ops, err := s.nodeOperations()
+	if err != nil {
+		return err
+	}
+	if err := s.cfg.API.mount(actx, mux, s.apiKeys, s.query, s.discon, ops, s.lg); err != nil {
 		return err
 	}
 	if s.cfg.routes != nil {
@@ -471,6 +476,7 @@ func (s *nodeServer) openStore(ctx context.Context) error {
 		return fmt.Errorf("query service: %w", err)
 	}
 	s.onClose(func() { _ = svc.Stop() })
+	s.svcID = svc.Info().ID
 	if s.cfg.logEvents {
 		sub, err := s.nc.Subscribe(bus.Root+".>", func(m *nats.Msg) {
 			if t, err := bus.DecodeEvent(m.Data); err == nil {
