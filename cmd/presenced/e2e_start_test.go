@@ -81,7 +81,7 @@ func TestE2ENodeRefusesARegionOfAnotherFormat(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("the node did not exit on data of another format:\n%s", p.out.String())
 	}
-	if p.err == nil || !strings.Contains(p.out.String(), "is of format 1, this store writes format 2") {
+	if p.err == nil || !strings.Contains(p.out.String(), "is of format 1, this store reads format 2") {
 		t.Fatalf("exit %v, output:\n%s", p.err, p.out.String())
 	}
 	if n, _ := rdb.Exists(ctx, "presence:schema").Result(); n != 0 {
