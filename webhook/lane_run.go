@@ -92,7 +92,9 @@ func (ln *lane) loop(ctx, actx context.Context) error {
 			ln.answered(actx, r)
 		case <-timer.C:
 		case now := <-tick.C:
-			ln.core.tick(now)
+			if ln.core.tick(now) {
+				ln.refetch(ctx)
+			}
 			if now.Sub(lastEvict) > evictEvery {
 				lastEvict = now
 				ln.core.evict(now.Add(-roomIdle))
@@ -115,6 +117,22 @@ func (ln *lane) loop(ctx, actx context.Context) error {
 			return ln.shutdown()
 		}
 	}
+}
+
+// refetch starts the lane's consumer again at its ack floor, in place, as
+// a new holder does: a message JetStream counted as delivered but the
+// lane never got comes now, not after the AckWait; what the lane holds
+// comes again and is ignored, what it settled is skipped by position.
+func (ln *lane) refetch(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	ln.d.m.refetches.WithLabelValues(ln.id.Endpoint, ln.id.Source).Inc()
+	if _, err := ln.stream.ResetConsumer(ctx, ConsumerName(ln.id.Endpoint)); err != nil {
+		ln.d.lg.Warn("webhook: cannot read a gap again from the consumer's ack floor", "lane", ln.id.String(), "err", err)
+		return
+	}
+	ln.d.lg.Info("webhook: a gap outlasted the gap timeout; read again from the consumer's ack floor before it is given up",
+		"lane", ln.id.String())
 }
 
 func resetTimer(t *time.Timer, at time.Time) {
