@@ -79,6 +79,9 @@ func (ln *lane) loop(ctx, actx context.Context) error {
 	defer timer.Stop()
 	var lastStats, lastEvict time.Time
 	for {
+		if ctx.Err() != nil { // stopping: no new attempt
+			return ln.shutdown()
+		}
 		wake := ln.next(ctx, actx)
 		resetTimer(timer, wake)
 		select {
