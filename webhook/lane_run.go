@@ -149,7 +149,7 @@ func resetTimer(t *time.Timer, at time.Time) {
 
 // next starts what the core says is due, and returns when to look again.
 func (ln *lane) next(ctx, actx context.Context) time.Time {
-	for !ln.inflight {
+	for !ln.inflight && ctx.Err() == nil { // stopping: the loop shuts down
 		now := time.Now()
 		b, wake := ln.core.due(now)
 		if b == nil {
