@@ -1,9 +1,14 @@
 package webhook
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -121,4 +126,63 @@ func errorReloads(reg *prometheus.Registry) float64 {
 		}
 	}
 	return 0
+}
+
+// A dispatcher stopping lets the delivery in flight finish and settles
+// it, and starts no other: the next holder delivers the rest, and
+// nothing of the first delivery again.
+func TestGracefulStopStartsNoNewDelivery(t *testing.T) {
+	e := newEnv(t, "eu")
+	var mu sync.Mutex
+	var bodies [][]byte
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		mu.Lock()
+		bodies = append(bodies, body)
+		first := len(bodies) == 1
+		mu.Unlock()
+		if first {
+			<-release
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(srv.Close)
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(open)
+	got := func() [][]byte {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([][]byte(nil), bodies...)
+	}
+	d, _ := e.dispatcher(config(t, endpoint("a", srv.URL)))
+	waitLanes(t, e, "a", "eu")
+	want := e.churn("eu", 1, 30)
+	waitFor(t, 20*time.Second, "the first delivery", func() bool { return len(got()) == 1 })
+	closed := make(chan struct{})
+	go func() {
+		d.Close()
+		close(closed)
+	}()
+	waitFor(t, 20*time.Second, "the stop", func() bool { return len(d.Status()) == 0 })
+	open()
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close did not return")
+	}
+	if n := len(got()); n != 1 {
+		t.Fatalf("%d deliveries, want only the one in flight at the stop", n)
+	}
+	var first struct {
+		Events []map[string]any `json:"events"`
+	}
+	if err := json.Unmarshal(got()[0], &first); err != nil || len(first.Events) == 0 {
+		t.Fatalf("the first delivery %q: %v", got()[0], err)
+	}
+	r := newReceiver(t)
+	e.dispatcher(config(t, endpoint("a", r.srv.URL)))
+	waitEvents(t, r, len(want)-len(first.Events), 20*time.Second)
+	checkContract(t, r, want[len(first.Events):], false)
 }
