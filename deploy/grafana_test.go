@@ -46,7 +46,7 @@ func TestDashboardQueries(t *testing.T) {
 	qs := dashboardQueries(t)
 	alerts := map[string]bool{}
 	qs = append(qs, ruleQueries(t, alerts)...)
-	for _, want := range []string{"PresenceFlapping", "PresenceHeartbeatNearTTL", "PresenceRegionDown"} {
+	for _, want := range []string{"PresenceFlapping", "PresenceHeartbeatNearTTL", "PresenceRegionDown", "PresenceWebhookStalled"} {
 		if !alerts[want] {
 			t.Errorf("presence-alerts.yml: no alert %s", want)
 		}

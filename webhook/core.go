@@ -54,6 +54,9 @@ type roomState struct {
 	pending int       // items of the room not yet settled
 	touched time.Time // last activity, for eviction
 	owed    bool      // a dead_letter marker of the room waits in the queue
+	// refetched is when the open gap outlasted the gap timeout and the
+	// lane was told to read again from its ack floor; zero: not yet.
+	refetched time.Time
 }
 
 // batch is one delivery: fixed once formed, so every retry carries the
@@ -196,6 +199,7 @@ func (c *core) newEpoch(rs *roomState, it *item, now time.Time) {
 // new position, then what is next.
 func (c *core) gaveUp(rs *roomState, room string, now time.Time) {
 	e, s, _ := rs.seq.Position()
+	rs.refetched = time.Time{}
 	c.pushMarker(rs, room, position{e, s}, ResyncGap, now, false)
 	c.drain(rs, room, now)
 }
@@ -206,6 +210,7 @@ func (c *core) drain(rs *roomState, room string, now time.Time) {
 	}
 	if rs.seq.Held() == 0 {
 		delete(c.gaps, room)
+		rs.refetched = time.Time{}
 	} else {
 		c.gaps[room] = rs
 	}

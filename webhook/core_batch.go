@@ -13,14 +13,23 @@ const (
 	disable            // 410 Gone: the endpoint stops until the config is reloaded
 )
 
-// tick gives up the gaps open for the gap timeout.
-func (c *core) tick(now time.Time) {
+// tick acts on the gaps open for the gap timeout. The missing message
+// may be in the stream still, delivered to the lane's consumer but lost
+// on its way (it would come again only after the AckWait): the first
+// time, tick returns true and the lane reads again from its consumer's
+// ack floor; a gap still open a gap timeout later is given up.
+func (c *core) tick(now time.Time) (refetch bool) {
 	for room, rs := range c.gaps {
-		if rs.seq.Overdue(now) {
+		switch {
+		case !rs.seq.Overdue(now):
+		case rs.refetched.IsZero():
+			rs.refetched, refetch = now, true
+		case !now.Before(rs.refetched.Add(c.lim.gapTimeout)):
 			rs.seq.SkipGap(now)
 			c.gaveUp(rs, room, now)
 		}
 	}
+	return refetch
 }
 
 // due returns the batch to attempt now, forming one when the queue is
@@ -76,6 +85,10 @@ func (c *core) firstVisible() *item {
 func (c *core) gapDeadline() time.Time {
 	var t time.Time
 	for _, rs := range c.gaps {
+		if !rs.refetched.IsZero() {
+			t = earliest(t, rs.refetched.Add(c.lim.gapTimeout))
+			continue
+		}
 		t = earliest(t, rs.seq.Deadline())
 	}
 	return t

@@ -73,8 +73,19 @@ func TestCoreGivesAGapUpWithAMarker(t *testing.T) {
 	if b, _ := c.due(t0.Add(5 * time.Second)); b != nil {
 		t.Fatalf("delivered across an open gap: %v", ids(b))
 	}
-	c.tick(t0.Add(10 * time.Second))
-	b, _ := c.due(t0.Add(11 * time.Second))
+	// Past the gap timeout the lane is told to read again from its ack
+	// floor, once; the gap is given up a gap timeout later.
+	if !c.tick(t0.Add(10 * time.Second)) {
+		t.Fatal("a gap past the gap timeout asked for no reading again")
+	}
+	if c.tick(t0.Add(15 * time.Second)) {
+		t.Fatal("a gap asked for a second reading again")
+	}
+	if b, wake := c.due(t0.Add(15 * time.Second)); b != nil || !wake.Equal(t0.Add(20*time.Second)) {
+		t.Fatalf("before the gap is given up: batch %v, wake %v, want none until %v", b, wake, t0.Add(20*time.Second))
+	}
+	c.tick(t0.Add(20 * time.Second))
+	b, _ := c.due(t0.Add(21 * time.Second))
 	got := ids(b)
 	if !slices.Equal(got, []string{"eu/r/1/5/gap", "eu/r/1/6"}) {
 		t.Fatalf("after the gap timeout: %v, want a gap marker at seq 5, then 6", got)
@@ -86,6 +97,26 @@ func TestCoreGivesAGapUpWithAMarker(t *testing.T) {
 	// 4 and 5 arriving late are acknowledged, not delivered.
 	if acks := c.offer(ev("r", 1, 4, 11), nil, t0); !slices.Equal(acks, []uint64{11}) {
 		t.Fatalf("late seq 4: %v", acks)
+	}
+}
+
+// A gap filled after the lane read again closes; a later gap of the room
+// gets its own reading again.
+func TestCoreGapFilledAfterReadingAgain(t *testing.T) {
+	c := testCore(10)
+	p := position{1, 3}
+	c.offer(ev("r", 1, 5, 10), &p, t0)
+	if !c.tick(t0.Add(10 * time.Second)) {
+		t.Fatal("no reading again")
+	}
+	c.offer(ev("r", 1, 4, 9), nil, t0.Add(11*time.Second))
+	c.offer(ev("r", 1, 7, 12), nil, t0.Add(11*time.Second))
+	if !c.tick(t0.Add(21 * time.Second)) {
+		t.Fatal("a new gap of the room asked for no reading again")
+	}
+	b, _ := c.due(t0.Add(22 * time.Second))
+	if got := ids(b); !slices.Equal(got, []string{"eu/r/1/4", "eu/r/1/5"}) {
+		t.Fatalf("after the gap was filled: %v, want 4 and 5, no marker", got)
 	}
 }
 

@@ -25,9 +25,16 @@ import (
 // longest endpoint timeout.
 const DefaultLeaseTTL = 30 * time.Second
 
+// PublishAsyncTimeout is the publish-ack timeout the dispatcher's
+// JetStream context should be made with
+// (jetstream.WithPublishAsyncTimeout): positions are written pipelined,
+// and without it an ack that never comes keeps its publish pending for
+// good (the dispatcher's own waits end with their contexts).
+const PublishAsyncTimeout = 10 * time.Second
+
 // Options configure a Dispatcher. JetStream and Config are required.
 type Options struct {
-	JetStream        jetstream.JetStream
+	JetStream        jetstream.JetStream // made with jetstream.WithPublishAsyncTimeout(PublishAsyncTimeout)
 	Config           *Config
 	Instance         string        // names this dispatcher in leases; default random
 	LeaseTTL         time.Duration // default DefaultLeaseTTL, at least 1s

@@ -92,6 +92,9 @@ func (d *Dispatcher) refresh(ctx context.Context, now time.Time) {
 		if ln == nil {
 			ln = d.releasing[id]
 		}
+		if !ok {
+			d.m.leasesLost.WithLabelValues(id.Endpoint, id.Source).Inc()
+		}
 		if !ok && ln != nil {
 			d.lg.Warn("webhook: lease lost; the lane stops here", "lane", id.String())
 			ln.stop(false)
@@ -217,7 +220,9 @@ func (d *Dispatcher) apply(lift bool) {
 }
 
 // leaveAll stops every lane gracefully, waits for them and gives every
-// lease up.
+// lease up. The leases are refreshed meanwhile: a lane still settling its
+// last delivery when its lease expired would see the next holder send
+// that delivery again.
 func (d *Dispatcher) leaveAll() {
 	d.mu.Lock()
 	var all []*lane
@@ -233,8 +238,19 @@ func (d *Dispatcher) leaveAll() {
 		all = append(all, ln)
 	}
 	d.mu.Unlock()
+	t := time.NewTicker(d.opts.LeaseTTL / 4)
+	defer t.Stop()
 	for _, ln := range all {
-		<-ln.done
+		for waiting := true; waiting; {
+			select {
+			case <-ln.done:
+				waiting = false
+			case <-t.C:
+				ctx, cancel := context.WithTimeout(context.Background(), d.opts.LeaseTTL/4)
+				d.refresh(ctx, time.Now())
+				cancel()
+			}
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()

@@ -54,7 +54,7 @@ func newEnvOn(t *testing.T, ns *server.Server, regions ...string) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(PublishAsyncTimeout))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -122,10 +122,10 @@ func (ln *lane) busy(now time.Time) { ln.busyAt.Store(now.UnixNano()) }
 
 // stallAfter is how long a lane with lag may go without an attempt
 // before the watchdog starts it over: longer than any wait the lane
-// makes on purpose (a retry's backoff and its attempt, a gap, a batch
-// filling, a lease refresh).
+// makes on purpose (a retry's backoff and its attempt, a gap and its
+// reading again, a batch filling, a lease refresh).
 func stallAfter(e *Endpoint, leaseTTL time.Duration) time.Duration {
-	return time.Duration(e.MaxBackoff) + time.Duration(e.Timeout) + time.Duration(e.GapTimeout) +
+	return time.Duration(e.MaxBackoff) + time.Duration(e.Timeout) + 2*time.Duration(e.GapTimeout) +
 		time.Duration(e.MaxWait) + leaseTTL + 4*laneTick
 }
 

@@ -79,6 +79,9 @@ func (ln *lane) loop(ctx, actx context.Context) error {
 	defer timer.Stop()
 	var lastStats, lastEvict time.Time
 	for {
+		if ctx.Err() != nil { // stopping: no new attempt
+			return ln.shutdown()
+		}
 		wake := ln.next(ctx, actx)
 		resetTimer(timer, wake)
 		select {
@@ -92,7 +95,9 @@ func (ln *lane) loop(ctx, actx context.Context) error {
 			ln.answered(actx, r)
 		case <-timer.C:
 		case now := <-tick.C:
-			ln.core.tick(now)
+			if ln.core.tick(now) {
+				ln.refetch(ctx)
+			}
 			if now.Sub(lastEvict) > evictEvery {
 				lastEvict = now
 				ln.core.evict(now.Add(-roomIdle))
@@ -117,6 +122,22 @@ func (ln *lane) loop(ctx, actx context.Context) error {
 	}
 }
 
+// refetch starts the lane's consumer again at its ack floor, in place, as
+// a new holder does: a message JetStream counted as delivered but the
+// lane never got comes now, not after the AckWait; what the lane holds
+// comes again and is ignored, what it settled is skipped by position.
+func (ln *lane) refetch(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	ln.d.m.refetches.WithLabelValues(ln.id.Endpoint, ln.id.Source).Inc()
+	if _, err := ln.stream.ResetConsumer(ctx, ConsumerName(ln.id.Endpoint)); err != nil {
+		ln.d.lg.Warn("webhook: cannot read a gap again from the consumer's ack floor", "lane", ln.id.String(), "err", err)
+		return
+	}
+	ln.d.lg.Info("webhook: a gap outlasted the gap timeout; read again from the consumer's ack floor before it is given up",
+		"lane", ln.id.String())
+}
+
 func resetTimer(t *time.Timer, at time.Time) {
 	t.Stop()
 	if at.IsZero() {
@@ -128,7 +149,7 @@ func resetTimer(t *time.Timer, at time.Time) {
 
 // next starts what the core says is due, and returns when to look again.
 func (ln *lane) next(ctx, actx context.Context) time.Time {
-	for !ln.inflight {
+	for !ln.inflight && ctx.Err() == nil { // stopping: the loop shuts down
 		now := time.Now()
 		b, wake := ln.core.due(now)
 		if b == nil {

@@ -67,23 +67,59 @@ func (ls *leases) members(ctx context.Context) int {
 func share(n, m int) int { return int(math.Ceil(float64(n) / float64(max(m, 1)))) }
 
 // refresh keeps a held lease; false once it is lost (another holds it,
-// it expired, or it could not be refreshed in time).
+// it expired, or it could not be refreshed in time). A refresh stored
+// whose reply was lost (a timeout) moved the key's revision on: the
+// next one fails its revision check although the key still names this
+// dispatcher, so the key is read, and its revision adopted if it does.
 func (ls *leases) refresh(ctx context.Context, l LaneID, now time.Time) bool {
 	h := ls.held[l]
 	if h == nil {
 		return false
 	}
-	ack, err := ls.st.js.PublishMsg(ctx, &nats.Msg{Subject: ls.subject(laneKey("lease", l)), Data: []byte(ls.id)},
-		jetstream.WithExpectLastSequencePerSubject(h.rev), jetstream.WithMsgTTL(ls.ttl))
+	err := ls.put(ctx, l, h, now)
+	if wrongRevision(err) && ls.adopt(ctx, l, h) {
+		err = ls.put(ctx, l, h, now)
+	}
 	var apiErr *jetstream.APIError
 	switch {
 	case err == nil:
-		h.rev, h.until = ack.Sequence, now.Add(ls.ttl-ls.ttl/4)
 	case errors.As(err, &apiErr), now.After(h.until):
 		delete(ls.held, l)
 		return false
 	}
 	return true
+}
+
+// put refreshes the lease key at h's revision.
+func (ls *leases) put(ctx context.Context, l LaneID, h *lease, now time.Time) error {
+	ack, err := ls.st.js.PublishMsg(ctx, &nats.Msg{Subject: ls.subject(laneKey("lease", l)), Data: []byte(ls.id)},
+		jetstream.WithExpectLastSequencePerSubject(h.rev), jetstream.WithMsgTTL(ls.ttl))
+	if err == nil {
+		h.rev, h.until = ack.Sequence, now.Add(ls.ttl-ls.ttl/4)
+	}
+	return err
+}
+
+// adopt reads the lease key: if it still names this dispatcher, h takes
+// its revision (its until stays: only a refresh stored now moves it).
+func (ls *leases) adopt(ctx context.Context, l LaneID, h *lease) bool {
+	var e jetstream.KeyValueEntry
+	err := ls.st.do(ctx, func(kv jetstream.KeyValue) error {
+		var err error
+		e, err = kv.Get(ctx, laneKey("lease", l))
+		return err
+	})
+	if err != nil || string(e.Value()) != ls.id {
+		return false
+	}
+	h.rev = e.Revision()
+	return true
+}
+
+func wrongRevision(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // acquire takes a free lane.

@@ -18,6 +18,8 @@ type metrics struct {
 	resyncs     *prometheus.CounterVec
 	malformed   *prometheus.CounterVec
 	stalls      *prometheus.CounterVec
+	refetches   *prometheus.CounterVec
+	leasesLost  *prometheus.CounterVec
 	disabled    *prometheus.GaugeVec
 	attemptTime *prometheus.HistogramVec
 	lanes       prometheus.Gauge
@@ -41,13 +43,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		resyncs:     prometheus.NewCounterVec(prometheus.CounterOpts(o("resyncs_total", "Resync markers delivered, by reason.")), []string{"endpoint", "reason"}),
 		malformed:   prometheus.NewCounterVec(prometheus.CounterOpts(o("malformed_total", "Stream messages that did not decode as events, acknowledged and skipped.")), lane),
 		stalls:      prometheus.NewCounterVec(prometheus.CounterOpts(o("stalls_total", "Lanes started over from their consumer's ack floor after no progress while they had lag.")), lane),
+		leasesLost:  prometheus.NewCounterVec(prometheus.CounterOpts(o("leases_lost_total", "Lane leases lost (another took them, they expired or could not be refreshed in time): the lane's delivery in flight may be sent again.")), lane),
+		refetches:   prometheus.NewCounterVec(prometheus.CounterOpts(o("gap_refetches_total", "Gaps past the gap timeout read again from the consumer's ack floor before they are given up.")), lane),
 		disabled:    prometheus.NewGaugeVec(prometheus.GaugeOpts(o("disabled", "1 while the lane is stopped by a 410 Gone (until the config is reloaded).")), lane),
 		attemptTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "presence", Subsystem: "webhook", Name: "attempt_seconds", Help: "Duration of delivery attempts, answered or not.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 13)}, ep),
 		lanes:       prometheus.NewGauge(prometheus.GaugeOpts(o("lanes", "Lanes (endpoint, source) this dispatcher delivers."))),
 		reloads:     prometheus.NewCounterVec(prometheus.CounterOpts(o("config_reloads_total", "Configuration loads, by result (ok, error: the old configuration stays).")), []string{"result"}),
 	}
 	for _, c := range []prometheus.Collector{m.lagEvents, m.lagSeconds, m.deliveries, m.events, m.failures, m.retries,
-		m.deadLetters, m.resyncs, m.malformed, m.stalls, m.disabled, m.attemptTime, m.lanes, m.reloads} {
+		m.deadLetters, m.resyncs, m.malformed, m.stalls, m.refetches, m.leasesLost, m.disabled, m.attemptTime, m.lanes, m.reloads} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -65,6 +69,8 @@ func (m *metrics) lane(l LaneID) {
 	m.lagSeconds.WithLabelValues(l.Endpoint, l.Source)
 	m.disabled.WithLabelValues(l.Endpoint, l.Source)
 	m.stalls.WithLabelValues(l.Endpoint, l.Source)
+	m.refetches.WithLabelValues(l.Endpoint, l.Source)
+	m.leasesLost.WithLabelValues(l.Endpoint, l.Source)
 	m.deliveries.WithLabelValues(l.Endpoint)
 	m.events.WithLabelValues(l.Endpoint)
 	m.retries.WithLabelValues(l.Endpoint)

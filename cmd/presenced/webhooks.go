@@ -87,7 +87,7 @@ func (c *webhooksCommand) run(ctx context.Context) error {
 	}
 	c.nc = nc
 	c.onClose(nc.Close)
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(webhook.PublishAsyncTimeout))
 	if err != nil {
 		return err
 	}
