@@ -78,8 +78,14 @@ func TestConfigFileReloads(t *testing.T) {
 	e := newEnv(t, "eu")
 	r1, r2 := newReceiver(t), newReceiver(t)
 	path := filepath.Join(t.TempDir(), "webhooks.yaml")
+	// Written whole (a rename), as a deployment tool writes it: a file
+	// read while half written would be a refused reload of its own.
 	write := func(body string) {
-		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -107,11 +113,45 @@ func TestConfigFileReloads(t *testing.T) {
 	// The good reload, counted apart: a file read while half written is
 	// refused too, so the sum of both results says nothing.
 	waitFor(t, 5*time.Second, "the reload", func() bool { return reloads(reg, "ok") >= 1 })
-	e.publish(e.transition("eu", "r", "u3", presence.Online))
-	waitEvents(t, r2, 1, 10*time.Second)
-	if len(r1.events()) != 2 {
-		t.Errorf("the old URL got %d events after the reload", len(r1.events())-2)
+	// The lanes take the new settings a moment after the reload is
+	// counted: an event published meanwhile may still go to the old URL.
+	// Every event reaches one of the two, and once the new URL has one,
+	// the old gets nothing more.
+	i := 3
+	waitFor(t, 10*time.Second, "an event at the new URL", func() bool {
+		e.publish(e.transition("eu", "r", fmt.Sprintf("u%d", i), presence.Online))
+		i++
+		return len(r2.events()) > 0
+	})
+	waitFor(t, 10*time.Second, "every event at one of the URLs", func() bool {
+		return len(eventIDs(r1.events(), r2.events())) == i-1
+	})
+	old := len(r1.events())
+	e.publish(e.transition("eu", "r", fmt.Sprintf("u%d", i), presence.Online))
+	waitFor(t, 10*time.Second, "the last event at the new URL", func() bool { return hasUser(r2.events(), fmt.Sprintf("u%d", i)) })
+	if n := len(r1.events()); n != old {
+		t.Errorf("the old URL got %d events after the new one had one", n-old)
 	}
+}
+
+// eventIDs is the set of event ids in the lists.
+func eventIDs(lists ...[]map[string]any) map[any]bool {
+	seen := map[any]bool{}
+	for _, l := range lists {
+		for _, ev := range l {
+			seen[ev["id"]] = true
+		}
+	}
+	return seen
+}
+
+func hasUser(evs []map[string]any, user string) bool {
+	for _, ev := range evs {
+		if ev["user"] == user {
+			return true
+		}
+	}
+	return false
 }
 
 // reloads is config_reloads_total{result=result}.
