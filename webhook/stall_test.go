@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/presence-dev/presence/presence"
 )
@@ -16,6 +17,62 @@ import (
 // while it has lag, and starts over from the consumer's ack floor: the
 // events arrive within seconds, in order, and the stall is counted.
 func TestStalledLaneStartsOverFromTheAckFloor(t *testing.T) {
+	e, r, first, stray, reg := strayBeforeTheLane(t)
+	later := []presence.Transition{e.transition("eu", "r1", "u2", presence.Online)}
+	e.publish(later...)
+	if n := <-stray; n != len(later) {
+		t.Fatalf("the stray took %d messages, want %d", n, len(later))
+	}
+	waitEvents(t, r, 2, 30*time.Second)
+	checkContract(t, r, append([]presence.Transition{first}, later...), false)
+	if v := counter(t, reg, "presence_webhook_stalls_total"); v < 1 {
+		t.Errorf("presence_webhook_stalls_total = %v, want at least 1", v)
+	}
+}
+
+// A message JetStream counted as delivered to the lane but the lane never
+// got, in the middle of a room (taken by a stray client of the durable,
+// never acknowledged), opens a gap that lasts past the gap timeout. It is
+// still in the stream: the lane reads again from its consumer's ack floor
+// before it gives the gap up, and the event itself is delivered, in
+// order, with no gap marker.
+func TestGapLostInFlightIsReadAgainNotGivenUp(t *testing.T) {
+	e, r, first, stray, reg := strayBeforeTheLane(t)
+	// The stray asked first: it takes the room's second event, the lane
+	// the third, held behind the gap.
+	lost := e.transition("eu", "r1", "u2", presence.Online)
+	e.publish(lost)
+	if n := <-stray; n != 1 {
+		t.Fatalf("the stray took %d messages, want 1", n)
+	}
+	third := e.transition("eu", "r1", "u3", presence.Online)
+	e.publish(third)
+	waitFor(t, 30*time.Second, "the third event accepted", func() bool {
+		for _, ev := range r.events() {
+			if ev["id"] == third.ID {
+				return true
+			}
+		}
+		return false
+	})
+	checkContract(t, r, []presence.Transition{first, lost, third}, false)
+	for _, it := range r.accepted() {
+		if it["kind"] == KindResync {
+			t.Errorf("a marker was sent: %v", it)
+		}
+	}
+	if v := counter(t, reg, "presence_webhook_gap_refetches_total"); v < 1 {
+		t.Errorf("presence_webhook_gap_refetches_total = %v, want at least 1", v)
+	}
+}
+
+// strayBeforeTheLane delivers one event of room r1 to a receiver, then
+// starts the dispatcher again behind a stray client of the lane's
+// durable whose pull request comes first: what is stored next goes to
+// the stray (JetStream serves pull requests in turn), which never
+// acknowledges it; stray says how many messages it took.
+func strayBeforeTheLane(t *testing.T) (*env, *receiver, presence.Transition, chan int, *prometheus.Registry) {
+	t.Helper()
 	e := newEnv(t, "eu")
 	r := newReceiver(t)
 	ep := endpoint("a", r.srv.URL)
@@ -52,82 +109,5 @@ func TestStalledLaneStartsOverFromTheAckFloor(t *testing.T) {
 		info, err := c.Info(t.Context())
 		return err == nil && info.NumWaiting > 1
 	})
-	later := []presence.Transition{e.transition("eu", "r1", "u2", presence.Online)}
-	e.publish(later...)
-	if n := <-stray; n != len(later) {
-		t.Fatalf("the stray took %d messages, want %d", n, len(later))
-	}
-	waitEvents(t, r, 2, 30*time.Second)
-	checkContract(t, r, append([]presence.Transition{first}, later...), false)
-	if v := counter(t, reg, "presence_webhook_stalls_total"); v < 1 {
-		t.Errorf("presence_webhook_stalls_total = %v, want at least 1", v)
-	}
-}
-
-// A message JetStream counted as delivered to the lane but the lane never
-// got, in the middle of a room (taken by a stray client of the durable,
-// never acknowledged), opens a gap that lasts past the gap timeout. It is
-// still in the stream: the lane reads again from its consumer's ack floor
-// before it gives the gap up, and the event itself is delivered, in
-// order, with no gap marker.
-func TestGapLostInFlightIsReadAgainNotGivenUp(t *testing.T) {
-	e := newEnv(t, "eu")
-	r := newReceiver(t)
-	ep := endpoint("a", r.srv.URL)
-	ep.GapTimeout = Duration(500 * time.Millisecond)
-	d, _ := e.dispatcher(config(t, ep))
-	waitLanes(t, e, "a", "eu")
-	first := e.transition("eu", "r1", "u1", presence.Online)
-	e.publish(first)
-	waitEvents(t, r, 1, 20*time.Second)
-	d.Close()
-	c, err := e.js.Consumer(t.Context(), "PRESENCE_eu", ConsumerName("a"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stray := make(chan int)
-	go func() {
-		n := 0
-		if b, err := c.Fetch(1, jetstream.FetchMaxWait(60*time.Second)); err == nil {
-			for range b.Messages() {
-				n++
-			}
-		}
-		stray <- n
-	}()
-	waitFor(t, 10*time.Second, "the stray pull request", func() bool {
-		info, err := c.Info(t.Context())
-		return err == nil && info.NumWaiting > 0
-	})
-	_, reg := e.dispatcher(config(t, ep))
-	waitFor(t, 20*time.Second, "the lane's pull request", func() bool {
-		info, err := c.Info(t.Context())
-		return err == nil && info.NumWaiting > 1
-	})
-	// The stray asked first: it takes the room's second event, the lane
-	// the third, held behind the gap.
-	lost := e.transition("eu", "r1", "u2", presence.Online)
-	e.publish(lost)
-	if n := <-stray; n != 1 {
-		t.Fatalf("the stray took %d messages, want 1", n)
-	}
-	third := e.transition("eu", "r1", "u3", presence.Online)
-	e.publish(third)
-	waitFor(t, 30*time.Second, "the third event accepted", func() bool {
-		for _, ev := range r.events() {
-			if ev["id"] == third.ID {
-				return true
-			}
-		}
-		return false
-	})
-	checkContract(t, r, []presence.Transition{first, lost, third}, false)
-	for _, it := range r.accepted() {
-		if it["kind"] == KindResync {
-			t.Errorf("a marker was sent: %v", it)
-		}
-	}
-	if v := counter(t, reg, "presence_webhook_gap_refetches_total"); v < 1 {
-		t.Errorf("presence_webhook_gap_refetches_total = %v, want at least 1", v)
-	}
+	return e, r, first, stray, reg
 }
