@@ -1,5 +1,5 @@
 // The error codes of client.d.ts and README's "Errors" are exactly the
-// codes client.js makes and the node sends (node/protocol.go).
+// codes client.js makes and the node sends (protocol/protocol.go).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -29,7 +29,7 @@ function unionOf(dts, name) {
 test("client.d.ts: ClientErrorCode is what client.js makes, NodeErrorCode what the node sends", () => {
   const dts = read("../client.d.ts");
   const fromClient = clientCodes(read("../client.js"));
-  const fromNode = nodeCodes(read("../../../node/protocol.go"));
+  const fromNode = nodeCodes(read("../../../protocol/protocol.go"));
   assert.ok(fromClient.size >= 15 && fromClient.has("connect_refused") && fromClient.has("unknown"), sorted(fromClient).join(" "));
   assert.ok(fromNode.size >= 15 && fromNode.has("rate_limited"), sorted(fromNode).join(" "));
   assert.deepEqual(sorted(unionOf(dts, "ClientErrorCode")), sorted(fromClient));
@@ -43,7 +43,7 @@ test("README's Errors section names every code", () => {
   const i = readme.indexOf("\n## Errors\n");
   assert.ok(i >= 0, "README has an Errors section");
   const section = readme.slice(i, readme.indexOf("\n## ", i + 1));
-  const codes = new Set([...clientCodes(read("../client.js")), ...nodeCodes(read("../../../node/protocol.go"))]);
+  const codes = new Set([...clientCodes(read("../client.js")), ...nodeCodes(read("../../../protocol/protocol.go"))]);
   const missing = sorted(codes).filter((c) => !section.includes("`" + c + "`"));
   assert.deepEqual(missing, []);
 });
