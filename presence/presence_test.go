@@ -116,12 +116,12 @@ func TestTimingRulesAreWhatValidateChecks(t *testing.T) {
 		tm := DefaultTiming()
 		edit(&tm)
 		for _, other := range TimingRules {
-			if other.Rule != r.Rule && !other.Holds(tm) {
+			if other.Rule != r.Rule && !other.holds(tm) {
 				t.Fatalf("%q's counterexample %+v breaks %q too", r.Rule, tm, other.Rule)
 			}
 		}
 		var ce *ConfigError
-		if err := tm.Validate(); r.Holds(tm) || !errors.As(err, &ce) || ce.Field != r.Field || ce.Rule != r.fails(tm) {
+		if err := tm.Validate(); r.holds(tm) || !errors.As(err, &ce) || ce.Field != r.Field || ce.Rule != r.fails(tm) {
 			t.Errorf("%q: %+v gave %v", r.Rule, tm, err)
 		}
 	}

@@ -47,6 +47,3 @@ var TimingRules = []TimingRule{
 			return fmt.Sprintf("(%v) must be at least the heartbeat (%v): last seen is not written on every heartbeat", t.LastSeenInterval, t.Heartbeat)
 		}},
 }
-
-// Holds reports whether t keeps the rule.
-func (r TimingRule) Holds(t Timing) bool { return r.holds(t) }
