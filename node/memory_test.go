@@ -51,7 +51,7 @@ const (
 
 // Bounds, per idle connection (each one session in a room of 100, a JWT
 // with its expiry timer), about 25 % over what this test measured when
-// they were set, with and without -race: heap 4.2-4.4 KiB; the reader
+// they were set, with and without -race: heap 4.2-4.6 KiB; the reader
 // goroutine's stack 4.1-4.4 KiB (one 4 KiB stack: it was 8 KiB when the
 // reader parked on the stack its joins had grown, conn.read).
 const (
