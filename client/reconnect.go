@@ -50,6 +50,13 @@ func (c *Client) redial(down time.Time, delay time.Duration) *conn {
 			return nil
 		}
 		next, err := c.connectOnce()
+		if c.ended() { // Close cut the attempt short, or came as it opened
+			if next != nil {
+				c.hangUp(next)
+			}
+			c.finish(ErrClosed)
+			return nil
+		}
 		if err == nil {
 			return next
 		}
