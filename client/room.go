@@ -171,7 +171,8 @@ func (r *Room) Members() []Member {
 	return r.view.list()
 }
 
-// Total is the member count of the last snapshot.
+// Total is the member count: the last snapshot's, kept by the events
+// since, so it counts the members a truncated snapshot does not list.
 func (r *Room) Total() int {
 	r.c.mu.Lock()
 	defer r.c.mu.Unlock()
@@ -329,7 +330,14 @@ func (r *Room) onEvent(t presence.Transition) []func() {
 	if !r.synced || !r.view.apply(t) {
 		return nil
 	}
-	r.total = len(r.view.members)
+	// Events count members a truncated snapshot does not list too: an
+	// online is of a user who was not a member, an offline of one who was.
+	switch t.Kind {
+	case presence.Online:
+		r.total++
+	case presence.Offline:
+		r.total = max(0, r.total-1)
+	}
 	return r.notify(Change{Room: r.id, Kind: Applied, Event: t})
 }
 
