@@ -34,7 +34,9 @@ type Watch struct {
 }
 
 // Watch starts following users of room and waits for the node's first
-// answer. onChange, if set, is told of every change of the view.
+// answer; while the connection is down it returns at once, and the next
+// connection sends the list. onChange, if set, is told of every change
+// of the view.
 func (c *Client) Watch(ctx context.Context, room string, users []string, onChange func(Change)) (*Watch, error) {
 	if err := validRoom(room); err != nil {
 		return nil, err
