@@ -122,3 +122,37 @@ func TestReconnectLoopKeepsToTheSchedule(t *testing.T) {
 		}
 	})
 }
+
+// Close during a connect attempt ends it quietly: the attempt it cut short
+// is not told to OnError as a failed connect.
+func TestCloseDuringAConnectTellsNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var told []error
+		c, err := newClient(Config{URL: "ws://node.invalid", Session: "s", OnError: func(err error) {
+			mu.Lock()
+			told = append(told, err)
+			mu.Unlock()
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dialing := make(chan struct{})
+		c.dial = func(ctx context.Context, _ string, _ http.Header) (*websocket.Conn, *http.Response, error) {
+			close(dialing)
+			<-ctx.Done() // a connect that hangs until Close cancels it
+			return nil, nil, ctx.Err()
+		}
+		go func() {
+			defer close(c.done)
+			c.redial(time.Now(), 0)
+		}()
+		<-dialing
+		_ = c.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(told) != 0 || !errors.Is(c.Err(), ErrClosed) {
+			t.Fatalf("OnError told %v, Err %v; want nothing told and ErrClosed", told, c.Err())
+		}
+	})
+}

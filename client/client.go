@@ -50,10 +50,14 @@ type Config struct {
 	Dialer *websocket.Dialer
 }
 
-// Callbacks (OnError, OnDisconnect, OnReconnect, a room's or a watch
-// list's OnChange) run one at a time on the goroutine that reads the
-// connection: they must return soon and must not wait for the node (a
-// Join, SetState, Leave); start a goroutine for that.
+// Callbacks must return soon, and must neither wait for the node (Join,
+// SetState, Leave, Update) nor call Close, which waits for the goroutine
+// that runs OnDisconnect: start a goroutine for that. A room's or a watch
+// list's OnChange run one at a time, in the node's order, on the
+// goroutine that reads the connection. OnDisconnect and OnReconnect run
+// on the goroutine that reconnects; OnError on either, or on the one that
+// rejoins after a reconnect, so it may run while an OnChange or another
+// OnError runs.
 
 // Client is a connection to a node that reconnects, with the same session
 // id, until Close or a close that ends it (Err).

@@ -261,6 +261,18 @@ func TestCountAndWatchViews(t *testing.T) {
 	if err != nil || !slices.Equal(w.Users(), []string{"amy", "cat"}) {
 		t.Fatalf("watch: %v, users %v", err, w.Users())
 	}
+	// A room is joined once and watched once; a bad id is the node's
+	// invalid_room, refused before anything is sent.
+	if _, err := obs.Join(ctx, "lobby", JoinOptions{}); err == nil {
+		t.Fatal("a second join of lobby succeeded")
+	}
+	if _, err := obs.Watch(ctx, "lobby", []string{"bob"}, nil); err == nil {
+		t.Fatal("a second watch of lobby succeeded")
+	}
+	var bad *protocol.Error
+	if _, err := obs.Watch(ctx, "no room", []string{"bob"}, nil); !errors.As(err, &bad) || bad.Code != protocol.CodeInvalidRoom {
+		t.Fatalf("watch of an invalid room: %v, want invalid_room", err)
+	}
 	ra, err := e.dial("amy", "a", nil).Join(ctx, "lobby", JoinOptions{})
 	if err != nil {
 		t.Fatal(err)

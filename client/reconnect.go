@@ -50,6 +50,13 @@ func (c *Client) redial(down time.Time, delay time.Duration) *conn {
 			return nil
 		}
 		next, err := c.connectOnce()
+		if c.ended() { // Close cut the attempt short, or came as it opened
+			if next != nil {
+				c.hangUp(next)
+			}
+			c.finish(ErrClosed)
+			return nil
+		}
 		if err == nil {
 			return next
 		}
@@ -97,19 +104,19 @@ func (c *Client) hangUp(cn *conn) {
 	case <-cn.end:
 	case <-time.After(2 * time.Second):
 	}
-	_ = cn.ws.Close()
-	_ = c.disconnected(cn) // closed by us: nothing to tell
+	// Closed by us: nothing to tell. cn.err is not read, as its reader
+	// may not have stopped yet.
+	c.forgetConn(cn)
 }
 
-// disconnected forgets cn: its pending requests fail, rooms and watch
-// lists wait for the next connection. It returns why cn ended, as told
-// to OnDisconnect.
-func (c *Client) disconnected(cn *conn) error {
+// forgetConn forgets cn: its pending requests fail, rooms and watch
+// lists wait for the next connection.
+func (c *Client) forgetConn(cn *conn) {
 	_ = cn.ws.Close()
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.cur != cn {
-		c.mu.Unlock()
-		return cn.err
+		return
 	}
 	c.cur = nil
 	for ref, ch := range c.pending {
@@ -122,7 +129,12 @@ func (c *Client) disconnected(cn *conn) error {
 	for _, w := range c.watches {
 		w.synced = false
 	}
-	c.mu.Unlock()
+}
+
+// disconnected forgets cn, whose reader has stopped (cn.end is closed),
+// and returns why it ended, as told to OnDisconnect.
+func (c *Client) disconnected(cn *conn) error {
+	c.forgetConn(cn)
 	why := cn.err
 	if ce := closeErrorOf(cn.err); ce != nil {
 		why = ce

@@ -55,26 +55,18 @@ type Room struct {
 // other refusal is returned as a *protocol.Error. If the connection is
 // down, Join waits for the next one, or for ctx.
 func (c *Client) Join(ctx context.Context, room string, opts JoinOptions) (*Room, error) {
-	if err := presence.ValidateRoom(room); err != nil {
-		return nil, &protocol.Error{Type: protocol.TypeError, Code: protocol.CodeInvalidRoom, Message: err.Error()}
+	if err := validRoom(room); err != nil {
+		return nil, err
 	}
 	if opts.Count && opts.Sessions {
 		return nil, &protocol.Error{Type: protocol.TypeError, Code: protocol.CodeInvalidView, Message: "detail sessions does not go with view count"}
 	}
 	r := &Room{c: c, id: room, opts: opts, view: newView(opts.Sessions), ready: make(chan struct{}), ended: make(chan struct{})}
-	c.mu.Lock()
-	if c.err != nil {
-		defer c.mu.Unlock()
-		return nil, c.err
+	cn, err := enlist(c, &c.rooms, room, r, "joined already")
+	if err != nil {
+		return nil, err
 	}
-	if _, ok := c.rooms[room]; ok {
-		c.mu.Unlock()
-		return nil, fmt.Errorf("presence client: room %q is joined already", room)
-	}
-	c.rooms[room] = r
-	cn := c.cur
-	c.mu.Unlock()
-	err := ErrDisconnected
+	err = ErrDisconnected
 	if cn != nil {
 		err = r.join(ctx, cn)
 	}
@@ -150,6 +142,30 @@ func (r *Room) join(ctx context.Context, cn *conn) error {
 	return r.sendState(ctx, cn, st)
 }
 
+// validRoom is ValidateRoom's verdict as the node gives it.
+func validRoom(room string) error {
+	if err := presence.ValidateRoom(room); err != nil {
+		return &protocol.Error{Type: protocol.TypeError, Code: protocol.CodeInvalidRoom, Message: err.Error()}
+	}
+	return nil
+}
+
+// enlist adds v to *m (the client's rooms or watch lists) as room, unless
+// the client has ended or room is there already (taken says how). It
+// returns the open connection, nil while down.
+func enlist[T any](c *Client, m *map[string]*T, room string, v *T, taken string) (*conn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return nil, c.err
+	}
+	if _, ok := (*m)[room]; ok {
+		return nil, fmt.Errorf("presence client: room %q is %s", room, taken)
+	}
+	(*m)[room] = v
+	return c.cur, nil
+}
+
 // forget removes r from the client's rooms, if it is still there.
 func (c *Client) forget(r *Room) {
 	c.mu.Lock()
@@ -171,7 +187,8 @@ func (r *Room) Members() []Member {
 	return r.view.list()
 }
 
-// Total is the member count of the last snapshot.
+// Total is the member count: the last snapshot's, kept by the events
+// since, so it counts the members a truncated snapshot does not list.
 func (r *Room) Total() int {
 	r.c.mu.Lock()
 	defer r.c.mu.Unlock()
@@ -329,7 +346,14 @@ func (r *Room) onEvent(t presence.Transition) []func() {
 	if !r.synced || !r.view.apply(t) {
 		return nil
 	}
-	r.total = len(r.view.members)
+	// Events count members a truncated snapshot does not list too: an
+	// online is of a user who was not a member, an offline of one who was.
+	switch t.Kind {
+	case presence.Online:
+		r.total++
+	case presence.Offline:
+		r.total = max(0, r.total-1)
+	}
 	return r.notify(Change{Room: r.id, Kind: Applied, Event: t})
 }
 

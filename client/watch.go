@@ -34,28 +34,22 @@ type Watch struct {
 }
 
 // Watch starts following users of room and waits for the node's first
-// answer. onChange, if set, is told of every change of the view.
+// answer; while the connection is down it returns at once, and the next
+// connection sends the list. onChange, if set, is told of every change
+// of the view.
 func (c *Client) Watch(ctx context.Context, room string, users []string, onChange func(Change)) (*Watch, error) {
-	if err := presence.ValidateRoom(room); err != nil {
-		return nil, &protocol.Error{Type: protocol.TypeError, Code: protocol.CodeInvalidRoom, Message: err.Error()}
+	if err := validRoom(room); err != nil {
+		return nil, err
 	}
 	list, err := c.checkUsers(users)
 	if err != nil {
 		return nil, err
 	}
 	w := &Watch{c: c, room: room, onChange: onChange, users: list, view: newView(false), ended: make(chan struct{})}
-	c.mu.Lock()
-	if c.err != nil {
-		defer c.mu.Unlock()
-		return nil, c.err
+	cn, err := enlist(c, &c.watches, room, w, "watched already: Update its Watch")
+	if err != nil {
+		return nil, err
 	}
-	if _, ok := c.watches[room]; ok {
-		c.mu.Unlock()
-		return nil, fmt.Errorf("presence client: room %q is watched already: Update its Watch", room)
-	}
-	c.watches[room] = w
-	cn := c.cur
-	c.mu.Unlock()
 	err = ErrDisconnected
 	if cn != nil {
 		err = w.send(ctx, cn)

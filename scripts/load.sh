@@ -274,6 +274,35 @@ echo "node pid $node_pid on 127.0.0.1:$lport; redis pid $redis_pid on :$rport; n
 common=(--addr "127.0.0.1:$lport" --jwt-secret "$secret")
 cpu=(--redis "127.0.0.1:$rport" --nats-pid "$nats_pid")
 lat=(--nats "nats://127.0.0.1:$nport" --region load)
+# start_centrifugo ENGINE: Centrifugo on a free port (cport; its pid in
+# cf_pid), ENGINE its engine's JSON; HS256 client tokens with the nodes'
+# secret (the same tokens, "sub" the user); presence and join/leave in
+# channels without a namespace, pushed to subscribers that ask with
+# "join_leave":true.
+start_centrifugo() {
+	cport=$(free_port 8391)
+	cat >"$work/centrifugo.json" <<EOF
+{
+  "http_server": {"address": "127.0.0.1", "port": $cport},
+  "log": {"level": "warn"},
+  "engine": $1,
+  "health": {"enabled": true},
+  "usage_stats": {"disabled": true},
+  "client": {"token": {"hmac_secret_key": "$secret"}},
+  "channel": {"without_namespace": {"presence": true, "join_leave": true,
+    "allow_subscribe_for_client": true, "allow_presence_for_subscriber": true}}
+}
+EOF
+	"$bin/centrifugo" --config "$work/centrifugo.json" >"$work/centrifugo.log" 2>&1 &
+	cf_pid=$!
+	pids+=("$cf_pid")
+	wait_for centrifugo "$cf_pid" curl -sf "http://127.0.0.1:$cport/health"
+}
+# stop_centrifugo: the run fails if Centrifugo exited during it.
+stop_centrifugo() {
+	kill -0 "$cf_pid" 2>/dev/null || { echo "load.sh: centrifugo exited during the run; log: $work/centrifugo.log" >&2; rc=1; }
+	stop "$cf_pid"
+}
 rc=0
 case $mode in
 idle) "$bin/presence-load" idle "${common[@]}" "${cpu[@]}" --sessions 15000 --hold 60s "$@" || rc=$? ;;
@@ -289,32 +318,12 @@ bigroom*)
 		--pop-addr "127.0.0.1:$bport" --node-pid "$node_pid" --pop-pid "$nodeb_pid" "$@" || rc=$?
 	;;
 centrifugo)
-	# Memory engine; HS256 client tokens with the nodes' secret (the same
-	# tokens, "sub" the user); presence and join/leave in channels without
-	# a namespace, pushed to subscribers that ask with "join_leave":true.
-	cport=$(free_port 8391)
-	cat >"$work/centrifugo.json" <<EOF
-{
-  "http_server": {"address": "127.0.0.1", "port": $cport},
-  "log": {"level": "warn"},
-  "engine": {"type": "memory"},
-  "health": {"enabled": true},
-  "usage_stats": {"disabled": true},
-  "client": {"token": {"hmac_secret_key": "$secret"}},
-  "channel": {"without_namespace": {"presence": true, "join_leave": true,
-    "allow_subscribe_for_client": true, "allow_presence_for_subscriber": true}}
-}
-EOF
-	"$bin/centrifugo" --config "$work/centrifugo.json" >"$work/centrifugo.log" 2>&1 &
-	cf_pid=$!
-	pids+=("$cf_pid")
-	wait_for centrifugo "$cf_pid" curl -sf "http://127.0.0.1:$cport/health"
+	start_centrifugo '{"type": "memory"}'
 	echo "centrifugo pid $cf_pid on 127.0.0.1:$cport (config $work/centrifugo.json)"
 	echo "=== Centrifugo v6.9.1"
 	"$bin/presence-load" centrifugo --addr "127.0.0.1:$cport" --jwt-secret "$secret" --node-pid "$cf_pid" \
 		--rates "${CF_RATES:-2,5,10,20,50}" "$@" || rc=$?
-	kill -0 "$cf_pid" 2>/dev/null || { echo "load.sh: centrifugo exited during the run; log: $work/centrifugo.log" >&2; rc=1; }
-	stop "$cf_pid"
+	stop_centrifugo
 	for rate in ${BIG_RATES:-20 500}; do
 		echo "=== presence bigroom members at $rate joins/s + $rate leaves/s"
 		"$bin/presence-load" bigroom "${common[@]}" "${cpu[@]}" "${lat[@]}" --scenario members \
@@ -327,29 +336,12 @@ versus)
 	# each run's log is kept for the table.
 	"$bin/presence-load" idle "${common[@]}" "${cpu[@]}" --sessions 15000 --hold 60s | tee "$work/pr-idle.log" || rc=1
 	"$bin/presence-load" latency "${common[@]}" "${cpu[@]}" "${lat[@]}" --rate 1000 --duration 10s | tee "$work/pr-latency.log" || rc=1
-	cport=$(free_port 8391)
-	cat >"$work/centrifugo.json" <<EOF
-{
-  "http_server": {"address": "127.0.0.1", "port": $cport},
-  "log": {"level": "warn"},
-  "engine": {"type": "redis", "redis": {"address": "127.0.0.1:$rport"}},
-  "health": {"enabled": true},
-  "usage_stats": {"disabled": true},
-  "client": {"token": {"hmac_secret_key": "$secret"}},
-  "channel": {"without_namespace": {"presence": true, "join_leave": true,
-    "allow_subscribe_for_client": true, "allow_presence_for_subscriber": true}}
-}
-EOF
-	"$bin/centrifugo" --config "$work/centrifugo.json" >"$work/centrifugo.log" 2>&1 &
-	cf_pid=$!
-	pids+=("$cf_pid")
-	wait_for centrifugo "$cf_pid" curl -sf "http://127.0.0.1:$cport/health"
+	start_centrifugo '{"type": "redis", "redis": {"address": "127.0.0.1:'"$rport"'"}}'
 	echo "=== Centrifugo v6.9.1 pid $cf_pid on 127.0.0.1:$cport (Redis engine on :$rport)"
 	cf=(--addr "127.0.0.1:$cport" --jwt-secret "$secret")
 	"$bin/presence-load" cf-idle "${cf[@]}" --node-pid "$cf_pid" --sessions 15000 --hold 60s | tee "$work/cf-idle.log" || rc=1
 	"$bin/presence-load" cf-latency "${cf[@]}" --rate 1000 --duration 10s | tee "$work/cf-latency.log" || rc=1
-	kill -0 "$cf_pid" 2>/dev/null || { echo "load.sh: centrifugo exited during the run; log: $work/centrifugo.log" >&2; rc=1; }
-	stop "$cf_pid"
+	stop_centrifugo
 	echo "=== side by side: one run each, $(nproc) cores, load average now $(cut -d' ' -f1-3 /proc/loadavg)"
 	"$bin/presence-load" versus --rate 1000 --idle "$work/pr-idle.log" --latency "$work/pr-latency.log" \
 		--cf-idle "$work/cf-idle.log" --cf-latency "$work/cf-latency.log" || rc=1

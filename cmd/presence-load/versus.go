@@ -283,29 +283,28 @@ func cfLatency(ctx context.Context, o options, out io.Writer) error {
 			return ctx.Err()
 		}
 	}
-	var lat []time.Duration
-	for i := range seen {
-		if s := seen[i].Load(); s > 0 {
-			lat = append(lat, time.Duration(s))
-		}
-	}
-	missing := joins - len(lat)
-	slices.Sort(lat)
+	lat, missing := rankSeen(seen)
 	fmt.Fprintf(out, "join -> %-22s p50 %-8s p90 %-8s p99 %-8s max %-8s seen %d/%d  missing %d\n", "online on WebSocket:",
-		fmtDur(quantileOf(lat, .50)), fmtDur(quantileOf(lat, .90)), fmtDur(quantileOf(lat, .99)), fmtDur(quantileOf(lat, 1)), len(lat), joins, missing)
+		fmtDur(percentile(lat, .50)), fmtDur(percentile(lat, .90)), fmtDur(percentile(lat, .99)), fmtDur(percentile(lat, 1)), joins-missing, joins, missing)
 	if missing > 0 {
 		return fmt.Errorf("FAIL: %d join pushes missing", missing)
 	}
 	return nil
 }
 
-// quantileOf is the q quantile of sorted (nearest rank); never when empty.
-func quantileOf(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return never
+// rankSeen sorts the latencies seen (ns, 0 for a push never seen), each
+// push never seen ranked as never, as latency ranks a node's missing
+// events, so that percentile reads both sides by the same rule.
+func rankSeen(seen []atomic.Int64) (lat []time.Duration, missing int) {
+	lat = make([]time.Duration, len(seen))
+	for i := range seen {
+		if lat[i] = time.Duration(seen[i].Load()); lat[i] == 0 {
+			lat[i] = never
+			missing++
+		}
 	}
-	i := int(q*float64(len(sorted))+0.5) - 1
-	return sorted[max(0, min(i, len(sorted)-1))]
+	slices.Sort(lat)
+	return lat, missing
 }
 
 // The versus mode's table.

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -68,5 +70,22 @@ func TestGroupThousands(t *testing.T) {
 		if got := groupThousands(n); got != want {
 			t.Errorf("groupThousands(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+// cf-latency ranks a push never seen as never, as latency ranks a node's
+// missing event: 1 of 4 missing makes p99 never, not the slowest seen.
+func TestRankSeenCountsTheMissing(t *testing.T) {
+	seen := make([]atomic.Int64, 4)
+	for i, ns := range []int64{3e6, 0, 1e6, 2e6} {
+		seen[i].Store(ns)
+	}
+	lat, missing := rankSeen(seen)
+	want := []time.Duration{time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond, never}
+	if missing != 1 || !slices.Equal(lat, want) {
+		t.Fatalf("rankSeen: %v, %d missing; want %v, 1", lat, missing, want)
+	}
+	if p50, p99 := percentile(lat, .5), percentile(lat, .99); p50 != 2*time.Millisecond || p99 != never {
+		t.Fatalf("p50 %v, p99 %v; want 2ms, never", p50, p99)
 	}
 }
