@@ -88,13 +88,15 @@ func kindOf(t presence.Transition) flapKind {
 
 // Observe records a transition at the detector's now.
 func (f *Flapping) Observe(t presence.Transition) {
-	k := kindOf(t)
-	if k == 0 {
-		return
+	if k := kindOf(t); k != 0 {
+		f.observe(t.Room, t.User, k)
 	}
+}
+
+func (f *Flapping) observe(room, user string, k flapKind) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	e := flapEvent{at: f.now(), room: t.Room, user: t.User, kind: k}
+	e := flapEvent{at: f.now(), room: room, user: user, kind: k}
 	if f.n == len(f.ring) {
 		f.ring[f.head] = e
 		f.head = (f.head + 1) % len(f.ring)

@@ -71,11 +71,16 @@ func share(n, m int) int { return int(math.Ceil(float64(n) / float64(max(m, 1)))
 // whose reply was lost (a timeout) moved the key's revision on: the
 // next one fails its revision check although the key still names this
 // dispatcher, so the key is read, and its revision adopted if it does.
+// No refresh is waited for past the lease's until (NATS gone): from then
+// on the key may expire and another take it, so the lease is lost then,
+// judged by the clock after the wait, not when the refresh began.
 func (ls *leases) refresh(ctx context.Context, l LaneID, now time.Time) bool {
 	h := ls.held[l]
 	if h == nil {
 		return false
 	}
+	ctx, cancel := context.WithDeadline(ctx, h.until)
+	defer cancel()
 	err := ls.put(ctx, l, h, now)
 	if wrongRevision(err) && ls.adopt(ctx, l, h) {
 		err = ls.put(ctx, l, h, now)
@@ -83,7 +88,7 @@ func (ls *leases) refresh(ctx context.Context, l LaneID, now time.Time) bool {
 	var apiErr *jetstream.APIError
 	switch {
 	case err == nil:
-	case errors.As(err, &apiErr), now.After(h.until):
+	case errors.As(err, &apiErr), !time.Now().Before(h.until):
 		delete(ls.held, l)
 		return false
 	}
