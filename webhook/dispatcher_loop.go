@@ -225,16 +225,13 @@ func (d *Dispatcher) apply(lift bool) {
 // that delivery again.
 func (d *Dispatcher) leaveAll() {
 	d.mu.Lock()
-	var all []*lane
 	for id, ln := range d.lanes {
-		all = append(all, ln)
 		d.releasing[id] = ln
 	}
 	d.lanes = map[LaneID]*lane{}
+	all := make([]*lane, 0, len(d.releasing))
 	for _, ln := range d.releasing {
 		ln.stop(true)
-	}
-	for _, ln := range d.releasing {
 		all = append(all, ln)
 	}
 	d.mu.Unlock()
