@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/internal/testnats"
@@ -219,7 +220,19 @@ func TestE2EWebhookNATSRestartAndStoreLost(t *testing.T) {
 	for _, m := range more {
 		m.leave()
 	}
-	time.Sleep(w.timing.grace + 2*w.timing.reap) // the departures wait in the outbox
+	// The departures are decided while NATS is away: they wait in the
+	// room's outbox (presence:{r}:o, region/outbox.go's entries).
+	rdb := redis.NewClient(&redis.Options{Addr: w.e.redis})
+	defer rdb.Close()
+	waitFor(t, 30*time.Second, "the leavers' offlines in the outbox", func() bool {
+		n := 0
+		for _, e := range rdb.LRange(context.Background(), "presence:{r}:o", 0, -1).Val() {
+			if f := strings.Split(e, "|"); len(f) > 4 && f[2] == "offline" && slices.Contains(morers, f[4]) {
+				n++
+			}
+		}
+		return n == len(morers)
+	})
 	w.startNATS(true)
 	truth := stayers
 	client := bus.NewClient(testnats.Connect(t, w.ns), "eu")
