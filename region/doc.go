@@ -89,8 +89,11 @@
 //	                          a quarantine after its lease ended; name is the
 //	                          holder's Options.Holder, for operators; format
 //	                          the newest it reads (none: 2), which the
-//	                          switch of formats checks. On a cluster, in
-//	                          whichever slot it hashes to.
+//	                          switch of formats checks. Its field "format"
+//	                          (no code: id bytes) is the bar the switch
+//	                          writes: no lease for a holder of an older
+//	                          format. On a cluster, in whichever slot it
+//	                          hashes to.
 //	presence:seen:{N}     HASH  user -> last seen, unix seconds (N = crc32(user)
 //	                          mod buckets).
 //	presence:schema       STRING the format of the region's data, "2" (schema.go):
@@ -131,11 +134,20 @@
 //     automatic when the last old node leaves, because it ends the rollback:
 //     an operator who stops the rollout, or finds the new release wanting,
 //     rolls the old release back in up to that moment, and decides when it
-//     has passed.
+//     has passed. The check is one step with a bar (fence.lua): it finds
+//     no such lease and bars the registry to older holders at once, so a
+//     store of the old release that read the old marker just before gets
+//     no lease after it, and every write needs one (hold.lua): nothing is
+//     written in the old format once the marker moves. If the marker's
+//     move then fails, the bar stays: old stores get no lease, new ones
+//     still write the old format; run --finish again.
 //   - Contract. Within a heartbeat every store reads the marker again
 //     (pollFormat) and writes N+1; each session's data moves as its node's
 //     next heartbeat rewrites it (touch.lua), and what no heartbeat
-//     touches ends with its session. A release that drops reading N may
+//     touches ends with its session. A store's refreshes move states only
+//     for a TTL and a heartbeat after it began writing N+1 (moveSpan,
+//     started again by a refresh that fails in it), so the heartbeat
+//     reads no state after that; claims always move. A release that drops reading N may
 //     follow once the region has been in N+1 for a session TTL and a
 //     grace. A store that finds the marker naming a format it cannot read,
 //     at Preload or at run time, writes nothing (a SchemaError); at run

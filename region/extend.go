@@ -23,7 +23,7 @@ func (s *Store) Extend(ctx context.Context, refs []presence.SessionRef) (int, er
 		return 0, &OpError{"extend", err}
 	}
 	var calls []call
-	for _, tc := range s.touchCalls(sortRefs(refs), false, "", 0) {
+	for _, tc := range s.touchCalls(sortRefs(refs), false, "", 0, 0) {
 		// The touch layout after its slot keys and its head
 		// arguments: two keys per room, then per room k and its pairs.
 		head := []any{ms(s.t.SessionTTL), s.readCut(), ms(s.readSlack())}

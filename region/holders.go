@@ -133,6 +133,9 @@ func (s *Store) hold(ctx context.Context) (string, int64, error) {
 	}
 	res, err := scriptHold.Run(ctx, s.rdb, []string{s.holdersKey()}, h.nonce, h.code,
 		ms(s.leaseLen), ms(s.holdQuarantine()), s.opt.Holder, codeBytes, newestFormat).Slice()
+	if se := s.barred(err); se != nil {
+		return "", 0, se
+	}
 	if err != nil || len(res) != 3 {
 		if h.code != "" && now.Before(h.expires) {
 			s.log.Warn("presence: holder lease not renewed; writing under it until it ends", "region", s.opt.Region, "err", err)
@@ -151,6 +154,29 @@ func (s *Store) hold(ctx context.Context) (string, int64, error) {
 	h.expires = now.Add(time.Duration(until-rnow) * time.Millisecond)
 	h.renew = now.Add(s.leaseLen / 4)
 	return code, until, nil
+}
+
+// formatErr is the prefix of hold.lua's refusal of a lease to a holder
+// that cannot read the format the region switched to (fence.lua).
+const formatErr = "PRESENCE_FORMAT"
+
+// barred turns hold.lua's refusal into the SchemaError every later write
+// returns: the region switched to a format this store cannot read, and
+// it writes nothing more, even under a lease it still has.
+func (s *Store) barred(err error) *SchemaError {
+	if err == nil {
+		return nil
+	}
+	_, rest, ok := strings.Cut(err.Error(), formatErr+" ")
+	if !ok {
+		return nil
+	}
+	found, _, _ := strings.Cut(rest, " ")
+	se := &SchemaError{Found: found, Want: readsWhat(), Key: s.holdersKey()}
+	if s.badFormat.CompareAndSwap(nil, se) {
+		s.log.Error("presence: the region switched to a format this release cannot read; this store writes nothing more", "region", s.opt.Region, "err", se)
+	}
+	return s.badFormat.Load()
 }
 
 // leaseEnded makes the next write renew the lease (or take a new code)

@@ -68,7 +68,7 @@ func (s *Store) checkSchema(ctx context.Context) error {
 			if !ok {
 				return &SchemaError{Found: v, Want: readsWhat(), Key: key}
 			}
-			s.format.Store(int64(n))
+			s.writesFormat(n, time.Now())
 			return nil
 		}
 		if !errors.Is(err, redis.Nil) {
@@ -85,7 +85,7 @@ func (s *Store) checkSchema(ctx context.Context) error {
 			return err
 		} else if ok {
 			n, _ := readable(mark)
-			s.format.Store(int64(n))
+			s.writesFormat(n, time.Now())
 			return nil
 		}
 		// Another store wrote it meanwhile: read it again.
@@ -132,13 +132,49 @@ func (s *Store) pollFormat(ctx context.Context, now time.Time) {
 		s.badFormat.Store(se)
 		return
 	}
-	if old := s.format.Swap(int64(n)); old != int64(n) {
+	if old := s.format.Load(); old != int64(n) {
+		s.writesFormat(n, now)
 		s.log.Info("presence: the region's data format changed; this store writes it", "region", s.opt.Region, "from", old, "to", n)
 	}
 }
 
 // writeFormat is the format this store writes: the region's, as last read.
 func (s *Store) writeFormat() int64 { return s.format.Load() }
+
+// writesFormat makes the store write format n from now on, and its
+// refreshes move the states they write to it for moveSpan.
+func (s *Store) writesFormat(n int, now time.Time) {
+	s.format.Store(int64(n))
+	s.moveUntil.Store(now.Add(s.moveSpan()).UnixNano())
+}
+
+// moveSpan is how long after a store begins writing a format its
+// refreshes move each state they write to it (state_move in lib.lua). Its
+// heartbeat refreshes every session it holds within a heartbeat, so by
+// then each is moved; the TTL more covers a heartbeat that came late. A
+// refresh that fails inside the span starts it again (keepMoving). After
+// it a refresh reads no state: the heartbeat's path stays as cheap as in
+// a region that never switched. A claim always moves (a session taken
+// from a store that died before it moved it), and a state written is
+// always written in the region's format.
+func (s *Store) moveSpan() time.Duration { return s.t.SessionTTL + s.t.Heartbeat }
+
+// moveFormat is touch.lua's ARGV[12]: the format to move the states of
+// the sessions a touch writes to, or 0 for none.
+func (s *Store) moveFormat(claim bool, now time.Time) int64 {
+	if claim || now.UnixNano() < s.moveUntil.Load() {
+		return s.writeFormat()
+	}
+	return 0
+}
+
+// keepMoving starts the span again after a refresh inside it failed: the
+// sessions it would have moved are moved by the next one.
+func (s *Store) keepMoving(now time.Time) {
+	if now.UnixNano() < s.moveUntil.Load() {
+		s.moveUntil.Store(now.Add(s.moveSpan()).UnixNano())
+	}
+}
 
 // hasRegionData reports whether any reap index exists: every region with
 // data has one per slot in use (presence:reap, on a cluster

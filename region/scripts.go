@@ -63,9 +63,10 @@ var (
 	scriptUnhold   = load("unhold", false)
 	scriptRegistry = load("registry", true)
 	scriptSwitch   = load("switch", false)
+	scriptFence    = load("fence", false)
 )
 
-var allScripts = []*redis.Script{scriptTouch, scriptRelease, scriptReap, scriptClock, scriptAck, scriptSeen, scriptDue, scriptDueAll, scriptSnapshot, scriptState, scriptCount, scriptSessions, scriptRoster, scriptUsers, scriptExtend, scriptHold, scriptRenumber, scriptUnhold, scriptRegistry, scriptSwitch}
+var allScripts = []*redis.Script{scriptTouch, scriptRelease, scriptReap, scriptClock, scriptAck, scriptSeen, scriptDue, scriptDueAll, scriptSnapshot, scriptState, scriptCount, scriptSessions, scriptRoster, scriptUsers, scriptExtend, scriptHold, scriptRenumber, scriptUnhold, scriptRegistry, scriptSwitch, scriptFence}
 
 type call struct {
 	script *redis.Script

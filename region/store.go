@@ -67,6 +67,7 @@ type Store struct {
 	formatNext time.Time // when hold reads the region's format marker again (schema.go)
 
 	format    atomic.Int64                // the format this store writes: the region's (schema.go)
+	moveUntil atomic.Int64                // unix ns: until then refreshes move states to format (moveSpan)
 	badFormat atomic.Pointer[SchemaError] // the region switched to a format this store cannot read
 
 	stats Stats

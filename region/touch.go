@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -42,13 +43,15 @@ func (s *Store) touch(ctx context.Context, op string, refs []presence.SessionRef
 		return res, &OpError{op, err}
 	}
 	sorted := sortRefs(refs)
-	calls := s.touchCalls(sorted, op == "claim", code, until)
+	now := time.Now()
+	calls := s.touchCalls(sorted, op == "claim", code, until, s.moveFormat(op == "claim", now))
 	plain := make([]call, len(calls))
 	for i, c := range calls {
 		plain[i] = c.call
 	}
 	cmds, err := s.exec(ctx, plain)
 	if err != nil {
+		s.keepMoving(now)
 		if s.leaseEnded(err) {
 			err = errNoLease
 		}
@@ -117,8 +120,9 @@ type touchCall struct {
 
 // touchCalls groups the rooms by reap index (one per slot on a cluster)
 // and cuts each group into calls of at most ChunkSize sessions, written
-// under code while its lease runs (until, Redis ms).
-func (s *Store) touchCalls(sorted []presence.SessionRef, claim bool, code string, until int64) []touchCall {
+// under code while its lease runs (until, Redis ms), moving the states
+// they write to format move (0: none; moveFormat).
+func (s *Store) touchCalls(sorted []presence.SessionRef, claim bool, code string, until, move int64) []touchCall {
 	rooms := byRoom(sorted)
 	byIndex := map[string][]roomBatch{}
 	var order []string
@@ -136,7 +140,7 @@ func (s *Store) touchCalls(sorted []presence.SessionRef, claim bool, code string
 	expected := s.expectedIncs(sorted)
 	var calls []touchCall
 	for _, k := range order {
-		head := touchHead{ms(s.t.SessionTTL), ms(s.opt.PublishLease), s.opt.MaxOutbox, code, flag, expected[k], s.readCut(), ms(s.readSlack()), len(s.opt.Prefix), until, ms(s.t.Unrefreshed()), s.writeFormat()}
+		head := touchHead{ms(s.t.SessionTTL), ms(s.opt.PublishLease), s.opt.MaxOutbox, code, flag, expected[k], s.readCut(), ms(s.readSlack()), len(s.opt.Prefix), until, ms(s.t.Unrefreshed()), move}
 		b := touchBatcher{s: s, index: k, chunk: s.opt.ChunkSize, head: head[:]}
 		b.reset()
 		for _, rb := range byIndex[k] {

@@ -25,7 +25,11 @@ import (
 // until it runs out (holdLease). The switch refuses while a lease of a
 // holder that cannot read the new format runs. A store of this release
 // also reads the marker again every heartbeat, and writes nothing more
-// once it names a format it cannot read (pollFormat).
+// once it names a format it cannot read (pollFormat). The switch first
+// bars the registry to older holders in the step that finds none of them
+// holding a lease (fence.lua): a store that read the old marker just
+// before the switch gets no lease after it (hold.lua), so it writes
+// nothing in the old format once the region is in the new one.
 
 // HolderFormat is one holder of the registry whose lease runs.
 type HolderFormat struct {
@@ -104,6 +108,29 @@ func (s *Store) FormatStatus(ctx context.Context) (FormatStatus, error) {
 	return st, nil
 }
 
+// fence bars the holder registry to holders that cannot read this
+// release's format (fence.lua), unless one of them holds a lease: it
+// returns those.
+func (s *Store) fence(ctx context.Context) ([]HolderFormat, error) {
+	res, err := scriptFence.Run(ctx, s.rdb, []string{s.holdersKey()}, newestFormat).Slice()
+	if err != nil || len(res) < 2 {
+		return nil, fmt.Errorf("fencing the holder registry: %v %v", res, err)
+	}
+	if num(res[0]) == 1 {
+		return nil, nil
+	}
+	var out []HolderFormat
+	for i := 2; i+1 < len(res); i += 2 {
+		if h, ok := parseHolder(str(res[i]), str(res[i+1])); ok {
+			out = append(out, h)
+		}
+	}
+	if len(out) == 0 { // an entry fence.lua reads and parseHolder does not
+		return nil, fmt.Errorf("fencing the holder registry: refused by entries %v", res[2:])
+	}
+	return out, nil
+}
+
 // parseHolder reads a registry entry, "nonce|until|free|name" then
 // "|format" (see hold.lua); with no format, the holder reads format 2.
 func parseHolder(code, v string) (HolderFormat, bool) {
@@ -138,6 +165,15 @@ func (s *Store) FinishUpgrade(ctx context.Context) (FormatStatus, error) {
 	if b := st.Blocking(); len(b) > 0 {
 		return st, &UpgradeBlockedError{To: newestFormat, Blocking: b}
 	}
+	// The check that counts is fence.lua's: it finds no lease of an older
+	// holder and bars them from the registry in one step, so none that
+	// read the old marker since the status above writes after the switch.
+	if b, err := s.fence(ctx); err != nil || len(b) > 0 {
+		if err != nil {
+			return st, &OpError{"finish upgrade", err}
+		}
+		return st, &UpgradeBlockedError{To: newestFormat, Blocking: b}
+	}
 	from := strconv.Itoa(st.Region)
 	prev, err := scriptSwitch.Run(ctx, s.rdb, []string{s.schemaKey()}, from, newestFormat).Text()
 	if err != nil {
@@ -146,8 +182,8 @@ func (s *Store) FinishUpgrade(ctx context.Context) (FormatStatus, error) {
 	if prev != from {
 		return st, &OpError{"finish upgrade", fmt.Errorf("the format marker changed meanwhile, to %q", prev)}
 	}
-	// A store of the old release that took a lease between the read and
-	// the switch is named (its start read the old marker).
+	// A holder of a release before the fence that took a lease meanwhile
+	// is named (its hold.lua knows no bar).
 	after, err := s.FormatStatus(ctx)
 	if err != nil {
 		return st, err

@@ -153,3 +153,57 @@ func compareStates(tb testing.TB, what string, ms []presence.Member, want map[st
 		}
 	}
 }
+
+// After the switch the registry refuses a lease to a holder of format 2,
+// and refreshes move states only for a span after their store began
+// writing format 3: past it a refresh reads no state (the heartbeat's
+// path), while a claim still moves the state of the session it takes.
+func TestAfterTheSwitchOldHoldersGetNoLeaseAndRefreshesStopMoving(t *testing.T) {
+	ctx := context.Background()
+	rdb, _ := testredis.Client(t)
+	if err := rdb.Set(ctx, "presence:schema", "2", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s := newStore(t, rdb, &collector{})
+	if err := s.Preload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := ref("r", "u", "a")
+	touch(t, s, a)
+	if _, err := s.FinishUpgrade(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err := scriptHold.Run(ctx, rdb, []string{"presence:holders"}, "oldnonce", "", 60000, 60000, "old", codeBytes, 2).Slice()
+	if err == nil || !strings.Contains(err.Error(), "PRESENCE_FORMAT 3") {
+		t.Fatalf("a lease for a holder of format 2 after the switch: %v, want PRESENCE_FORMAT 3", err)
+	}
+	// This store reads the marker again (its poll is due), writes format 3
+	// and moves what it refreshes.
+	s.holdMu.Lock()
+	s.formatNext = time.Time{}
+	s.holdMu.Unlock()
+	if err := rdb.HSet(ctx, "presence:{r}:st", "u:a", `{"tab":1}`).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Refresh(ctx, []presence.SessionRef{a}); err != nil {
+		t.Fatal(err)
+	}
+	if v := rdb.HGet(ctx, "presence:{r}:st", "u:a").Val(); v != `~{"tab":1}` {
+		t.Fatalf("a refresh inside the span left %q", v)
+	}
+	// Past the span a refresh leaves a state as it is; a claim moves it.
+	s.moveUntil.Store(time.Now().Add(-time.Millisecond).UnixNano())
+	if err := rdb.HSet(ctx, "presence:{r}:st", "u:a", `{"tab":2}`).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Refresh(ctx, []presence.SessionRef{a}); err != nil {
+		t.Fatal(err)
+	}
+	if v := rdb.HGet(ctx, "presence:{r}:st", "u:a").Val(); v != `{"tab":2}` {
+		t.Fatalf("a refresh past the span rewrote the state: %q", v)
+	}
+	touch(t, s, a)
+	if v := rdb.HGet(ctx, "presence:{r}:st", "u:a").Val(); v != `~{"tab":2}` {
+		t.Fatalf("a claim past the span left %q, want it moved", v)
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/presence-dev/presence/internal/testredis"
 	"github.com/presence-dev/presence/presence"
 )
@@ -132,5 +134,107 @@ func TestFinishingInTheNewestFormatChangesNothing(t *testing.T) {
 	var se *SchemaError
 	if _, err := s.FinishUpgrade(ctx); !errors.As(err, &se) {
 		t.Fatalf("finish on a marker %q: %v, want a SchemaError", "2x", err)
+	}
+}
+
+// A store that read the region's marker just before the next release
+// switched the region (its heartbeat's poll is not due again) and then
+// takes a lease gets none: the switch barred the registry to holders of
+// its format in the step that found none of them holding a lease, so the
+// store writes nothing in the old format after the switch. Without the
+// bar it would write under a fresh lease for up to a heartbeat.
+func TestAStoreThatReadTheOldMarkerWritesNothingAfterTheSwitch(t *testing.T) {
+	ctx := context.Background()
+	rdb, _ := testredis.Client(t)
+	s := newStore(t, rdb, &collector{})
+	if err := s.Preload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	touch(t, s, ref("r", "u", "a"))
+	s.Close() // its lease ends, so the switch need not wait for it
+	s.holdMu.Lock()
+	s.formatNext = time.Now().Add(time.Hour) // it has just read the marker
+	s.holdMu.Unlock()
+
+	next := newestFormat + 1
+	switchTo(t, rdb, next)
+	_, err := s.Claim(ctx, []presence.SessionRef{ref("r", "v", "b")})
+	var se *SchemaError
+	if !errors.As(err, &se) || se.Found != strconv.Itoa(next) {
+		t.Fatalf("a claim after the switch: %v, want a SchemaError naming format %d", err, next)
+	}
+	if n, _ := rdb.ZCard(ctx, "presence:{r}:s").Result(); n != 1 {
+		t.Fatalf("%d session entries after the switch, want only the one written before it", n)
+	}
+	if err := s.Ping(ctx); !errors.As(err, &se) {
+		t.Fatalf("ping after the refusal: %v, want the SchemaError", err)
+	}
+}
+
+// The fence refuses, and writes nothing, while a holder that cannot read
+// the new format holds a lease, naming it; the bar it writes is no holder
+// in the registry's listing.
+func TestTheFenceWaitsForLeasesOfOlderHolders(t *testing.T) {
+	ctx := context.Background()
+	rdb, _ := testredis.Client(t)
+	s := newStore(t, rdb, &collector{}, func(o *Options) { o.Holder = "n1" })
+	if err := s.Preload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	touch(t, s, ref("r", "u", "a"))
+	next := newestFormat + 1
+	res, err := scriptFence.Run(ctx, rdb, []string{"presence:holders"}, next).Slice()
+	if err != nil || len(res) != 4 || num(res[0]) != 0 || str(res[2]) != s.code() {
+		t.Fatalf("fence with n1's lease running: %v %v, want it refused naming n1's code", res, err)
+	}
+	if ok, _ := rdb.HExists(ctx, "presence:holders", "format").Result(); ok {
+		t.Fatal("a refused fence wrote the bar")
+	}
+	s.Close()
+	if res, err := scriptFence.Run(ctx, rdb, []string{"presence:holders"}, next).Slice(); err != nil || num(res[0]) != 1 {
+		t.Fatalf("fence once n1's lease ended: %v %v", res, err)
+	}
+	st, err := s.FormatStatus(ctx)
+	if err != nil || len(st.Holders) != 0 || st.Region != newestFormat {
+		t.Fatalf("status after the fence: %+v, %v; want no holder (the bar is none)", st, err)
+	}
+}
+
+// switchTo does what the next release's FinishUpgrade does: fence, then
+// move the marker.
+func switchTo(tb testing.TB, rdb redis.UniversalClient, format int) {
+	tb.Helper()
+	ctx := context.Background()
+	res, err := scriptFence.Run(ctx, rdb, []string{"presence:holders"}, format).Slice()
+	if err != nil || num(res[0]) != 1 {
+		tb.Fatalf("fence: %v %v", res, err)
+	}
+	if err := rdb.Set(ctx, "presence:schema", strconv.Itoa(format), 0).Err(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// A refresh that fails while refreshes still move states starts the span
+// again; one after the span leaves it ended.
+func TestAFailedRefreshKeepsStatesMoving(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	s := newStore(t, rdb, &collector{})
+	now := time.Now()
+	s.writesFormat(newestFormat, now)
+	later := now.Add(s.moveSpan() / 2)
+	s.keepMoving(later)
+	if got := s.moveFormat(false, later.Add(s.moveSpan()-time.Millisecond)); got != newestFormat {
+		t.Fatalf("a refresh a span after a failure inside it moves to %d, want %d", got, newestFormat)
+	}
+	end := later.Add(s.moveSpan())
+	if got := s.moveFormat(false, end); got != 0 {
+		t.Fatalf("a refresh after the span moves to %d, want 0 (none)", got)
+	}
+	s.keepMoving(end)
+	if got := s.moveFormat(false, end.Add(time.Millisecond)); got != 0 {
+		t.Fatalf("a failure after the span started it again")
+	}
+	if got := s.moveFormat(true, end); got != newestFormat {
+		t.Fatalf("a claim moves to %d, want %d always", got, newestFormat)
 	}
 }

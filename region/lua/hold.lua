@@ -4,11 +4,15 @@
 -- the code may go to another store, until plus the holder's quarantine;
 -- name: Options.Holder; format: the newest data format the holder reads,
 -- which the region's switch to a format checks (upgrade.go); releases
--- before it wrote no format, and read format 2)
+-- before it wrote no format, and read format 2); its field 'format', the
+-- bar fence.lua writes at a switch: a holder that reads only older
+-- formats gets no lease
 -- ARGV[1] the store's nonce, ARGV[2] the code it has ('' none), ARGV[3]
 -- lease ms, ARGV[4] quarantine ms, ARGV[5] name, ARGV[6] the single-byte
 -- codes in order of preference, ARGV[7] format
--- Returns {code, until ms, now ms}.
+-- Returns {code, until ms, now ms}, or the error PRESENCE_FORMAT to ...
+-- when the region has switched to format to, which this holder cannot
+-- read.
 --
 -- A store keeps its code while the registry names it (or names nobody:
 -- Redis lost the registry) however long ago its lease ended: no one else
@@ -17,6 +21,10 @@
 local now = now_ms()
 local key, nonce, cur = KEYS[1], ARGV[1], ARGV[2]
 local lease, quar, name, alpha, fmt = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7]
+local bar = tonumber(redis.call('HGET', key, 'format') or '0')
+if tonumber(fmt) < bar then
+  return redis.error_reply('PRESENCE_FORMAT ' .. bar .. ' the region switched to format ' .. bar .. ', which this holder cannot read')
+end
 
 local function take(code)
   local u = now + lease

@@ -18,8 +18,11 @@
 -- ARGV[7] the read cut ms (0: none) and ARGV[8] the read slack ms (see
 -- read_cut), ARGV[9] the length of the key prefix, ARGV[10] the end of the
 -- caller's lease of its code, Redis ms (see lease_ok), ARGV[11] the
--- unrefreshed span ms (see stale_at in lib.lua), ARGV[12] the region's
--- data format: every session written moves its state to it (state_move)
+-- unrefreshed span ms (see stale_at in lib.lua), ARGV[12] the format
+-- every session written moves its state to (state_move; 0: none): the
+-- region's, given to every claim and to refreshes only for a span after
+-- their store began writing it (moveFormat in schema.go), so that the
+-- heartbeat reads no state once every held session has moved
 -- ARGV[13..] per room: k, then k pairs (user, session), a user's pairs
 -- adjacent (their until is raised once)
 -- Returns the slot's incarnation, then for each room something happened
