@@ -1,0 +1,180 @@
+package latency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/presence-dev/presence/cmd/presence-load/internal/load"
+	"github.com/presence-dev/presence/cmd/presence-load/internal/measure"
+)
+
+func Idle(ctx context.Context, o load.Options, out io.Writer) error {
+	d, err := load.NewDialer(o)
+	if err != nil {
+		return err
+	}
+	meters, err := load.NewMeters(o, true)
+	if err != nil {
+		return err
+	}
+	rss0, err := load.Metric(o.Metrics, "process_resident_memory_bytes")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "node RSS before: %.1f MiB\n", rss0/(1<<20))
+	run := rand.Uint32()
+	start := time.Now()
+	conns, failed, firstErr := load.OpenAll(ctx, d, o.Sessions, func(i int) (string, string, string) {
+		return fmt.Sprintf("u%d-%d", run, i), fmt.Sprintf("s%d", i), fmt.Sprintf("load%d-%d", run, i/o.PerRoom)
+	}, load.Drain)
+	defer load.CloseAll(conns)
+	open := o.Sessions - failed
+	fmt.Fprintf(out, "opened %d sessions in %v (%d failed", open, time.Since(start).Round(time.Millisecond), failed)
+	if firstErr != nil {
+		fmt.Fprintf(out, "; first error: %v", firstErr)
+	}
+	fmt.Fprintln(out, ")")
+	// Let the node settle (GC, first heartbeat round) before measuring.
+	settle := min(o.Hold/3, 20*time.Second)
+	select {
+	case <-time.After(settle):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	cpu0 := measure.ReadMeters(meters)
+	t0 := time.Now()
+	select {
+	case <-time.After(o.Hold - settle):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	cpu := measure.CpuDelta(cpu0, measure.ReadMeters(meters))
+	window := time.Since(t0)
+	rss1, err := load.Metric(o.Metrics, "process_resident_memory_bytes")
+	if err != nil {
+		return err
+	}
+	if open == 0 {
+		return errors.New("no session opened")
+	}
+	perSession := (rss1 - rss0) / float64(open)
+	fmt.Fprintf(out, "node RSS with %d sessions: %.1f MiB; per session: %.1f KiB\n", open, rss1/(1<<20), perSession/1024)
+	if err := reportIdleCPU(out, cpu, window, open); err != nil {
+		return err
+	}
+	if failed > 0 {
+		return fmt.Errorf("FAIL: %d of %d sessions failed to open", failed, o.Sessions)
+	}
+	return nil
+}
+
+// reportIdleCPU prints the CPU of each process over the window, as % of
+// one core, and the same per 10k of the open sessions; the sum is node +
+// Redis + NATS.
+func reportIdleCPU(out io.Writer, cpu []measure.CpuReading, window time.Duration, open int) error {
+	var sum float64
+	var per []string
+	for _, r := range cpu {
+		if r.Err != nil {
+			return fmt.Errorf("%s CPU (%s): %w", r.Name, r.Source, r.Err)
+		}
+		pct := r.Secs / window.Seconds() * 100
+		if r.Name == "machine" || r.Name == "load tool" {
+			// Context, not a cost of the sessions.
+			continue
+		}
+		sum += pct
+		fmt.Fprintf(out, "%s idle CPU over %.0fs: %.2f%% of one core (%s)\n", r.Name, window.Seconds(), pct, r.Source)
+		per = append(per, fmt.Sprintf("%s %.2f%%", r.Name, pct*10000/float64(open)))
+	}
+	fmt.Fprintf(out, "CPU per 10k sessions, %% of one core: %s; sum %.2f%%\n", strings.Join(per, ", "), sum*10000/float64(open))
+	if len(cpu) < 5 {
+		fmt.Fprintln(out, "(the sum covers only the processes above: give --redis and --nats-pid or --nats-monitor for the rest)")
+	}
+	fmt.Fprintf(out, "context, %% of one core: %s\n", measure.FmtCPU(cpu, window))
+	if pct, ok := measure.OtherCPU(cpu, window); ok && pct > disturbedCPU {
+		fmt.Fprintf(out, "warning: other processes used %.0f%% of a core during the window; the CPU figures may be disturbed\n", pct)
+	}
+	return nil
+}
+
+// storm fills a room with members, then has joiners join it all at once,
+// and reports each joiner's join -> snapshot time and how many snapshot
+// reads the node made for the storm (joiners of one room share reads).
+func Storm(ctx context.Context, o load.Options, out io.Writer) error {
+	d, err := load.NewDialer(o)
+	if err != nil {
+		return err
+	}
+	run := rand.Uint32()
+	room := fmt.Sprintf("storm%d", run)
+	start := time.Now()
+	members, failedMembers, _ := load.OpenAll(ctx, d, o.Members, func(i int) (string, string, string) {
+		return fmt.Sprintf("m%d-%d", run, i), "s", room
+	}, load.Drain)
+	defer load.CloseAll(members)
+	ok := o.Members - failedMembers
+	fmt.Fprintf(out, "room of %d members filled in %v (%d failed)\n", ok, time.Since(start).Round(time.Millisecond), failedMembers)
+	joiners, _, _ := load.OpenAll(ctx, d, o.Joiners, func(i int) (string, string, string) {
+		return fmt.Sprintf("j%d-%d", run, i), "s", ""
+	}, nil)
+	defer load.CloseAll(joiners)
+	for _, c := range joiners {
+		// Drain the hello, so the join's reply is what joinRoom reads.
+		if c != nil {
+			_, _, _ = c.ReadMessage()
+		}
+	}
+	before, err := load.Metric(o.Metrics, "presence_node_join_snapshot_reads_total")
+	if err != nil {
+		return err
+	}
+	lat := make([]time.Duration, len(joiners))
+	failed := atomic.Int64{}
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	for i, c := range joiners {
+		if c == nil {
+			failed.Add(1)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-gate
+			t0 := time.Now()
+			if load.JoinRoom(c, room) != nil {
+				failed.Add(1)
+				return
+			}
+			lat[i] = time.Since(t0)
+		}()
+	}
+	t0 := time.Now()
+	close(gate)
+	wg.Wait()
+	elapsed := time.Since(t0)
+	after, err := load.Metric(o.Metrics, "presence_node_join_snapshot_reads_total")
+	if err != nil {
+		return err
+	}
+	lat = slices.DeleteFunc(lat, func(d time.Duration) bool { return d == 0 })
+	if len(lat) == 0 {
+		return errors.New("no joiner got its snapshot")
+	}
+	slices.Sort(lat)
+	q := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
+	fmt.Fprintf(out, "%d joins at once into a room of %d in %v (%d failed); %.0f snapshot reads\n",
+		len(lat), ok, elapsed.Round(time.Millisecond), failed.Load(), after-before)
+	fmt.Fprintf(out, "join -> snapshot: p50 %v  p90 %v  p99 %v  max %v\n",
+		q(0.50).Round(10*time.Microsecond), q(0.90).Round(10*time.Microsecond), q(0.99).Round(10*time.Microsecond), lat[len(lat)-1].Round(10*time.Microsecond))
+	return nil
+}

@@ -1,0 +1,273 @@
+package load
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/gorilla/websocket"
+	"github.com/presence-dev/presence/protocol"
+)
+
+type Options struct {
+	Addr, Metrics, NatsURL, Region string
+	Secret, Sources                string
+	Sessions, PerRoom              int
+	Members, Joiners               int
+	Rate                           float64
+	Hold, Duration                 time.Duration
+	Insecure                       bool
+	Deflate                        bool
+	ReadBuffer                     int // a WebSocket's read buffer; 0: 512 bytes
+
+	// latency and sweep
+	Sweep          string
+	Late, Straggle time.Duration
+	Quiesce        time.Duration
+	MaxConns       int
+	OkP99, BadP99  time.Duration
+	Hog, Threads   int
+	BaseConns      float64 // the node's connections before this tool opened any
+	redis          string
+	natsPID        int
+	natsMonitor    string
+}
+
+// registerFlags registers the flags of every mode but bigroom's.
+func RegisterFlags(fs *flag.FlagSet, o *Options) {
+	fs.StringVar(&o.Addr, "addr", "127.0.0.1:8080", "node address (host:port)")
+	fs.StringVar(&o.Metrics, "metrics", "", "node metrics URL (default http://ADDR/metrics)")
+	fs.StringVar(&o.NatsURL, "nats", "nats://127.0.0.1:4222", "NATS URL (latency, sweep)")
+	fs.StringVar(&o.Region, "region", "local", "the node's region")
+	fs.StringVar(&o.Secret, "jwt-secret", "", "HS256 secret of the node (empty: --insecure-dev node)")
+	fs.BoolVar(&o.Deflate, "deflate", false, "offer permessage-deflate, as browsers do: a batched room's events frames then come compressed (connections that do not fold their view read them off the socket without inflating them)")
+	fs.StringVar(&o.Sources, "sources", "127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4", "loopback source addresses to spread connections over")
+	fs.IntVar(&o.Sessions, "sessions", 15000, "idle: connections to open (each one session in one room)")
+	fs.IntVar(&o.PerRoom, "per-room", 0, "sessions per room (default: idle 100; latency and sweep 50 joins per room, plus its watcher)")
+	fs.DurationVar(&o.Hold, "hold", 60*time.Second, "idle: how long to hold them and measure CPU")
+	fs.Float64Var(&o.Rate, "rate", 1000, "latency: joins per second")
+	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "latency, sweep: how long to join at each rate (cut by --max-conns); hog: how long to run (0: until stopped)")
+	fs.StringVar(&o.Sweep, "rates", "", "sweep: comma-separated join rates, lowest first (default 250,500,1000,1500,2000)")
+	fs.StringVar(&o.Sweep, "sweep", "", "latency: run a sweep over these comma-separated rates (same as the sweep mode's --rates)")
+	fs.DurationVar(&o.Late, "late", time.Second, "latency, sweep: an event seen later than this after its join counts as late (it still enters the percentiles)")
+	fs.DurationVar(&o.Straggle, "straggle", 30*time.Second, "latency, sweep: how long after the last join to wait for events still due")
+	fs.DurationVar(&o.Quiesce, "quiesce", 0, "latency, sweep: after a run, wait up to this long for its users' offline events and the node's connections to drop (default: sweep 90s, latency none)")
+	fs.IntVar(&o.MaxConns, "max-conns", 12000, "latency, sweep: at most this many WebSockets per run (joiners + watchers); longer runs are cut")
+	fs.DurationVar(&o.OkP99, "ok-p99", 25*time.Millisecond, "sweep: the p99 target")
+	fs.DurationVar(&o.BadP99, "bad-p99", 100*time.Millisecond, "sweep: the p99 that marks a collapse")
+	fs.IntVar(&o.Hog, "hog", 0, "latency, sweep: run a presence-load hog child process with this many busy goroutines during the runs")
+	fs.IntVar(&o.Threads, "threads", 2, "hog: busy goroutines")
+	fs.StringVar(&o.redis, "redis", "", "idle, latency, sweep: Redis host:port (or redis:// URL) whose INFO cpu to read")
+	fs.IntVar(&o.natsPID, "nats-pid", 0, "idle, latency, sweep: nats-server's pid: its CPU from /proc/PID/stat (exact; preferred)")
+	fs.StringVar(&o.natsMonitor, "nats-monitor", "", "idle, latency, sweep: nats-server's monitoring URL (http://host:port): its CPU from /varz, sampled each second (when --nats-pid is not given)")
+	fs.IntVar(&o.Members, "members", 10000, "storm: members in the room before the storm")
+	fs.IntVar(&o.Joiners, "joiners", 1000, "storm: connections that join the room at once")
+}
+
+// raiseFileLimit lifts the soft open-files limit to the hard one and
+// returns the soft limit in force.
+func RaiseFileLimit() uint64 {
+	var l syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l) != nil {
+		return 1024
+	}
+	if l.Cur < l.Max {
+		l.Cur = l.Max
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l)
+		_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l)
+	}
+	return l.Cur
+}
+
+type Dialer struct {
+	O       Options
+	Sources []*net.TCPAddr
+	N       atomic.Int64
+}
+
+func NewDialer(o Options) (*Dialer, error) {
+	d := &Dialer{O: o}
+	for _, s := range strings.Split(o.Sources, ",") {
+		ip := net.ParseIP(strings.TrimSpace(s))
+		if ip == nil || !ip.IsLoopback() {
+			return nil, fmt.Errorf("--sources: %q is not a loopback address", s)
+		}
+		d.Sources = append(d.Sources, &net.TCPAddr{IP: ip})
+	}
+	return d, nil
+}
+
+// readBuffer is a WebSocket's read buffer: small (the client side of the
+// test must fit in RAM too) unless the scenario asks for more.
+func (d *Dialer) ReadBuffer() int { return cmp.Or(d.O.ReadBuffer, 512) }
+
+// dial opens one WebSocket for user/session, from the next source address,
+// with small buffers (the client side of the test must fit in RAM too).
+func (d *Dialer) Dial(ctx context.Context, user, session string) (*websocket.Conn, error) {
+	return d.DialToken(ctx, user, session, false)
+}
+
+// dialToken is dial with a token that carries "observe":true when observe
+// is set (a client that may follow a room without being in it).
+func (d *Dialer) DialToken(ctx context.Context, user, session string, observe bool) (*websocket.Conn, error) {
+	src := d.Sources[int(d.N.Add(1))%len(d.Sources)]
+	wd := websocket.Dialer{
+		ReadBufferSize: d.ReadBuffer(), WriteBufferSize: 512, HandshakeTimeout: 10 * time.Second, EnableCompression: d.O.Deflate,
+		NetDialContext: (&net.Dialer{LocalAddr: src, Timeout: 10 * time.Second}).DialContext,
+	}
+	u := fmt.Sprintf("ws://%s/v1/ws?session=%s", d.O.Addr, session)
+	if d.O.Insecure {
+		u += "&user=" + user
+	} else {
+		tok, err := SignToken(d.O.Secret, user, observe)
+		if err != nil {
+			return nil, err
+		}
+		u += "&access_token=" + tok
+	}
+	ws, _, err := wd.DialContext(ctx, u, nil)
+	return ws, err
+}
+
+// signToken mints a client token for user, granting every room for an
+// hour.
+func SignToken(secret, user string, observe bool) (string, error) {
+	claims := jwt.MapClaims{"sub": user, "rooms": []string{"*"}, "exp": time.Now().Add(time.Hour).Unix()}
+	if observe {
+		claims["observe"] = true
+	}
+	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(secret))
+}
+
+// joinRoom sends a join and reads until its snapshot (or an error) comes.
+func JoinRoom(ws *websocket.Conn, room string) error {
+	join := []byte(`{"type":"join","ref":"j","room":"` + room + `"}`)
+	if err := ws.WriteMessage(websocket.TextMessage, join); err != nil {
+		return err
+	}
+	_ = ws.SetReadDeadline(time.Now().Add(30 * time.Second))
+	defer func() { _ = ws.SetReadDeadline(time.Time{}) }()
+	for {
+		_, data, err := ws.ReadMessage()
+		if err != nil {
+			return err
+		}
+		s := string(data)
+		if strings.HasPrefix(s, `{"type":"snapshot"`) && strings.Contains(s, `"ref":"j"`) {
+			return nil
+		}
+		if !strings.HasPrefix(s, `{"type":"error"`) {
+			continue
+		}
+		// unavailable: sent again after retry_after_ms with the client's
+		// own jitter, as the JS client does, within the read deadline.
+		var p protocol.Error
+		if json.Unmarshal(data, &p) != nil || p.Code != protocol.CodeUnavailable || p.RetryAfterMS <= 0 {
+			return errors.New(s)
+		}
+		time.Sleep(Jitter(p.RetryAfter()))
+		if err := ws.WriteMessage(websocket.TextMessage, join); err != nil {
+			return err
+		}
+	}
+}
+
+// metric reads one sample of a Prometheus text-format metric.
+func Metric(url, name string) (float64, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, name+" ") {
+			return strconv.ParseFloat(strings.TrimSpace(line[len(name)+1:]), 64)
+		}
+	}
+	return 0, fmt.Errorf("%s not in %s", name, url)
+}
+
+// openAll opens n connections, 64 at a time; name gives connection i's
+// user, session and room ("" joins none). onOpen, if not nil, is called
+// with each open (and joined) connection; it must start reading it, as a
+// client does: one that does not read is closed as a slow consumer, and
+// gorilla answers pings inside ReadMessage. drain is the onOpen that reads
+// and drops every frame. It returns the connections (nil where one
+// failed), the failures and the first error.
+func OpenAll(ctx context.Context, d *Dialer, n int, name func(i int) (user, session, room string), onOpen func(i int, ws *websocket.Conn)) ([]*websocket.Conn, int, error) {
+	conns := make([]*websocket.Conn, n)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	var firstErr atomic.Pointer[error]
+	sem := make(chan struct{}, 64)
+	for i := range n {
+		if ctx.Err() != nil {
+			failed.Add(int64(n - i))
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			user, session, room := name(i)
+			ws, err := d.Dial(ctx, user, session)
+			if err == nil && room != "" {
+				if err = JoinRoom(ws, room); err != nil {
+					ws.Close()
+				}
+			}
+			if err != nil {
+				failed.Add(1)
+				firstErr.CompareAndSwap(nil, &err)
+				return
+			}
+			conns[i] = ws
+			if onOpen != nil {
+				onOpen(i, ws)
+			}
+		}()
+	}
+	wg.Wait()
+	var first error
+	if e := firstErr.Load(); e != nil {
+		first = *e
+	}
+	return conns, int(failed.Load()), first
+}
+
+// drain reads and drops every frame of ws until it ends.
+func Drain(_ int, ws *websocket.Conn) {
+	go func() {
+		// NextReader reads the previous message's rest off the socket
+		// without copying (or inflating) it.
+		for {
+			if _, _, err := ws.NextReader(); err != nil {
+				return
+			}
+		}
+	}()
+}
+
+func CloseAll(conns []*websocket.Conn) {
+	for _, c := range conns {
+		if c != nil {
+			c.Close()
+		}
+	}
+}

@@ -1,0 +1,57 @@
+package load
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+
+	"github.com/presence-dev/presence/cmd/presence-load/internal/measure"
+)
+
+// newMeters returns the meters the flags ask for: the node always (its
+// /metrics), Redis with --redis (INFO cpu), nats-server with --nats-pid
+// (/proc, exact) or else --nats-monitor (/varz, sampled), and this process
+// with self.
+func NewMeters(o Options, self bool) ([]measure.CpuMeter, error) {
+	ms := []measure.CpuMeter{{Name: "node", Source: "/metrics process_cpu_seconds_total", Read: func() (float64, error) {
+		m, err := measure.Scrape(o.Metrics)
+		if err != nil {
+			return 0, err
+		}
+		v, ok := m["process_cpu_seconds_total"]
+		if !ok {
+			return 0, errors.New("process_cpu_seconds_total not in " + o.Metrics)
+		}
+		return v, nil
+	}}}
+	if o.redis != "" {
+		if _, err := measure.RedisCPU(o.redis); err != nil {
+			return nil, fmt.Errorf("--redis: %w", err)
+		}
+		ms = append(ms, measure.CpuMeter{Name: "redis", Source: "INFO cpu used_cpu_sys+used_cpu_user", Read: func() (float64, error) { return measure.RedisCPU(o.redis) }})
+	}
+	switch {
+	case o.natsPID > 0:
+		if _, err := measure.ProcCPU(o.natsPID); err != nil {
+			return nil, fmt.Errorf("--nats-pid: %w", err)
+		}
+		ms = append(ms, measure.ProcMeter("nats", o.natsPID))
+	case o.natsMonitor != "":
+		m, err := measure.VarzMeter(o.natsMonitor)
+		if err != nil {
+			return nil, fmt.Errorf("--nats-monitor: %w", err)
+		}
+		ms = append(ms, m)
+	}
+	ms = append(ms, measure.CpuMeter{Name: "machine", Source: "every process in /proc, sampled every 250ms", Read: measure.NewAllProcs().Read})
+	if self {
+		ms = append(ms, measure.CpuMeter{Name: "load tool", Source: "getrusage", Read: func() (float64, error) {
+			var ru syscall.Rusage
+			if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+				return 0, err
+			}
+			return measure.TvSecs(ru.Utime) + measure.TvSecs(ru.Stime), nil
+		}})
+	}
+	return ms, nil
+}

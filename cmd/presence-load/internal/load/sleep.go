@@ -1,0 +1,17 @@
+package load
+
+import (
+	"context"
+	"time"
+)
+
+func SleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

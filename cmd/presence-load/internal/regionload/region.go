@@ -1,0 +1,518 @@
+package regionload
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/presence-dev/presence/cmd/presence-load/internal/measure"
+	"github.com/presence-dev/presence/cmd/presence-load/internal/worker"
+	"github.com/presence-dev/presence/global"
+	"github.com/presence-dev/presence/node"
+	"github.com/presence-dev/presence/presence"
+	"github.com/presence-dev/presence/region"
+	"github.com/redis/go-redis/v9"
+)
+
+// The region mode measures one region's store on a Redis Cluster, driven
+// directly by region-driver child processes standing in for nodes
+// (regiondriver.go): seed the sessions, refresh them flat out for a
+// while (the refresh throughput), then keep them alive on the node's
+// heartbeat at the default timing with every driver's reaper, a churn of
+// 1 % a minute and the region's global publisher and an aggregator
+// running, and report whether heartbeat rounds complete within the
+// heartbeat, the reaper's and the publisher's lag, and Redis CPU per
+// master (INFO cpu deltas).
+
+type regionOpts struct {
+	cluster, nats    string
+	sessions, room   int
+	drivers          int
+	inflight         int
+	flat, hold, warm time.Duration
+	churn            float64
+	probeEvery       time.Duration
+}
+
+func parseRegionOpts(args []string) (regionOpts, error) {
+	var o regionOpts
+	fs := flag.NewFlagSet("presence-load region", flag.ContinueOnError)
+	fs.StringVar(&o.cluster, "cluster", "", "comma-separated addresses of the Redis Cluster's masters")
+	fs.StringVar(&o.nats, "nats", "", "NATS URL (JetStream on) for the global publisher and aggregator; empty: none")
+	fs.IntVar(&o.sessions, "sessions", 1_000_000, "sessions of the region")
+	fs.IntVar(&o.room, "per-room", 100, "sessions per room (two per user)")
+	fs.IntVar(&o.drivers, "drivers", 4, "driver processes standing in for nodes")
+	fs.IntVar(&o.inflight, "inflight", 2, "flat-out Refresh batches in flight per driver")
+	fs.DurationVar(&o.flat, "flat", 20*time.Second, "flat-out refresh phase (0: skip)")
+	fs.DurationVar(&o.warm, "warm", 20*time.Second, "heartbeat phase before the measured window")
+	fs.DurationVar(&o.hold, "hold", 2*time.Minute, "measured window of the heartbeat phase (0: skip the phase)")
+	fs.Float64Var(&o.churn, "churn", 0.01, "share of the sessions replaced per minute in the heartbeat phase")
+	fs.DurationVar(&o.probeEvery, "probe-every", 10*time.Second, "publisher-lag probes and reaper-lag reads this often")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if o.cluster == "" || o.sessions < 2 || o.drivers < 1 || o.inflight < 1 {
+		return o, errors.New("region: --cluster, --sessions >= 2, --drivers >= 1 and --inflight >= 1 are required")
+	}
+	return o, nil
+}
+
+// driverProc is a running region-driver child.
+type driverProc struct {
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	lines chan driverReport // replies to commands
+	stats chan driverReport // stats lines
+}
+
+func startDriver(o regionOpts, i int) (*driverProc, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(exe, "region-driver", "--cluster", o.cluster, "--index", strconv.Itoa(i), "--drivers", strconv.Itoa(o.drivers),
+		"--sessions", strconv.Itoa(o.sessions), "--per-room", strconv.Itoa(o.room), "--churn", fmt.Sprint(o.churn), "--inflight", strconv.Itoa(o.inflight))
+	in, out, err := worker.StartPiped(cmd)
+	if err != nil {
+		return nil, err
+	}
+	p := &driverProc{cmd: cmd, in: in, lines: make(chan driverReport, 64), stats: make(chan driverReport, 1024)}
+	go func() {
+		defer close(p.lines)
+		defer close(p.stats)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			var r driverReport
+			if json.Unmarshal(sc.Bytes(), &r) != nil {
+				continue
+			}
+			if r.Ev == "stat" {
+				p.stats <- r
+			} else {
+				p.lines <- r
+			}
+		}
+	}()
+	return p, nil
+}
+
+// ask sends cmd to every driver and waits for each one's reply of kind ev.
+func ask(ds []*driverProc, cmd, ev string, timeout time.Duration) ([]driverReport, error) {
+	for _, d := range ds {
+		if _, err := fmt.Fprintln(d.in, cmd); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]driverReport, len(ds))
+	deadline := time.After(timeout)
+	for i, d := range ds {
+		for out[i].Ev != ev {
+			select {
+			case r, ok := <-d.lines:
+				if !ok {
+					return nil, fmt.Errorf("driver %d exited", i)
+				}
+				if r.Ev == "error" {
+					return nil, fmt.Errorf("driver %d: %s", i, r.Msg)
+				}
+				if r.Ev == ev {
+					out[i] = r
+				}
+			case <-deadline:
+				return nil, fmt.Errorf("driver %d: no %q after %v", i, ev, timeout)
+			}
+		}
+	}
+	return out, nil
+}
+
+// masters returns the addresses of the cluster's masters.
+func masters(ctx context.Context, cc *redis.ClusterClient) ([]string, error) {
+	var mu sync.Mutex
+	var out []string
+	err := cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+		mu.Lock()
+		out = append(out, c.Options().Addr)
+		mu.Unlock()
+		return nil
+	})
+	slices.Sort(out)
+	return out, err
+}
+
+// cpuOf reads every master's Redis CPU (seconds).
+func cpuOf(addrs []string) ([]float64, error) {
+	out := make([]float64, len(addrs))
+	for i, a := range addrs {
+		v, err := measure.RedisCPU(a)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// toolCPU is the CPU (seconds) used so far by the drivers, in all, and by
+// this process (the publisher, the aggregator and the probes).
+func toolCPU(ds []*driverProc) (drivers, self float64) {
+	for _, d := range ds {
+		v, _ := measure.ProcCPU(d.cmd.Process.Pid)
+		drivers += v
+	}
+	self, _ = measure.ProcCPU(os.Getpid())
+	return drivers, self
+}
+
+// fmtMasterCPU formats per-master CPU deltas over window as % of a core.
+func fmtMasterCPU(addrs []string, a, b []float64, window time.Duration) (string, float64) {
+	var parts []string
+	var sum float64
+	for i := range addrs {
+		d := b[i] - a[i]
+		sum += d
+		parts = append(parts, fmt.Sprintf("%s %.1f%%", addrs[i], d/window.Seconds()*100))
+	}
+	return strings.Join(parts, ", "), sum
+}
+
+func RegionMode(ctx context.Context, args []string, out io.Writer) error {
+	o, err := parseRegionOpts(args)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cc, st, err := newClusterStore(o.cluster, region.SinkFunc(func(context.Context, []presence.Transition) (uint64, error) { return 0, nil }), log)
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	addrs, err := masters(ctx, cc)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "region: %d sessions (rooms of %d, 2 per user), %d drivers, %d masters: %s; timing %+v\n",
+		o.sessions, o.room, o.drivers, len(addrs), strings.Join(addrs, " "), st.Timing())
+	ds := make([]*driverProc, 0, o.drivers)
+	defer func() {
+		for _, d := range ds {
+			_ = d.in.Close()
+			_ = d.cmd.Process.Kill()
+			_ = d.cmd.Wait()
+		}
+	}()
+	for i := range o.drivers {
+		d, err := startDriver(o, i)
+		if err != nil {
+			return err
+		}
+		ds = append(ds, d)
+	}
+	r := &regionRun{o: o, out: out, log: log, cc: cc, st: st, addrs: addrs, ds: ds}
+	if err := r.seed(); err != nil {
+		return err
+	}
+	if err := r.settle(ctx); err != nil {
+		return err
+	}
+	if o.flat > 0 {
+		for _, rr := range []bool{false, true} {
+			if err := r.flatOut(rr); err != nil {
+				return err
+			}
+		}
+	}
+	if o.hold > 0 {
+		return r.heartbeat(ctx)
+	}
+	return nil
+}
+
+// regionRun is one run of the region mode.
+type regionRun struct {
+	o     regionOpts
+	out   io.Writer
+	log   *slog.Logger
+	cc    *redis.ClusterClient
+	st    *region.Store
+	addrs []string
+	ds    []*driverProc
+}
+
+func (r *regionRun) seed() error {
+	c0, err := cpuOf(r.addrs)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	reps, err := ask(r.ds, "seed", "seeded", 30*time.Minute)
+	if err != nil {
+		return err
+	}
+	took := time.Since(t0)
+	c1, err := cpuOf(r.addrs)
+	if err != nil {
+		return err
+	}
+	var n int64
+	for _, rep := range reps {
+		n += rep.N
+	}
+	per, sum := fmtMasterCPU(r.addrs, c0, c1, took)
+	fmt.Fprintf(r.out, "seed: %d sessions claimed in %v (%.0f/s); Redis CPU %.1f s in all (%.2f µs/session): %s\n",
+		n, took.Round(time.Millisecond), float64(n)/took.Seconds(), sum, sum*1e6/float64(n), per)
+	return nil
+}
+
+// settle sweeps until no room is overdue: the seed's rooms come due a
+// publish lease after their claims, and no reaper runs before the
+// heartbeat phase.
+func (r *regionRun) settle(ctx context.Context) error {
+	t0 := time.Now()
+	for sweeps := 1; ; sweeps++ {
+		n, err := r.st.Sweep(ctx)
+		if err != nil {
+			return err
+		}
+		d, err := r.st.Overdue(ctx)
+		if err != nil {
+			return err
+		}
+		if d < time.Second {
+			fmt.Fprintf(r.out, "settled: %d sweeps, %d transitions delivered again, in %v\n", sweeps, n, time.Since(t0).Round(time.Millisecond))
+			return nil
+		}
+		if time.Since(t0) > 5*time.Minute {
+			return fmt.Errorf("settle: a room still overdue by %v after %v", d, time.Since(t0))
+		}
+	}
+}
+
+// flatOut runs a flat-out phase: the node's batches, or those of its
+// former round-robin schedule (see flatBatches).
+func (r *regionRun) flatOut(roundRobin bool) error {
+	c0, err := cpuOf(r.addrs)
+	if err != nil {
+		return err
+	}
+	cmd, name := "flat", "flat out, the node's batches"
+	if roundRobin {
+		cmd, name = "flat-roundrobin", "flat out, the former round-robin batches"
+	}
+	t0 := time.Now()
+	reps, err := ask(r.ds, cmd+" "+r.o.flat.String(), "flat", r.o.flat+time.Minute)
+	if err != nil {
+		return err
+	}
+	took := time.Since(t0)
+	c1, err := cpuOf(r.addrs)
+	if err != nil {
+		return err
+	}
+	var n, errs int64
+	for _, rep := range reps {
+		n, errs = n+rep.N, errs+rep.Errors
+	}
+	per, sum := fmtMasterCPU(r.addrs, c0, c1, took)
+	rate := float64(n) / took.Seconds()
+	fmt.Fprintf(r.out, "%s: %d refreshes in %v = %.0f sessions/s (%d batches in flight in all, %d errors); Redis %.2f µs/session; CPU per master: %s\n",
+		name, n, took.Round(time.Millisecond), rate, r.o.drivers*r.o.inflight, errs, sum*1e6/float64(n), per)
+	hb := presence.DefaultHeartbeat
+	fmt.Fprintf(r.out, "  at this rate one heartbeat (%v) refreshes %.0f sessions\n", hb, rate*hb.Seconds())
+	return nil
+}
+
+// startGlobal starts the region's publisher and an aggregator on NATS.
+func (r *regionRun) startGlobal(ctx context.Context) (*global.RegionPublisher, *global.Aggregator, func(), error) {
+	nc, err := nats.Connect(r.o.nats)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	anc, err := nats.Connect(r.o.nats)
+	if err != nil {
+		nc.Close()
+		return nil, nil, nil, err
+	}
+	js, _ := jetstream.New(nc)
+	ajs, _ := jetstream.New(anc)
+	closeAll := func() { nc.Close(); anc.Close() }
+	agg, err := global.NewAggregator(global.AggregatorConfig{NATS: anc, JetStream: ajs, Storage: jetstream.MemoryStorage, Logger: r.log, Regions: []string{"load"}})
+	if err == nil {
+		err = agg.Start(ctx)
+	}
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, err
+	}
+	pub, err := global.NewRegionPublisher(global.PublisherConfig{Region: "load", Source: r.st, NATS: nc, JetStream: js, Storage: jetstream.MemoryStorage, Logger: r.log})
+	if err == nil {
+		err = pub.Start(ctx)
+	}
+	if err != nil {
+		agg.Close()
+		closeAll()
+		return nil, nil, nil, err
+	}
+	return pub, agg, func() { pub.Close(); agg.Close(); closeAll() }, nil
+}
+
+// driverStats follows the drivers' stats lines.
+type driverStats struct {
+	mu      sync.Mutex
+	last    []driverReport
+	maxGap  float64
+	stale   int
+	maxBat  float64
+	counted bool // gaps and stale count only once the window is open
+}
+
+func (s *driverStats) follow(i int, d *driverProc) {
+	for rep := range d.stats {
+		s.mu.Lock()
+		s.last[i] = rep
+		if s.counted {
+			s.maxGap, s.stale, s.maxBat = max(s.maxGap, rep.MaxGap), max(s.stale, rep.Stale), max(s.maxBat, rep.MaxBatch)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// totals sums the drivers' last lines.
+func (s *driverStats) totals() (refreshed, errs, churned, transitions int64, held int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.last {
+		refreshed, errs, churned, transitions, held = refreshed+l.N, errs+l.Errors, churned+l.Churned, transitions+l.Transitions, held+l.Held
+	}
+	return
+}
+
+// heartbeat runs the heartbeat phase: warm-up, then the measured window.
+func (r *regionRun) heartbeat(ctx context.Context) error {
+	stats := &driverStats{last: make([]driverReport, len(r.ds))}
+	for i, d := range r.ds {
+		go stats.follow(i, d)
+	}
+	for _, d := range r.ds {
+		if _, err := fmt.Fprintln(d.in, "run"); err != nil {
+			return err
+		}
+	}
+	var pub *global.RegionPublisher
+	var agg *global.Aggregator
+	if r.o.nats != "" {
+		p, a, stop, err := r.startGlobal(ctx)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		pub, agg = p, a
+	}
+	fmt.Fprintf(r.out, "heartbeat: drivers keep the sessions alive on the node's heartbeat; %v warm-up, then %v measured\n", r.o.warm, r.o.hold)
+	time.Sleep(r.o.warm)
+	c0, err := cpuOf(r.addrs)
+	if err != nil {
+		return err
+	}
+	d0, s0 := toolCPU(r.ds)
+	n0, _, ch0, tr0, _ := stats.totals()
+	stats.mu.Lock()
+	stats.counted = true
+	stats.mu.Unlock()
+	t0 := time.Now()
+	overdue, lags := r.probe(ctx, t0.Add(r.o.hold), pub, agg)
+	took := time.Since(t0)
+	c1, err := cpuOf(r.addrs)
+	if err != nil {
+		return err
+	}
+	d1, s1 := toolCPU(r.ds)
+	n1, errs, ch1, tr1, held := stats.totals()
+	stats.mu.Lock()
+	maxGap, stale, maxBat := stats.maxGap, stats.stale, stats.maxBat
+	stats.mu.Unlock()
+	per, sum := fmtMasterCPU(r.addrs, c0, c1, took)
+	hb := r.st.Timing().Heartbeat
+	fmt.Fprintf(r.out, "window %v: %d sessions held; %d refreshes = %.0f sessions/s (a heartbeat's worth: %.0f/s); %d errors; churn %d replaced; %d transitions delivered\n",
+		took.Round(time.Millisecond), held, n1-n0, float64(n1-n0)/took.Seconds(), float64(held)/hb.Seconds(), errs, ch1-ch0, tr1-tr0)
+	fmt.Fprintf(r.out, "  heartbeat: longest gap between two refreshes of one session %.2f s (heartbeat %v); at most %d sessions unrefreshed past a heartbeat and a tick; slowest batch %.0f ms\n",
+		maxGap, hb, stale, maxBat)
+	fmt.Fprintf(r.out, "  Redis CPU per master (%% of a core): %s; sum %.1f%% = %.2f µs/refresh\n", per, sum/took.Seconds()*100, sum*1e6/float64(max(1, n1-n0)))
+	fmt.Fprintf(r.out, "  drivers' CPU %.1f%% of a core in all; this process (publisher, aggregator, probes) %.1f%%\n",
+		(d1-d0)/took.Seconds()*100, (s1-s0)/took.Seconds()*100)
+	fmt.Fprintf(r.out, "  reaper: most overdue room %v at worst over %d reads\n", slices.Max(append(overdue, 0)).Round(time.Millisecond), len(overdue))
+	if pub != nil {
+		r.reportPub(pub, lags)
+	}
+	// A session is due every heartbeat; a tick late is still in time.
+	within := maxGap <= (hb+hb/node.DefaultHeartbeatSlots).Seconds() && stale == 0 && errs == 0
+	fmt.Fprintf(r.out, "  heartbeat rounds within the heartbeat: %v\n", within)
+	_, err = ask(r.ds, "stop", "stopped", time.Minute)
+	return err
+}
+
+func (r *regionRun) reportPub(pub *global.RegionPublisher, lags []time.Duration) {
+	ps := pub.Stats()
+	line := fmt.Sprintf("  publisher: %d deltas, %d fulls, %d whole reads, %d read errors, %d send errors", ps.Deltas.Load(), ps.Fulls.Load(), ps.WholeReads.Load(), ps.ReadErrors.Load(), ps.SendErrors.Load())
+	if len(lags) > 0 {
+		slices.Sort(lags)
+		line += fmt.Sprintf("; global-view lag over %d joins p50 %v max %v (cadence %v)", len(lags), lags[len(lags)/2].Round(time.Millisecond), lags[len(lags)-1].Round(time.Millisecond), global.DefaultCadence)
+	}
+	fmt.Fprintln(r.out, line)
+}
+
+// probe reads the reaper's lag and, with a publisher, times probe joins
+// to the aggregator's view, every probeEvery until end.
+func (r *regionRun) probe(ctx context.Context, end time.Time, pub *global.RegionPublisher, agg *global.Aggregator) (overdue, lags []time.Duration) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := 0; time.Now().Before(end); i++ {
+		next := time.Now().Add(r.o.probeEvery)
+		if d, err := r.st.Overdue(ctx); err == nil {
+			overdue = append(overdue, d)
+		} else {
+			fmt.Fprintf(r.out, "  overdue read failed: %v\n", err)
+		}
+		if pub != nil && pub.Active() {
+			x := presence.SessionRef{Room: fmt.Sprintf("room%06d", rng.IntN(max(1, r.o.sessions/r.o.room))), User: fmt.Sprintf("probe%03d", i), Session: "p"}
+			if lag, ok := r.probeJoin(ctx, agg, x, min(time.Until(end), 4*global.DefaultCadence)); ok {
+				lags = append(lags, lag)
+			}
+		}
+		time.Sleep(time.Until(next))
+	}
+	return overdue, lags
+}
+
+// probeJoin claims x and times it to the aggregator's union; it releases
+// x after.
+func (r *regionRun) probeJoin(ctx context.Context, agg *global.Aggregator, x presence.SessionRef, wait time.Duration) (time.Duration, bool) {
+	if _, err := r.st.Claim(ctx, []presence.SessionRef{x}); err != nil {
+		fmt.Fprintf(r.out, "  probe claim failed: %v\n", err)
+		return 0, false
+	}
+	defer func() { _ = r.st.Release(ctx, x) }()
+	t0 := time.Now()
+	for time.Since(t0) < wait {
+		if len(agg.Union(x.Room)[x.User]) > 0 {
+			return time.Since(t0), true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	fmt.Fprintf(r.out, "  probe %s/%s not in the global view after %v\n", x.Room, x.User, wait)
+	return 0, false
+}
