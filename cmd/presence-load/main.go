@@ -94,7 +94,7 @@ func runOwn(ctx context.Context, args []string, out io.Writer) (ok bool, err err
 	case args[0] == "bigroom-worker":
 		// A child of the bigroom mode: requests on stdin, replies on stdout.
 		load.RaiseFileLimit()
-		return true, bigroom.BigWorkerMain(ctx, os.Stdin, out)
+		return true, bigroom.WorkerMain(ctx, os.Stdin, out)
 	case strings.HasPrefix(args[0], "region"):
 		return true, runRegion(ctx, args, out)
 	case args[0] == "reconnect":
@@ -104,7 +104,7 @@ func runOwn(ctx context.Context, args []string, out io.Writer) (ok bool, err err
 		return true, centrifugo.Versus(args[1:], out)
 	case args[0] == "centrifugo-worker":
 		load.RaiseFileLimit()
-		return true, centrifugo.CfWorkerMain(ctx, os.Stdin, out)
+		return true, centrifugo.WorkerMain(ctx, os.Stdin, out)
 	}
 	return false, nil
 }

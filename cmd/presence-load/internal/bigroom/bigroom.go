@@ -115,7 +115,7 @@ type bigRun struct {
 	dA, dB  *load.Dialer // measured node, population node
 	nc      *nats.Conn
 	truth   *natsTruth
-	workers []*worker.WorkerProc
+	workers []*worker.Proc
 	meters  []measure.CpuMeter
 	fails   []string
 	misses  []string // targets missed (reported, not failures)
@@ -222,7 +222,7 @@ func Bigroom(ctx context.Context, o load.Options, b BigOpts, out io.Writer) erro
 type group struct {
 	name    string
 	spec    openSpec
-	workers []*worker.WorkerProc
+	workers []*worker.Proc
 	counts  []int // connections per worker, in order
 }
 
@@ -238,12 +238,12 @@ func (r *bigRun) openGroup(ctx context.Context, name string, spec openSpec, n in
 	var wg sync.WaitGroup
 	var firstErr error
 	for k := range nw {
-		w, err := worker.StartWorker()
+		w, err := worker.Start("bigroom-worker")
 		if err != nil {
 			return nil, total, err
 		}
 		r.workers = append(r.workers, w)
-		r.meters = append(r.meters, measure.ProcMeter(fmt.Sprintf("worker %d", len(r.workers)), w.Cmd.Process.Pid))
+		r.meters = append(r.meters, measure.ProcMeter(fmt.Sprintf("worker %d", len(r.workers)), w.Pid()))
 		g.workers = append(g.workers, w)
 		from, to := k*n/nw, (k+1)*n/nw
 		g.counts = append(g.counts, to-from)
@@ -266,7 +266,7 @@ func (r *bigRun) openGroup(ctx context.Context, name string, spec openSpec, n in
 		go func() {
 			defer wg.Done()
 			var res openResp
-			err := w.Call(WorkerReq{Op: "open", Open: &s}, &res)
+			err := w.Call("open", &s, &res)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil && firstErr == nil {
@@ -318,19 +318,12 @@ func (r *bigRun) reportOpen(what string, n int, res openResp) {
 	}
 }
 
-func (g *group) each(f func(w *worker.WorkerProc) error) error {
-	var wg sync.WaitGroup
-	errs := make([]error, len(g.workers))
-	for i, w := range g.workers {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = f(w) }()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+func (g *group) each(f func(w *worker.Proc) error) error {
+	return worker.Each(g.workers, func(_ int, w *worker.Proc) error { return f(w) })
 }
 
 func (g *group) mark() error {
-	return g.each(func(w *worker.WorkerProc) error { return w.Call(WorkerReq{Op: "mark"}, nil) })
+	return g.each(func(w *worker.Proc) error { return w.Call("mark", nil, nil) })
 }
 
 func (g *group) stats() (StatsResp, error) {
@@ -338,9 +331,9 @@ func (g *group) stats() (StatsResp, error) {
 	s.Types, s.Errors, s.Closed = map[string]int64{}, map[string]int{}, map[string]int{}
 	s.MinSeq = ^uint64(0)
 	var mu sync.Mutex
-	err := g.each(func(w *worker.WorkerProc) error {
+	err := g.each(func(w *worker.Proc) error {
 		var x StatsResp
-		if err := w.Call(WorkerReq{Op: "stats"}, &x); err != nil {
+		if err := w.Call("stats", nil, &x); err != nil {
 			return err
 		}
 		mu.Lock()
@@ -377,9 +370,9 @@ func MergeStats(s *StatsResp, x StatsResp) {
 func (g *group) report(req churn.ReportReq) (ReportResp, error) {
 	var out ReportResp
 	var mu sync.Mutex
-	err := g.each(func(w *worker.WorkerProc) error {
+	err := g.each(func(w *worker.Proc) error {
 		var x ReportResp
-		if err := w.Call(WorkerReq{Op: "report", Rep: &req}, &x); err != nil {
+		if err := w.Call("report", &req, &x); err != nil {
 			return err
 		}
 		mu.Lock()
@@ -408,10 +401,7 @@ func (g *group) check(req checkReq) (checkResp, error) {
 	var out checkResp
 	// In worker order, so Expected lines up with the frames of stats.
 	res := make([]checkResp, len(g.workers))
-	err := g.each(func(w *worker.WorkerProc) error {
-		i := slices.Index(g.workers, w)
-		return w.Call(WorkerReq{Op: "check", Check: &req}, &res[i])
-	})
+	err := worker.Each(g.workers, func(i int, w *worker.Proc) error { return w.Call("check", &req, &res[i]) })
 	for _, x := range res {
 		out.Checked += x.Checked
 		out.Wrong += x.Wrong

@@ -1,7 +1,6 @@
 package bigroom
 
 import (
-	"bufio"
 	"bytes"
 	"cmp"
 	"context"
@@ -20,6 +19,7 @@ import (
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/churn"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/load"
+	"github.com/presence-dev/presence/cmd/presence-load/internal/worker"
 	"github.com/presence-dev/presence/presence"
 	"github.com/presence-dev/presence/protocol"
 )
@@ -64,13 +64,6 @@ type openSpec struct {
 	ChurnPrefix string `json:"churn_prefix"`
 	ChurnN      int    `json:"churn_n"`
 	BaseUS      int64  `json:"base_us"`
-}
-
-type WorkerReq struct {
-	Op    string           `json:"op"`
-	Open  *openSpec        `json:"open,omitempty"`
-	Check *checkReq        `json:"check,omitempty"`
-	Rep   *churn.ReportReq `json:"report,omitempty"`
 }
 
 type openResp struct {
@@ -279,24 +272,16 @@ func (c *bconn) example(format string, args ...any) {
 	}
 }
 
-func (w *bigWorker) handle(ctx context.Context, req WorkerReq) (any, error) {
-	switch req.Op {
-	case "open":
-		return w.open(ctx, req.Open)
-	case "mark":
-		w.doMark()
-		return struct{}{}, nil
-	case "stats":
-		return w.stats(), nil
-	case "report":
-		return w.report(req.Rep), nil
-	case "check":
-		return w.check(req.Check), nil
-	case "close":
-		w.closeAll()
-		return struct{}{}, nil
+// ops are the requests a worker answers (package worker's protocol).
+func (w *bigWorker) ops() map[string]worker.Op {
+	return map[string]worker.Op{
+		"open":         worker.Handle(func(ctx context.Context, spec openSpec) (any, error) { return w.open(ctx, &spec) }),
+		"mark":         worker.Do(w.doMark),
+		"stats":        func(context.Context, json.RawMessage) (any, error) { return w.stats(), nil },
+		"report":       worker.Handle(func(_ context.Context, r churn.ReportReq) (any, error) { return w.report(&r), nil }),
+		"check":        worker.Handle(func(_ context.Context, t checkReq) (any, error) { return w.check(&t), nil }),
+		worker.OpClose: worker.Do(w.closeAll),
 	}
-	return nil, fmt.Errorf("unknown op %q", req.Op)
 }
 
 // open opens and joins (or watches with) spec's connections, Inflight at
@@ -1089,40 +1074,10 @@ func (w *bigWorker) closeAll() {
 	})
 }
 
-// bigWorkerMain serves requests from in, one JSON line each, answering on
-// out: {"ok":…} or {"err":"…"}. It ends at EOF (its parent went away).
-func BigWorkerMain(ctx context.Context, in io.Reader, out io.Writer) error {
+// WorkerMain is a bigroom-worker: it serves its parent's requests on in
+// and out (package worker) until closed.
+func WorkerMain(ctx context.Context, in io.Reader, out io.Writer) error {
 	w := newBigWorker()
 	defer w.closeAll()
-	dec := json.NewDecoder(bufio.NewReaderSize(in, 1<<20))
-	bw := bufio.NewWriterSize(out, 1<<20)
-	enc := json.NewEncoder(bw)
-	for {
-		var req WorkerReq
-		if err := dec.Decode(&req); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		}
-		res, err := w.handle(ctx, req)
-		var reply struct {
-			OK  any    `json:"ok,omitempty"`
-			Err string `json:"err,omitempty"`
-		}
-		if err != nil {
-			reply.Err = err.Error()
-		} else {
-			reply.OK = res
-		}
-		if err := enc.Encode(reply); err != nil {
-			return err
-		}
-		if err := bw.Flush(); err != nil {
-			return err
-		}
-		if req.Op == "close" {
-			return nil
-		}
-	}
+	return worker.Serve(ctx, in, out, w.ops())
 }

@@ -1,7 +1,6 @@
 package centrifugo
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -73,13 +72,6 @@ type cfOpen struct {
 type cfStep struct {
 	Prefix string `json:"prefix"`
 	N      int    `json:"n"`
-}
-
-type cfWorkerReq struct {
-	Op   string           `json:"op"` // open, step, stats, report, close
-	Open *cfOpen          `json:"open,omitempty"`
-	Step *cfStep          `json:"step,omitempty"`
-	Rep  *churn.ReportReq `json:"report,omitempty"`
 }
 
 type cfOpenResp struct {
@@ -483,66 +475,18 @@ func (w *cfWorker) closeAll() {
 	})
 }
 
-// cfWorkerMain serves a centrifugo-worker's requests as bigWorkerMain does.
-func CfWorkerMain(ctx context.Context, in io.Reader, out io.Writer) error {
+// WorkerMain is a centrifugo-worker: it serves its parent's requests on
+// in and out (package worker) until closed.
+func WorkerMain(ctx context.Context, in io.Reader, out io.Writer) error {
 	w := &cfWorker{closed: map[string]int{}, kinds0: map[string]int64{}, spec: &cfOpen{}}
 	defer w.closeAll()
-	dec := json.NewDecoder(bufio.NewReaderSize(in, 1<<20))
-	bw := bufio.NewWriterSize(out, 1<<20)
-	enc := json.NewEncoder(bw)
-	for {
-		var req cfWorkerReq
-		if err := dec.Decode(&req); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			return err
-		}
-		var res any
-		var err error
-		switch req.Op {
-		case "open":
-			res, err = w.open(ctx, req.Open)
-		case "step":
-			if req.Step == nil {
-				err = errors.New("step: no spec")
-				break
-			}
-			w.step(req.Step)
-			res = struct{}{}
-		case "stats":
-			res = w.stats()
-		case "report":
-			if req.Rep == nil {
-				err = errors.New("report: no request")
-				break
-			}
-			res = w.report(req.Rep)
-		case "close":
-			w.closeAll()
-			res = struct{}{}
-		default:
-			err = fmt.Errorf("unknown op %q", req.Op)
-		}
-		var reply struct {
-			OK  any    `json:"ok,omitempty"`
-			Err string `json:"err,omitempty"`
-		}
-		if err != nil {
-			reply.Err = err.Error()
-		} else {
-			reply.OK = res
-		}
-		if err := enc.Encode(reply); err != nil {
-			return err
-		}
-		if err := bw.Flush(); err != nil {
-			return err
-		}
-		if req.Op == "close" {
-			return nil
-		}
-	}
+	return worker.Serve(ctx, in, out, map[string]worker.Op{
+		"open":         worker.Handle(func(ctx context.Context, spec cfOpen) (any, error) { return w.open(ctx, &spec) }),
+		"step":         worker.Handle(func(_ context.Context, st cfStep) (any, error) { w.step(&st); return struct{}{}, nil }),
+		"stats":        func(context.Context, json.RawMessage) (any, error) { return w.stats(), nil },
+		"report":       worker.Handle(func(_ context.Context, req churn.ReportReq) (any, error) { return w.report(&req), nil }),
+		worker.OpClose: worker.Do(w.closeAll),
+	})
 }
 
 // cfRun is one centrifugo run.
@@ -554,7 +498,7 @@ type cfRun struct {
 	channel string
 	baseUS  int64
 	d       *load.Dialer
-	workers []*worker.WorkerProc
+	workers []*worker.Proc
 	meters  []measure.CpuMeter
 	rss     *measure.RssWatch
 	fails   []string
@@ -566,21 +510,12 @@ func (r *cfRun) fail(format string, args ...any) {
 	fmt.Fprintln(r.out, "FAIL:", msg)
 }
 
-func (r *cfRun) each(f func(i int, w *worker.WorkerProc) error) error {
-	var wg sync.WaitGroup
-	errs := make([]error, len(r.workers))
-	for i, w := range r.workers {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = f(i, w) }()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
-}
+func (r *cfRun) each(f func(i int, w *worker.Proc) error) error { return worker.Each(r.workers, f) }
 
 func (r *cfRun) stats() (cfStatsResp, error) {
 	all := cfStatsResp{Kinds: map[string]int64{}, Closed: map[string]int{}}
 	res := make([]cfStatsResp, len(r.workers))
-	err := r.each(func(i int, w *worker.WorkerProc) error { return callCf(w, cfWorkerReq{Op: "stats"}, &res[i]) })
+	err := r.each(func(i int, w *worker.Proc) error { return w.Call("stats", nil, &res[i]) })
 	for _, x := range res {
 		all.Frames = append(all.Frames, x.Frames...)
 		all.Msgs = append(all.Msgs, x.Msgs...)
@@ -598,9 +533,6 @@ func (r *cfRun) stats() (cfStatsResp, error) {
 	}
 	return all, err
 }
-
-// callCf sends a centrifugo-worker request.
-func callCf(p *worker.WorkerProc, req cfWorkerReq, res any) error { return p.Call(req, res) }
 
 func Centrifugo(ctx context.Context, o load.Options, b bigroom.BigOpts, out io.Writer) error {
 	rates, err := latency.ParseRates(o.Sweep)
@@ -635,15 +567,7 @@ func Centrifugo(ctx context.Context, o load.Options, b bigroom.BigOpts, out io.W
 	}})
 	defer func() {
 		for _, w := range r.workers {
-			_ = callCf(w, cfWorkerReq{Op: "close"}, nil)
-			done := make(chan struct{})
-			go func() { _ = w.Cmd.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				_ = w.Cmd.Process.Kill()
-				<-done
-			}
+			w.Stop()
 		}
 	}()
 	fmt.Fprintf(out, "centrifugo: channel %s on %s; %d subscribers with join_leave, %d per worker process; churn rates %v joins/s (as many leaves/s) for %v each, each churner unsubscribing %v after its subscribe\n",
@@ -695,18 +619,18 @@ func (r *cfRun) fill(ctx context.Context) error {
 	nw := (n + b.PerProcess - 1) / b.PerProcess
 	sample := measure.Samples(n, b.Samples)
 	for range nw {
-		w, err := worker.StartChild("centrifugo-worker")
+		w, err := worker.Start("centrifugo-worker")
 		if err != nil {
 			return err
 		}
 		r.workers = append(r.workers, w)
-		r.meters = append(r.meters, measure.ProcMeter(fmt.Sprintf("worker %d", len(r.workers)), w.Cmd.Process.Pid))
+		r.meters = append(r.meters, measure.ProcMeter(fmt.Sprintf("worker %d", len(r.workers)), w.Pid()))
 	}
 	r.rssLine("before the fill")
 	cpu0 := measure.ReadMeters(r.meters)
 	t0 := time.Now()
 	res := make([]cfOpenResp, nw)
-	err := r.each(func(k int, w *worker.WorkerProc) error {
+	err := r.each(func(k int, w *worker.Proc) error {
 		spec := cfOpen{Addr: r.o.Addr, Secret: r.o.Secret, Sources: r.o.Sources, Channel: r.channel,
 			Prefix: fmt.Sprintf("m%d-", r.run), From: k * n / nw, To: (k + 1) * n / nw, Inflight: b.Inflight, BaseUS: r.baseUS, ReadBuffer: b.ReadBuffer}
 		for _, i := range sample {
@@ -714,7 +638,7 @@ func (r *cfRun) fill(ctx context.Context) error {
 				spec.Sample = append(spec.Sample, i)
 			}
 		}
-		return callCf(w, cfWorkerReq{Op: "open", Open: &spec}, &res[k])
+		return w.Call("open", &spec, &res[k])
 	})
 	took := time.Since(t0)
 	opened, failed, version, firstErr := 0, 0, "", ""
@@ -969,8 +893,8 @@ func (r *cfRun) step(ctx context.Context, k int, rate float64) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if err := r.each(func(_ int, w *worker.WorkerProc) error {
-		return callCf(w, cfWorkerReq{Op: "step", Step: &cfStep{Prefix: c.prefix, N: n}}, nil)
+	if err := r.each(func(_ int, w *worker.Proc) error {
+		return w.Call("step", &cfStep{Prefix: c.prefix, N: n}, nil)
 	}); err != nil {
 		return false, err
 	}
@@ -989,8 +913,8 @@ func (r *cfRun) step(ctx context.Context, k int, rate float64) (bool, error) {
 	var rep cfReport
 	req := churn.ReportReq{SendUS: c.sendUS, LeaveUS: c.leaveUS}
 	res := make([]cfReport, len(r.workers))
-	if err := r.each(func(i int, w *worker.WorkerProc) error {
-		return callCf(w, cfWorkerReq{Op: "report", Rep: &req}, &res[i])
+	if err := r.each(func(i int, w *worker.Proc) error {
+		return w.Call("report", &req, &res[i])
 	}); err != nil {
 		return false, err
 	}

@@ -1,9 +1,7 @@
 package regionload
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,7 +9,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -72,73 +69,18 @@ func parseRegionOpts(args []string) (regionOpts, error) {
 	return o, nil
 }
 
-// driverProc is a running region-driver child.
-type driverProc struct {
-	cmd   *exec.Cmd
-	in    io.WriteCloser
-	lines chan driverReport // replies to commands
-	stats chan driverReport // stats lines
-}
-
-func startDriver(o regionOpts, i int) (*driverProc, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(exe, "region-driver", "--cluster", o.cluster, "--index", strconv.Itoa(i), "--drivers", strconv.Itoa(o.drivers),
+// startDriver starts region-driver i.
+func startDriver(o regionOpts, i int) (*worker.Proc, error) {
+	return worker.Start("region-driver", "--cluster", o.cluster, "--index", strconv.Itoa(i), "--drivers", strconv.Itoa(o.drivers),
 		"--sessions", strconv.Itoa(o.sessions), "--per-room", strconv.Itoa(o.room), "--churn", fmt.Sprint(o.churn), "--inflight", strconv.Itoa(o.inflight))
-	in, out, err := worker.StartPiped(cmd)
-	if err != nil {
-		return nil, err
-	}
-	p := &driverProc{cmd: cmd, in: in, lines: make(chan driverReport, 64), stats: make(chan driverReport, 1024)}
-	go func() {
-		defer close(p.lines)
-		defer close(p.stats)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			var r driverReport
-			if json.Unmarshal(sc.Bytes(), &r) != nil {
-				continue
-			}
-			if r.Ev == "stat" {
-				p.stats <- r
-			} else {
-				p.lines <- r
-			}
-		}
-	}()
-	return p, nil
 }
 
-// ask sends cmd to every driver and waits for each one's reply of kind ev.
-func ask(ds []*driverProc, cmd, ev string, timeout time.Duration) ([]driverReport, error) {
-	for _, d := range ds {
-		if _, err := fmt.Fprintln(d.in, cmd); err != nil {
-			return nil, err
-		}
-	}
+// ask sends op (with body) to every driver at once and returns their
+// answers, each within timeout.
+func ask(ds []*worker.Proc, op string, body any, timeout time.Duration) ([]driverReport, error) {
 	out := make([]driverReport, len(ds))
-	deadline := time.After(timeout)
-	for i, d := range ds {
-		for out[i].Ev != ev {
-			select {
-			case r, ok := <-d.lines:
-				if !ok {
-					return nil, fmt.Errorf("driver %d exited", i)
-				}
-				if r.Ev == "error" {
-					return nil, fmt.Errorf("driver %d: %s", i, r.Msg)
-				}
-				if r.Ev == ev {
-					out[i] = r
-				}
-			case <-deadline:
-				return nil, fmt.Errorf("driver %d: no %q after %v", i, ev, timeout)
-			}
-		}
-	}
-	return out, nil
+	err := worker.Each(ds, func(i int, d *worker.Proc) error { return d.CallWithin(timeout, op, body, &out[i]) })
+	return out, err
 }
 
 // masters returns the addresses of the cluster's masters.
@@ -170,9 +112,9 @@ func cpuOf(addrs []string) ([]float64, error) {
 
 // toolCPU is the CPU (seconds) used so far by the drivers, in all, and by
 // this process (the publisher, the aggregator and the probes).
-func toolCPU(ds []*driverProc) (drivers, self float64) {
+func toolCPU(ds []*worker.Proc) (drivers, self float64) {
 	for _, d := range ds {
-		v, _ := measure.ProcCPU(d.cmd.Process.Pid)
+		v, _ := measure.ProcCPU(d.Pid())
 		drivers += v
 	}
 	self, _ = measure.ProcCPU(os.Getpid())
@@ -208,12 +150,10 @@ func RegionMode(ctx context.Context, args []string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "region: %d sessions (rooms of %d, 2 per user), %d drivers, %d masters: %s; timing %+v\n",
 		o.sessions, o.room, o.drivers, len(addrs), strings.Join(addrs, " "), st.Timing())
-	ds := make([]*driverProc, 0, o.drivers)
+	ds := make([]*worker.Proc, 0, o.drivers)
 	defer func() {
 		for _, d := range ds {
-			_ = d.in.Close()
-			_ = d.cmd.Process.Kill()
-			_ = d.cmd.Wait()
+			d.Stop()
 		}
 	}()
 	for i := range o.drivers {
@@ -251,7 +191,7 @@ type regionRun struct {
 	cc    *redis.ClusterClient
 	st    *region.Store
 	addrs []string
-	ds    []*driverProc
+	ds    []*worker.Proc
 }
 
 func (r *regionRun) seed() error {
@@ -260,7 +200,7 @@ func (r *regionRun) seed() error {
 		return err
 	}
 	t0 := time.Now()
-	reps, err := ask(r.ds, "seed", "seeded", 30*time.Minute)
+	reps, err := ask(r.ds, "seed", nil, 30*time.Minute)
 	if err != nil {
 		return err
 	}
@@ -310,12 +250,12 @@ func (r *regionRun) flatOut(roundRobin bool) error {
 	if err != nil {
 		return err
 	}
-	cmd, name := "flat", "flat out, the node's batches"
+	name := "flat out, the node's batches"
 	if roundRobin {
-		cmd, name = "flat-roundrobin", "flat out, the former round-robin batches"
+		name = "flat out, the former round-robin batches"
 	}
 	t0 := time.Now()
-	reps, err := ask(r.ds, cmd+" "+r.o.flat.String(), "flat", r.o.flat+time.Minute)
+	reps, err := ask(r.ds, "flat", flatReq{For: r.o.flat, RoundRobin: roundRobin}, r.o.flat+time.Minute)
 	if err != nil {
 		return err
 	}
@@ -381,8 +321,21 @@ type driverStats struct {
 	counted bool // gaps and stale count only once the window is open
 }
 
-func (s *driverStats) follow(i int, d *driverProc) {
-	for rep := range d.stats {
+// follow polls driver i for its stats every statEvery until stop is
+// closed.
+func (s *driverStats) follow(i int, d *worker.Proc, stop <-chan struct{}) {
+	t := time.NewTicker(statEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		var rep driverReport
+		if d.CallWithin(time.Minute, "stat", nil, &rep) != nil {
+			return
+		}
 		s.mu.Lock()
 		s.last[i] = rep
 		if s.counted {
@@ -391,6 +344,9 @@ func (s *driverStats) follow(i int, d *driverProc) {
 		s.mu.Unlock()
 	}
 }
+
+// statEvery is how often the heartbeat phase polls the drivers.
+const statEvery = 5 * time.Second
 
 // totals sums the drivers' last lines.
 func (s *driverStats) totals() (refreshed, errs, churned, transitions int64, held int) {
@@ -405,14 +361,16 @@ func (s *driverStats) totals() (refreshed, errs, churned, transitions int64, hel
 // heartbeat runs the heartbeat phase: warm-up, then the measured window.
 func (r *regionRun) heartbeat(ctx context.Context) error {
 	stats := &driverStats{last: make([]driverReport, len(r.ds))}
+	if _, err := ask(r.ds, "run", nil, time.Minute); err != nil {
+		return err
+	}
+	stopStats := make(chan struct{})
+	var following sync.WaitGroup
 	for i, d := range r.ds {
-		go stats.follow(i, d)
+		following.Add(1)
+		go func() { defer following.Done(); stats.follow(i, d, stopStats) }()
 	}
-	for _, d := range r.ds {
-		if _, err := fmt.Fprintln(d.in, "run"); err != nil {
-			return err
-		}
-	}
+	defer func() { close(stopStats); following.Wait() }()
 	var pub *global.RegionPublisher
 	var agg *global.Aggregator
 	if r.o.nats != "" {
@@ -462,7 +420,7 @@ func (r *regionRun) heartbeat(ctx context.Context) error {
 	// A session is due every heartbeat; a tick late is still in time.
 	within := maxGap <= (hb+hb/node.DefaultHeartbeatSlots).Seconds() && stale == 0 && errs == 0
 	fmt.Fprintf(r.out, "  heartbeat rounds within the heartbeat: %v\n", within)
-	_, err = ask(r.ds, "stop", "stopped", time.Minute)
+	_, err = ask(r.ds, worker.OpClose, nil, time.Minute)
 	return err
 }
 

@@ -1,7 +1,6 @@
 package regionload
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/presence-dev/presence/cmd/presence-load/internal/worker"
 	"github.com/presence-dev/presence/node"
 	"github.com/presence-dev/presence/presence"
 	"github.com/presence-dev/presence/region"
@@ -30,7 +30,8 @@ import (
 // stdin, it seeds them, refreshes them flat out besides, or starts its
 // store's reaper and a churn of clean closes and new sessions. It
 // answers each command with one JSON line on stdout, and once the reaper
-// and churn run writes a stats line every statEvery.
+// and churn run answers its parent's polls for stats (package worker's
+// protocol: seed, flat, run, stat, close).
 
 // driverSpec is what a driver is started with (its flags).
 type driverSpec struct {
@@ -39,13 +40,11 @@ type driverSpec struct {
 	sessions, room   int
 	churn            float64 // of the sessions replaced per minute
 	inflight         int     // flat-out batches in flight
-	statEvery        time.Duration
 	slots, batchSize int
 }
 
-// driverReport is one line a driver writes.
+// driverReport is a driver's answer to seed, flat, stat and close.
 type driverReport struct {
-	Ev       string  `json:"ev"` // seeded, flat, stat, stopped, error
 	N        int64   `json:"n,omitempty"`
 	Secs     float64 `json:"secs,omitempty"`
 	Held     int     `json:"held,omitempty"`
@@ -61,7 +60,6 @@ type driverReport struct {
 	Transitions int64   `json:"transitions,omitempty"`
 	Sweeps      int64   `json:"sweeps,omitempty"`
 	Claimed     int64   `json:"claimed_sweeps,omitempty"`
-	Msg         string  `json:"msg,omitempty"`
 }
 
 func parseDriverSpec(args []string) (driverSpec, error) {
@@ -74,7 +72,6 @@ func parseDriverSpec(args []string) (driverSpec, error) {
 	fs.IntVar(&d.room, "per-room", 100, "sessions per room")
 	fs.Float64Var(&d.churn, "churn", 0.01, "share of the sessions replaced per minute")
 	fs.IntVar(&d.inflight, "inflight", 1, "flat-out Refresh batches in flight")
-	fs.DurationVar(&d.statEvery, "stat-every", 5*time.Second, "stats line interval")
 	fs.IntVar(&d.slots, "slots", node.DefaultHeartbeatSlots, "heartbeat slots")
 	fs.IntVar(&d.batchSize, "batch", node.DefaultTouchBatch, "sessions per Refresh")
 	if err := fs.Parse(args); err != nil {
@@ -188,8 +185,6 @@ type regionDriver struct {
 	store       *region.Store
 	gaps        *gapStore
 	refs        []presence.SessionRef
-	out         *json.Encoder
-	outMu       sync.Mutex
 	transitions atomic.Int64
 	batches     atomic.Int64
 	errs        atomic.Int64
@@ -199,18 +194,12 @@ type regionDriver struct {
 	hb          *node.HeartbeatDriver
 }
 
-func (d *regionDriver) send(r driverReport) {
-	d.outMu.Lock()
-	defer d.outMu.Unlock()
-	_ = d.out.Encode(r)
-}
-
 func RegionDriverMain(ctx context.Context, args []string, in io.Reader, out io.Writer) error {
 	spec, err := parseDriverSpec(args)
 	if err != nil {
 		return err
 	}
-	d := &regionDriver{spec: spec, out: json.NewEncoder(out)}
+	d := &regionDriver{spec: spec}
 	sink := region.SinkFunc(func(_ context.Context, ts []presence.Transition) (uint64, error) {
 		d.transitions.Add(int64(len(ts)))
 		return 0, nil
@@ -224,45 +213,44 @@ func RegionDriverMain(ctx context.Context, args []string, in io.Reader, out io.W
 	d.store = st
 	d.gaps = &gapStore{Store: st, last: map[presence.SessionRef]time.Time{}}
 	d.refs = regionRefs(spec.sessions, spec.room, spec.index, spec.drivers)
-	return d.serve(ctx, in, log)
+	return d.serve(ctx, in, out, log)
 }
 
-// serve runs the commands read from in: seed, flat <duration>,
-// flat-roundrobin <duration>, run, stop.
-func (d *regionDriver) serve(ctx context.Context, in io.Reader, log *slog.Logger) error {
-	sc := bufio.NewScanner(in)
+// flatReq asks for a flat-out phase.
+type flatReq struct {
+	For        time.Duration `json:"for"`
+	RoundRobin bool          `json:"round_robin,omitempty"`
+}
+
+// serve answers its parent: seed, flat, run (the heartbeat phase: the
+// reaper and the churn), stat (the figures since the last stat) and
+// close (stopped: the totals).
+func (d *regionDriver) serve(ctx context.Context, in io.Reader, out io.Writer, log *slog.Logger) error {
 	stopHB := d.startHeartbeat(ctx, log)
 	defer stopHB()
 	var stopRun func()
-	for sc.Scan() {
-		cmd, arg, _ := strings.Cut(strings.TrimSpace(sc.Text()), " ")
-		switch cmd {
-		case "seed":
-			d.seed(ctx)
-		case "flat", "flat-roundrobin":
-			dur, err := time.ParseDuration(arg)
-			if err != nil {
-				d.send(driverReport{Ev: "error", Msg: err.Error()})
-				continue
-			}
-			d.flat(ctx, dur, cmd == "flat-roundrobin")
-		case "run":
+	stop := func() {
+		if stopRun != nil {
+			stopRun()
+			stopRun = nil
+		}
+	}
+	defer stop()
+	return worker.Serve(ctx, in, out, map[string]worker.Op{
+		"seed": func(ctx context.Context, _ json.RawMessage) (any, error) { return d.seed(ctx) },
+		"flat": worker.Handle(func(ctx context.Context, f flatReq) (any, error) { return d.flat(ctx, f.For, f.RoundRobin), nil }),
+		"run": worker.Do(func() {
 			if stopRun == nil {
 				stopRun = d.run(ctx)
 			}
-		case "stop":
-			if stopRun != nil {
-				stopRun()
-			}
-			d.send(driverReport{Ev: "stopped", N: d.refreshed.Load(), Churned: d.churned.Load(), Transitions: d.transitions.Load(),
-				Sweeps: d.store.Stats().Sweeps.Load(), Claimed: d.store.Stats().ClaimedSweeps.Load()})
-			return nil
-		}
-	}
-	if stopRun != nil {
-		stopRun()
-	}
-	return sc.Err()
+		}),
+		"stat": func(context.Context, json.RawMessage) (any, error) { return d.stat(), nil },
+		worker.OpClose: func(context.Context, json.RawMessage) (any, error) {
+			stop()
+			return driverReport{N: d.refreshed.Load(), Churned: d.churned.Load(), Transitions: d.transitions.Load(),
+				Sweeps: d.store.Stats().Sweeps.Load(), Claimed: d.store.Stats().ClaimedSweeps.Load()}, nil
+		},
+	})
 }
 
 // seed claims the driver's sessions, and hands them to the heartbeat as
@@ -270,7 +258,7 @@ func (d *regionDriver) serve(ctx context.Context, in io.Reader, log *slog.Logger
 // batch), two calls in flight: a gentle fill, not a storm (larger calls
 // under a loaded machine time out their acks, and the reaper then
 // delivers the events again).
-func (d *regionDriver) seed(ctx context.Context) {
+func (d *regionDriver) seed(ctx context.Context) (driverReport, error) {
 	start := time.Now()
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -300,10 +288,9 @@ func (d *regionDriver) seed(ctx context.Context) {
 	}
 	wg.Wait()
 	if e, ok := firstErr.Load().(string); ok {
-		d.send(driverReport{Ev: "error", Msg: "seed: " + e})
-		return
+		return driverReport{}, errors.New(e)
 	}
-	d.send(driverReport{Ev: "seeded", N: int64(len(d.refs)), Secs: time.Since(start).Seconds()})
+	return driverReport{N: int64(len(d.refs)), Secs: time.Since(start).Seconds()}, nil
 }
 
 // flatBatches cuts the driver's sessions as its heartbeat does (place
@@ -348,7 +335,7 @@ func (d *regionDriver) flatBatches(roundRobin bool) [][]presence.SessionRef {
 
 // flat refreshes the driver's sessions as fast as the store takes them,
 // in heartbeat-shaped batches (see flatBatches), for dur.
-func (d *regionDriver) flat(ctx context.Context, dur time.Duration, roundRobin bool) {
+func (d *regionDriver) flat(ctx context.Context, dur time.Duration, roundRobin bool) driverReport {
 	batches := d.flatBatches(roundRobin)
 	var next, n, errs atomic.Int64
 	var wg sync.WaitGroup
@@ -371,7 +358,7 @@ func (d *regionDriver) flat(ctx context.Context, dur time.Duration, roundRobin b
 	}
 	wg.Wait()
 	// The heartbeat's own refreshes meanwhile count too.
-	d.send(driverReport{Ev: "flat", N: n.Load() + d.refreshed.Load() - hb0, Secs: time.Since(start).Seconds(), Errors: errs.Load()})
+	return driverReport{N: n.Load() + d.refreshed.Load() - hb0, Secs: time.Since(start).Seconds(), Errors: errs.Load()}
 }
 
 // run keeps the sessions alive on the node's heartbeat, with the store's
@@ -380,10 +367,8 @@ func (d *regionDriver) run(ctx context.Context) (stop func()) {
 	rctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	d.store.Start()
-	for _, loop := range []func(context.Context){func(c context.Context) { d.churnLoop(c, d.hb) }, func(c context.Context) { d.statLoop(c, d.hb) }} {
-		wg.Add(1)
-		go func() { defer wg.Done(); loop(rctx) }()
-	}
+	wg.Add(1)
+	go func() { defer wg.Done(); d.churnLoop(rctx, d.hb) }()
 	return func() {
 		cancel()
 		wg.Wait()
@@ -450,21 +435,13 @@ func (d *regionDriver) churnLoop(ctx context.Context, hb *node.HeartbeatDriver) 
 	}
 }
 
-// statLoop writes a stats line every statEvery.
-func (d *regionDriver) statLoop(ctx context.Context, hb *node.HeartbeatDriver) {
-	t := time.NewTicker(d.spec.statEvery)
-	defer t.Stop()
+// stat is the driver's figures: cumulative counts, and the longest
+// refresh gap, the stale sessions and the slowest batch since the last
+// stat.
+func (d *regionDriver) stat() driverReport {
 	tm := d.store.Timing()
-	stale := tm.Heartbeat + tm.Heartbeat/time.Duration(d.spec.slots)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		gap, n := d.gaps.take(stale)
-		d.send(driverReport{Ev: "stat", N: d.refreshed.Load(), Held: hb.Held(), Batches: d.batches.Load(), Errors: d.errs.Load(),
-			MaxBatch: float64(d.maxBatch.Swap(0)) / 1e6, MaxGap: gap.Seconds(), Stale: n, Churned: d.churned.Load(),
-			Transitions: d.transitions.Load(), Sweeps: d.store.Stats().Sweeps.Load(), Claimed: d.store.Stats().ClaimedSweeps.Load()})
-	}
+	gap, n := d.gaps.take(tm.Heartbeat + tm.Heartbeat/time.Duration(d.spec.slots))
+	return driverReport{N: d.refreshed.Load(), Held: d.hb.Held(), Batches: d.batches.Load(), Errors: d.errs.Load(),
+		MaxBatch: float64(d.maxBatch.Swap(0)) / 1e6, MaxGap: gap.Seconds(), Stale: n, Churned: d.churned.Load(),
+		Transitions: d.transitions.Load(), Sweeps: d.store.Stats().Sweeps.Load(), Claimed: d.store.Stats().ClaimedSweeps.Load()}
 }
