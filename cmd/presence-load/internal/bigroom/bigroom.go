@@ -644,26 +644,8 @@ func (c *churners) run(ctx context.Context) {
 	if c.n == 0 {
 		return
 	}
-	r := c.r
-	interval := time.Duration(float64(time.Second) / r.b.churnRate)
-	const lead = time.Second
-	c.start = time.Now().Add(lead)
-	var wg sync.WaitGroup
-	for i := range c.n {
-		at := c.start.Add(time.Duration(i) * interval)
-		if d := time.Until(at.Add(-lead)); d > 0 {
-			select {
-			case <-time.After(d):
-			case <-ctx.Done():
-			}
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		wg.Add(1)
-		go func() { defer wg.Done(); c.one(ctx, i, at) }()
-	}
-	wg.Wait()
+	// Each churner dials and connects in the second before its join.
+	c.start = churn.Pacer{Rate: c.r.b.churnRate, Lead: time.Second}.Go(ctx, c.n, func(i int, at time.Time) { c.one(ctx, i, at) })
 	c.end = time.Now()
 }
 

@@ -743,25 +743,9 @@ type cfChurn struct {
 func (c *cfChurn) note(f func()) { c.mu.Lock(); f(); c.mu.Unlock() }
 
 func (c *cfChurn) run(ctx context.Context) {
-	interval := time.Duration(float64(time.Second) / c.rate)
-	const lead = time.Second
-	start := time.Now().Add(lead)
-	var wg sync.WaitGroup
-	for i := range c.n {
-		at := start.Add(time.Duration(i) * interval)
-		if d := time.Until(at.Add(-lead)); d > 0 {
-			select {
-			case <-time.After(d):
-			case <-ctx.Done():
-			}
-		}
-		if ctx.Err() != nil {
-			break
-		}
-		wg.Add(1)
-		go func() { defer wg.Done(); c.one(ctx, i, at) }()
-	}
-	wg.Wait()
+	// As bigroom's churners: each connects in the second before its
+	// subscribe.
+	churn.Pacer{Rate: c.rate, Lead: time.Second}.Go(ctx, c.n, func(i int, at time.Time) { c.one(ctx, i, at) })
 }
 
 // one is churner i: connect, subscribe at `at` (without join_leave: it

@@ -1,6 +1,7 @@
 package centrifugo
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+	"github.com/presence-dev/presence/cmd/presence-load/internal/churn"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/load"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/measure"
 )
@@ -243,16 +245,18 @@ func CfLatency(ctx context.Context, o load.Options, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "%d joins at %.0f/s over %v into %d channels of %d, each with an observer; connections opened in %v\n",
 		joins, o.Rate, o.Duration, channels, perChannel, time.Since(start).Round(time.Millisecond))
-	t0 := time.Now()
-	for i, c := range js {
-		at := t0.Add(time.Duration(float64(i) / o.Rate * float64(time.Second)))
-		if w := time.Until(at); w > 0 && !load.SleepCtx(ctx, w) {
-			return ctx.Err()
-		}
+	var writeErr error
+	sctx, stop := context.WithCancel(ctx)
+	churn.Pacer{Rate: o.Rate}.Run(sctx, len(js), func(i int, _ time.Time) {
 		sent[i].Store(time.Now().UnixNano())
-		if err := c.write(cfSubscribeCmd(2, channel(i/perChannel), false)); err != nil {
-			return fmt.Errorf("subscribe %s: %w", user(i), err)
+		if err := js[i].write(cfSubscribeCmd(2, channel(i/perChannel), false)); err != nil {
+			writeErr = fmt.Errorf("subscribe %s: %w", user(i), err)
+			stop()
 		}
+	})
+	stop()
+	if err := cmp.Or(writeErr, ctx.Err()); err != nil {
+		return err
 	}
 	waitFor := time.Now().Add(o.Straggle)
 	unseen := func() bool {

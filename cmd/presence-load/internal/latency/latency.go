@@ -15,6 +15,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/nats-io/nats.go"
 	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/cmd/presence-load/internal/churn"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/load"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/measure"
 )
@@ -346,22 +347,12 @@ func (r *stepRun) read(ws *websocket.Conn, frame func([]byte, time.Time), gone f
 // sendJoins sends join i at start + i/rate: an absolute schedule, so a
 // late send does not push the later ones back. It returns start.
 func (r *stepRun) sendJoins(ctx context.Context, res *stepResult) time.Time {
-	interval := time.Duration(float64(time.Second) / r.p.rate)
-	start := time.Now()
+	pacer := churn.Pacer{Rate: r.p.rate}
 	var last time.Time
-	for i, c := range r.joiners {
-		at := start.Add(time.Duration(i) * interval)
-		if wait := time.Until(at); wait > 0 {
-			select {
-			case <-time.After(wait):
-			case <-ctx.Done():
-			}
-		}
-		if ctx.Err() != nil {
-			break
-		}
+	start := pacer.Run(ctx, len(r.joiners), func(i int, at time.Time) {
+		c := r.joiners[i]
 		if c.ws == nil {
-			continue // its connection failed; counted as never sent
+			return // its connection failed; counted as never sent
 		}
 		now := time.Now()
 		res.maxLag = max(res.maxLag, now.Sub(at))
@@ -371,9 +362,9 @@ func (r *stepRun) sendJoins(ctx context.Context, res *stepResult) time.Time {
 		}
 		res.sent++
 		last = now
-	}
+	})
 	if res.sent > 0 {
-		res.achieved = float64(res.sent) / (last.Sub(start) + interval).Seconds()
+		res.achieved = float64(res.sent) / (last.Sub(start) + pacer.Interval()).Seconds()
 	}
 	return start
 }

@@ -1,6 +1,9 @@
+// Package churn is what the churning scenarios share: the pacer that
+// puts joins on an absolute schedule, and the request that asks a worker
+// when each churner's events arrived.
 package churn
 
-// reportReq asks for the arrival of churners' events: SendUS and LeaveUS
+// ReportReq asks for the arrival of churners' events: SendUS and LeaveUS
 // per churner index, µs since the base (0: not expected).
 type ReportReq struct {
 	SendUS  []int64 `json:"send_us"`
