@@ -24,38 +24,46 @@
 //   - bigroom: docs/PROTOCOL.md "Big rooms" at 15,000 members: fill,
 //     churn, storm (members taking `events`), count-only watchers, watch
 //     lists; frames per member per tick, join -> visible, and views checked
-//     against a fresh read of the room (bigroom.go). Its connections live
+//     against a fresh read of the room (internal/bigroom). Its connections live
 //     in bigroom-worker child processes.
 //   - centrifugo: the side by side with Centrifugo v6: a
 //     channel of 15,000 subscribers with join_leave, filled, then churned
-//     at increasing rates until Centrifugo breaks (centrifugo.go). Its
+//     at increasing rates until Centrifugo breaks (internal/centrifugo). Its
 //     connections live in centrifugo-worker child processes.
 //   - reconnect: the reconnect storm, 200,000 sessions back within
 //     a minute on one Redis, driven on the store by stand-ins for nodes
-//     that use the node's own join limiter and extender (reconnect.go).
+//     that use the node's own join limiter and extender (internal/reconnect).
+//   - region: a region on a Redis Cluster driven on the store by
+//     region-driver child processes standing in for nodes
+//     (internal/regionload).
+//   - cf-idle, cf-latency, versus: Centrifugo measured as idle and latency
+//     measure a node, and the side by side table (internal/centrifugo).
 //   - hog: busy-loops goroutines (a CPU tenant beside the node; latency
 //     --hog N starts one as a child process).
 //
 // Requests are bounded in count and time and go only to the addresses
 // given (loopback). Connections per run stay under --max-conns, itself
 // under this process's open-files limit.
+//
+// The scenarios live in internal/, one package per family; what they
+// share is there too: load (the shared flags, dialing, joining), measure
+// (CPU, RSS, latency figures), worker (the protocol of the child
+// processes), churn (the pacer), cli (flags as tagged struct fields).
+// This file only dispatches.
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"slices"
-	"strings"
 	"syscall"
-	"time"
 
 	"github.com/presence-dev/presence/cmd/presence-load/internal/bigroom"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/centrifugo"
+	"github.com/presence-dev/presence/cmd/presence-load/internal/cli"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/latency"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/load"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/reconnect"
@@ -73,113 +81,66 @@ func main() {
 
 const usage = "usage: presence-load idle|latency|sweep|storm|bigroom|centrifugo|cf-idle|cf-latency|versus|reconnect|hog|region [flags] (-h for the flags of a mode)"
 
-// runRegion runs the region mode, which has its own flags, or its child
-// (region-driver: a node's sessions on the store).
-func runRegion(ctx context.Context, args []string, out io.Writer) error {
-	if args[0] == "region-driver" {
-		return regionload.RegionDriverMain(ctx, args[1:], os.Stdin, out)
-	}
-	if args[0] == "region" {
-		return regionload.RegionMode(ctx, args[1:], out)
-	}
-	return errors.New(usage)
+// own are the modes that read their own flags, and the child processes
+// (which read requests on stdin: package worker).
+var own = map[string]func(ctx context.Context, args []string, out io.Writer) error{
+	"bigroom-worker": func(ctx context.Context, _ []string, out io.Writer) error {
+		return bigroom.WorkerMain(ctx, os.Stdin, out)
+	},
+	"centrifugo-worker": func(ctx context.Context, _ []string, out io.Writer) error {
+		return centrifugo.WorkerMain(ctx, os.Stdin, out)
+	},
+	"region": regionload.RegionMode,
+	"region-driver": func(ctx context.Context, args []string, out io.Writer) error {
+		return regionload.RegionDriverMain(ctx, args, os.Stdin, out)
+	},
+	"reconnect": reconnect.Reconnect,
+	"versus":    func(_ context.Context, args []string, out io.Writer) error { return centrifugo.Versus(args, out) },
 }
 
-// runOwn runs the modes that parse their own flags, and the child
-// processes of the others; ok false for the rest.
-func runOwn(ctx context.Context, args []string, out io.Writer) (ok bool, err error) {
-	switch {
-	case len(args) == 0:
-		return false, nil
-	case args[0] == "bigroom-worker":
-		// A child of the bigroom mode: requests on stdin, replies on stdout.
-		load.RaiseFileLimit()
-		return true, bigroom.WorkerMain(ctx, os.Stdin, out)
-	case strings.HasPrefix(args[0], "region"):
-		return true, runRegion(ctx, args, out)
-	case args[0] == "reconnect":
-		load.RaiseFileLimit()
-		return true, reconnect.Reconnect(ctx, args[1:], out)
-	case args[0] == "versus":
-		return true, centrifugo.Versus(args[1:], out)
-	case args[0] == "centrifugo-worker":
-		load.RaiseFileLimit()
-		return true, centrifugo.WorkerMain(ctx, os.Stdin, out)
+// shared are the modes that take the shared flags: load.Options and the
+// big-room ones (bigroom.BigOpts), which Centrifugo's runs mirror.
+var shared = map[string]func(ctx context.Context, o load.Options, b bigroom.BigOpts, out io.Writer) error{
+	"idle":       nodeOnly(latency.Idle),
+	"latency":    nodeOnly(latency.Latency),
+	"sweep":      nodeOnly(latency.Sweep),
+	"storm":      nodeOnly(latency.Storm),
+	"hog":        nodeOnly(latency.Hog),
+	"cf-latency": nodeOnly(centrifugo.CfLatency),
+	"bigroom":    bigroom.Bigroom,
+	"centrifugo": centrifugo.Centrifugo,
+	"cf-idle": func(ctx context.Context, o load.Options, b bigroom.BigOpts, out io.Writer) error {
+		return centrifugo.CfIdle(ctx, o, b.NodePID, out)
+	},
+}
+
+// nodeOnly is a mode that takes none of the big-room flags.
+func nodeOnly(f func(context.Context, load.Options, io.Writer) error) func(context.Context, load.Options, bigroom.BigOpts, io.Writer) error {
+	return func(ctx context.Context, o load.Options, _ bigroom.BigOpts, out io.Writer) error {
+		return f(ctx, o, out)
 	}
-	return false, nil
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
-	if ok, err := runOwn(ctx, args, out); ok {
-		return err
-	}
-	modes := []string{"idle", "latency", "sweep", "storm", "bigroom", "centrifugo", "cf-idle", "cf-latency", "hog"}
-	if len(args) == 0 || !slices.Contains(modes, args[0]) {
+	if len(args) == 0 {
 		return errors.New(usage)
 	}
 	mode := args[0]
-	fs := flag.NewFlagSet("presence-load "+mode, flag.ContinueOnError)
+	if f, ok := own[mode]; ok {
+		load.RaiseFileLimit()
+		return f(ctx, args[1:], out)
+	}
+	f, ok := shared[mode]
+	if !ok {
+		return errors.New(usage)
+	}
 	var o load.Options
-	load.RegisterFlags(fs, &o)
-	var big bigroom.BigOpts
-	bigroom.RegisterBigFlags(fs, &big)
-	if err := fs.Parse(args[1:]); err != nil {
+	b := bigroom.DefaultOptions()
+	given, err := cli.Parse(mode, args[1:], &o, &b)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q; %s", fs.Args(), usage)
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if o.Metrics == "" {
-		o.Metrics = "http://" + o.Addr + "/metrics"
-	}
-	o.Insecure = o.Secret == ""
-	if o.PerRoom == 0 {
-		o.PerRoom = 50
-		if mode == "idle" || mode == "cf-idle" {
-			o.PerRoom = 100
-		}
-	}
-	if mode == "hog" {
-		if !set["duration"] {
-			o.Duration = 0
-		}
-		return latency.Hog(ctx, o, out)
-	}
-	limit := load.RaiseFileLimit()
-	switch mode {
-	case "idle":
-		return latency.Idle(ctx, o, out)
-	case "cf-idle":
-		return centrifugo.CfIdle(ctx, o, big.NodePID, out)
-	case "cf-latency":
-		return centrifugo.CfLatency(ctx, o, out)
-	case "storm":
-		return latency.Storm(ctx, o, out)
-	case "bigroom":
-		return bigroom.Bigroom(ctx, o, big, out)
-	case "centrifugo":
-		if o.Sweep == "" {
-			o.Sweep = "10,25,50,100"
-		}
-		if !set["churn-for"] {
-			big.ChurnFor = 20 * time.Second
-		}
-		return centrifugo.Centrifugo(ctx, o, big, out)
-	case "sweep":
-		if o.Sweep == "" {
-			o.Sweep = "250,500,1000,1500,2000"
-		}
-	}
-	if o.Rate <= 0 || o.PerRoom < 1 || o.MaxConns < o.PerRoom+1 {
-		return errors.New("--rate must be positive, --per-room at least 1 and --max-conns above --per-room")
-	}
-	// Keep headroom under the open-files limit for NATS, HTTP and the
-	// runtime's own descriptors.
-	if uint64(o.MaxConns)+256 > limit {
-		fmt.Fprintf(out, "--max-conns %d lowered to %d: this process may open %d files\n", o.MaxConns, limit-256, limit)
-		o.MaxConns = int(limit - 256)
-	}
-	return latency.Latency(ctx, o, out)
+	o.Finish(mode, given)
+	o.FileLimit = load.RaiseFileLimit()
+	return f(ctx, o, b, out)
 }

@@ -53,55 +53,31 @@ import (
 // --per-process each (the open-files limit is per process).
 
 type BigOpts struct {
-	scenario      string
-	popAddr       string
-	RoomSize      int
-	watchers      int
-	watchUsers    int
-	watchChurners int
-	churnRate     float64
-	ChurnFor      time.Duration
-	ChurnHold     time.Duration
-	churnView     string
-	Samples       int
-	PerProcess    int
-	Inflight      int
-	storm         int
-	grace         time.Duration
-	NodePID       int
-	popPID        int
-	Settle        time.Duration
-	ReadBuffer    int
-	lowat         int
+	Scenario      string        `flag:"scenario" default:"members" help:"bigroom: members (fill, churn, storm), count (count-only watchers) or watch (watch lists)"`
+	PopAddr       string        `flag:"pop-addr" help:"bigroom: the second node (host:port) for the population and the churners (default: --addr)"`
+	RoomSize      int           `flag:"room-size" default:"15000" help:"bigroom: members in the room before the churn"`
+	Watchers      int           `flag:"watchers" default:"15000" help:"bigroom count and watch: watchers on the measured node"`
+	WatchUsers    int           `flag:"watch-users" default:"50" help:"bigroom watch: users per watch list"`
+	WatchChurners int           `flag:"watch-churners" default:"10" help:"bigroom watch: how many of each list are churners (the rest are population members)"`
+	ChurnRate     float64       `flag:"churn-rate" default:"500" help:"bigroom: joins per second, and as many leaves per second (0: no churn)"`
+	ChurnFor      time.Duration `flag:"churn-for" default:"60s" help:"bigroom: how long to churn"`
+	ChurnHold     time.Duration `flag:"churn-hold" default:"2s" help:"bigroom: how long a churner stays before its leave (its offline follows after the node's offline grace)"`
+	ChurnView     string        `flag:"churn-view" default:"count" help:"bigroom: how churners join: \"count\" (an O(1) reply) or \"members\" (a snapshot of the big room each)"`
+	Samples       int           `flag:"samples" default:"20" help:"bigroom members: members that fold their view and time the churners' events"`
+	PerProcess    int           `flag:"per-process" default:"8000" help:"bigroom: WebSockets per worker process (under its open-files limit)"`
+	Inflight      int           `flag:"inflight" default:"64" help:"bigroom: joins in flight per worker while filling"`
+	Storm         int           `flag:"storm" default:"1000" help:"bigroom members: joins at once into the room after the churn (0: none)"`
+	Grace         time.Duration `flag:"grace" help:"bigroom: the nodes' offline grace (a leave's offline comes this much later)"`
+	NodePID       int           `flag:"node-pid" help:"bigroom: the measured node's pid: CPU and RSS from /proc (default: CPU from /metrics, no RSS)"`
+	PopPID        int           `flag:"pop-pid" help:"bigroom: the second node's pid (its CPU)"`
+	ReadBuffer    int           `flag:"read-buffer" default:"16384" help:"bigroom and centrifugo: each WebSocket's read buffer in bytes; a frame that fits in it is read off the socket in one read (at the 512 bytes of the other scenarios, an events frame took two)"`
+	Lowat         int           `flag:"lowat" default:"16384" help:"bigroom: connections that only count their frames (all but the sampled members) are woken to read them once this many bytes have gathered, or once a second (SO_RCVLOWAT; 0: at every frame), so that their wakeups do not take the cores the node is measured on"`
+	Settle        time.Duration `flag:"settle" default:"2s" help:"bigroom: quiet time with no event on NATS before the room counts as quiescent"`
 }
 
-func RegisterBigFlags(fs interface {
-	StringVar(*string, string, string, string)
-	IntVar(*int, string, int, string)
-	Float64Var(*float64, string, float64, string)
-	DurationVar(*time.Duration, string, time.Duration, string)
-}, b *BigOpts) {
-	fs.StringVar(&b.scenario, "scenario", "members", "bigroom: members (fill, churn, storm), count (count-only watchers) or watch (watch lists)")
-	fs.StringVar(&b.popAddr, "pop-addr", "", "bigroom: the second node (host:port) for the population and the churners (default: --addr)")
-	fs.IntVar(&b.RoomSize, "room-size", 15000, "bigroom: members in the room before the churn")
-	fs.IntVar(&b.watchers, "watchers", 15000, "bigroom count and watch: watchers on the measured node")
-	fs.IntVar(&b.watchUsers, "watch-users", 50, "bigroom watch: users per watch list")
-	fs.IntVar(&b.watchChurners, "watch-churners", 10, "bigroom watch: how many of each list are churners (the rest are population members)")
-	fs.Float64Var(&b.churnRate, "churn-rate", 500, "bigroom: joins per second, and as many leaves per second (0: no churn)")
-	fs.DurationVar(&b.ChurnFor, "churn-for", 60*time.Second, "bigroom: how long to churn")
-	fs.DurationVar(&b.ChurnHold, "churn-hold", 2*time.Second, "bigroom: how long a churner stays before its leave (its offline follows after the node's offline grace)")
-	fs.StringVar(&b.churnView, "churn-view", "count", `bigroom: how churners join: "count" (an O(1) reply) or "members" (a snapshot of the big room each)`)
-	fs.IntVar(&b.Samples, "samples", 20, "bigroom members: members that fold their view and time the churners' events")
-	fs.IntVar(&b.PerProcess, "per-process", 8000, "bigroom: WebSockets per worker process (under its open-files limit)")
-	fs.IntVar(&b.Inflight, "inflight", 64, "bigroom: joins in flight per worker while filling")
-	fs.IntVar(&b.storm, "storm", 1000, "bigroom members: joins at once into the room after the churn (0: none)")
-	fs.DurationVar(&b.grace, "grace", presence.DefaultOfflineGrace, "bigroom: the nodes' offline grace (a leave's offline comes this much later)")
-	fs.IntVar(&b.NodePID, "node-pid", 0, "bigroom: the measured node's pid: CPU and RSS from /proc (default: CPU from /metrics, no RSS)")
-	fs.IntVar(&b.popPID, "pop-pid", 0, "bigroom: the second node's pid (its CPU)")
-	fs.IntVar(&b.ReadBuffer, "read-buffer", 16384, "bigroom and centrifugo: each WebSocket's read buffer in bytes; a frame that fits in it is read off the socket in one read (at the 512 bytes of the other scenarios, an events frame took two)")
-	fs.IntVar(&b.lowat, "lowat", 16384, "bigroom: connections that only count their frames (all but the sampled members) are woken to read them once this many bytes have gathered, or once a second (SO_RCVLOWAT; 0: at every frame), so that their wakeups do not take the cores the node is measured on")
-	fs.DurationVar(&b.Settle, "settle", 2*time.Second, "bigroom: quiet time with no event on NATS before the room counts as quiescent")
-}
+// DefaultOptions are the bigroom flags' defaults: the tags', and the
+// offline grace of the nodes'.
+func DefaultOptions() BigOpts { return BigOpts{Grace: presence.DefaultOfflineGrace} }
 
 // bigRun is one bigroom run.
 type bigRun struct {
@@ -139,16 +115,16 @@ func (r *bigRun) target(ok bool, format string, args ...any) {
 }
 
 func Bigroom(ctx context.Context, o load.Options, b BigOpts, out io.Writer) error {
-	switch b.scenario {
+	switch b.Scenario {
 	case "members", "count", "watch":
 	default:
-		return fmt.Errorf("--scenario %q: members, count or watch", b.scenario)
+		return fmt.Errorf("--scenario %q: members, count or watch", b.Scenario)
 	}
-	if b.churnView != "count" && b.churnView != "members" {
-		return fmt.Errorf("--churn-view %q: count or members", b.churnView)
+	if b.ChurnView != "count" && b.ChurnView != "members" {
+		return fmt.Errorf("--churn-view %q: count or members", b.ChurnView)
 	}
-	if b.popAddr == "" {
-		b.popAddr = o.Addr
+	if b.PopAddr == "" {
+		b.PopAddr = o.Addr
 	}
 	if b.PerProcess < 1 || b.PerProcess > 19000 {
 		return errors.New("--per-process must be 1..19000 (the open-files limit per process is 20,000)")
@@ -160,7 +136,7 @@ func Bigroom(ctx context.Context, o load.Options, b BigOpts, out io.Writer) erro
 		return err
 	}
 	ob := o
-	ob.Addr = b.popAddr
+	ob.Addr = b.PopAddr
 	if r.dB, err = load.NewDialer(ob); err != nil {
 		return err
 	}
@@ -185,16 +161,16 @@ func Bigroom(ctx context.Context, o load.Options, b BigOpts, out io.Writer) erro
 		r.rss = measure.WatchRSS(b.NodePID)
 		defer r.rss.Stop()
 	}
-	if b.popPID > 0 {
-		r.meters = append(r.meters, measure.ProcMeter("node B", b.popPID))
+	if b.PopPID > 0 {
+		r.meters = append(r.meters, measure.ProcMeter("node B", b.PopPID))
 	}
 	defer func() {
 		for _, w := range r.workers {
 			w.Stop()
 		}
 	}()
-	fmt.Fprintf(out, "bigroom %s: room %s on %s; population and churners on %s; %d per worker process\n", b.scenario, r.room, o.Addr, b.popAddr, b.PerProcess)
-	switch b.scenario {
+	fmt.Fprintf(out, "bigroom %s: room %s on %s; population and churners on %s; %d per worker process\n", b.Scenario, r.room, o.Addr, b.PopAddr, b.PerProcess)
+	switch b.Scenario {
 	case "members":
 		err = r.members(ctx)
 	case "count":
@@ -634,7 +610,7 @@ type churners struct {
 }
 
 func (r *bigRun) newChurn() *churners {
-	n := int(r.b.churnRate * r.b.ChurnFor.Seconds())
+	n := int(r.b.ChurnRate * r.b.ChurnFor.Seconds())
 	return &churners{r: r, prefix: fmt.Sprintf("c%d-", r.run), n: n,
 		sendUS: make([]int64, n), replyUS: make([]int64, n), leaveUS: make([]int64, n), answered: make([]bool, n),
 		codes: map[string]int{}, closedByNode: map[string]int{}, leaveRefused: map[string]int{}}
@@ -645,7 +621,7 @@ func (c *churners) run(ctx context.Context) {
 		return
 	}
 	// Each churner dials and connects in the second before its join.
-	c.start = churn.Pacer{Rate: c.r.b.churnRate, Lead: time.Second}.Go(ctx, c.n, func(i int, at time.Time) { c.one(ctx, i, at) })
+	c.start = churn.Pacer{Rate: c.r.b.ChurnRate, Lead: time.Second}.Go(ctx, c.n, func(i int, at time.Time) { c.one(ctx, i, at) })
 	c.end = time.Now()
 }
 
@@ -676,7 +652,7 @@ func (c *churners) one(ctx context.Context, i int, at time.Time) {
 	go c.readReplies(ws, &ending, frames)
 	room, _ := json.Marshal(r.room)
 	join := `{"type":"join","room":` + string(room) + `,"view":"count","ref":"j"}`
-	if r.b.churnView == "members" {
+	if r.b.ChurnView == "members" {
 		join = `{"type":"join","room":` + string(room) + `,"batch":true,"ref":"j"}`
 	}
 	if d := time.Until(at); d > 0 {
@@ -884,7 +860,7 @@ func (c *churners) report(out io.Writer) {
 	r := c.r
 	ans := c.answeredCount()
 	fmt.Fprintf(out, "churn: %d joins at %.0f/s over %v (each leaving %v later) on %s, as %s; answered %d, refused for good %d, unanswered %d, dial failed %d, retried %d (codes: %s); leaves refused %s, leaves never answered (closed instead) %d; max send lag %v; peak churner connections %d\n",
-		c.n, r.b.churnRate, r.b.ChurnFor, r.b.ChurnHold, r.b.popAddr, r.b.churnView, ans, c.refusedFinalCount, c.unanswered, c.dialFailed, c.retried, measure.Codes(c.codes),
+		c.n, r.b.ChurnRate, r.b.ChurnFor, r.b.ChurnHold, r.b.PopAddr, r.b.ChurnView, ans, c.refusedFinalCount, c.unanswered, c.dialFailed, c.retried, measure.Codes(c.codes),
 		measure.Codes(c.leaveRefused), c.leaveUnanswered, measure.FmtDur(c.maxLag), c.peak.Load())
 	var reply []time.Duration
 	for i := range c.n {
@@ -960,8 +936,8 @@ func (r *bigRun) churnPhase(ctx context.Context, g *group, what string) (*churne
 	cpu0 := measure.ReadMeters(r.meters)
 	t0 := time.Now()
 	c.run(ctx)
-	fmt.Fprintf(r.out, "churn sent in %v; waiting for every churner's offline (grace %v)\n", time.Since(t0).Round(time.Millisecond), r.b.grace)
-	r.waitQuiet(ctx, "after the churn", r.b.grace+r.b.ChurnHold+60*time.Second, c.allOffline)
+	fmt.Fprintf(r.out, "churn sent in %v; waiting for every churner's offline (grace %v)\n", time.Since(t0).Round(time.Millisecond), r.b.Grace)
+	r.waitQuiet(ctx, "after the churn", r.b.Grace+r.b.ChurnHold+60*time.Second, c.allOffline)
 	r.waitFolded(ctx, g, 30*time.Second)
 	window := time.Since(t0)
 	cpu := measure.CpuDelta(cpu0, measure.ReadMeters(r.meters))
@@ -979,7 +955,7 @@ func (r *bigRun) churnPhase(ctx context.Context, g *group, what string) (*churne
 	pt := measure.FramesPerTick(s.Frames, window, tick)
 	fmt.Fprintf(r.out, "frames per %s per tick (%v) over %v: %s\n", what, tick, window.Round(time.Millisecond), pt)
 	fmt.Fprintf(r.out, "frame types at %ss over the window: %s\n", what, measure.Codes64(s.Types))
-	if r.b.scenario != "watch" {
+	if r.b.Scenario != "watch" {
 		r.target(pt.Max <= 1, "frames per %s <= 1 per tick (max %.3f)", what, pt.Max)
 	}
 	fmt.Fprintf(r.out, "CPU over the churn and the wait (%v), %% of one core: %s\n", window.Round(time.Millisecond), measure.FmtCPU(cpu, window))
@@ -1049,9 +1025,9 @@ func (r *bigRun) checkConvergence(ctx context.Context, g *group, what string, wi
 
 func (r *bigRun) members(ctx context.Context) error {
 	b := r.b
-	spec := openSpec{Role: roleMember, Addr: r.o.Addr, Secret: r.o.Secret, Sources: r.o.Sources, Deflate: r.o.Deflate, ReadBuffer: r.b.ReadBuffer, Lowat: r.b.lowat, Room: r.room,
+	spec := openSpec{Role: roleMember, Addr: r.o.Addr, Secret: r.o.Secret, Sources: r.o.Sources, Deflate: r.o.Deflate, ReadBuffer: r.b.ReadBuffer, Lowat: r.b.Lowat, Room: r.room,
 		Prefix: fmt.Sprintf("m%d-", r.run), Sample: measure.Samples(b.RoomSize, b.Samples), Inflight: b.Inflight,
-		ChurnPrefix: fmt.Sprintf("c%d-", r.run), ChurnN: int(b.churnRate * b.ChurnFor.Seconds()), BaseUS: r.baseUS}
+		ChurnPrefix: fmt.Sprintf("c%d-", r.run), ChurnN: int(b.ChurnRate * b.ChurnFor.Seconds()), BaseUS: r.baseUS}
 	r.rssLine("before the fill")
 	cpu0 := measure.ReadMeters(r.meters)
 	g, res, err := r.openGroup(ctx, "members", spec, b.RoomSize, nil)
@@ -1069,7 +1045,7 @@ func (r *bigRun) members(ctx context.Context) error {
 	}
 	r.checkConvergence(ctx, g, "convergence after the fill", false, [2]time.Time{})
 
-	if b.churnRate > 0 {
+	if b.ChurnRate > 0 {
 		c, _, _, err := r.churnPhase(ctx, g, "member")
 		if err != nil {
 			return err
@@ -1078,7 +1054,7 @@ func (r *bigRun) members(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		r.reportArrivals("sampled members", rep, b.grace)
+		r.reportArrivals("sampled members", rep, b.Grace)
 		r.reportWorst(rep.Worst)
 		// The part of it after NATS: the measured node and the member.
 		if rep, err := g.report(c.fromNATS()); err == nil {
@@ -1086,7 +1062,7 @@ func (r *bigRun) members(ctx context.Context) error {
 		}
 		r.checkConvergence(ctx, g, "convergence after the churn", false, [2]time.Time{})
 	}
-	if b.storm > 0 {
+	if b.Storm > 0 {
 		if err := r.stormPhase(ctx); err != nil {
 			return err
 		}
@@ -1132,7 +1108,7 @@ func (r *bigRun) reportArrivals(who string, rep ReportResp, grace time.Duration)
 // churners some sampled member saw more than 500 ms after the join, and
 // the slowest: whether the slow ones are spread out or come together.
 func (r *bigRun) reportWorst(worst []int64) {
-	per := max(1, int(5*r.b.churnRate))
+	per := max(1, int(5*r.b.ChurnRate))
 	var parts []string
 	for from := 0; from < len(worst); from += per {
 		slow, top := 0, int64(0)
@@ -1194,7 +1170,7 @@ func stormJoin(c *websocket.Conn, join []byte, i int, retried *atomic.Int64) (ti
 // stormPhase opens --storm connections to the measured node and has them
 // all join the room at once: join -> snapshot per joiner.
 func (r *bigRun) stormPhase(ctx context.Context) error {
-	n := r.b.storm
+	n := r.b.Storm
 	prefix := fmt.Sprintf("s%d-", r.run)
 	conns, failed, firstErr := load.OpenAll(ctx, r.dA, n, func(i int) (string, string, string) {
 		return prefix + strconv.Itoa(i), "s", ""
@@ -1269,13 +1245,13 @@ func (r *bigRun) stormPhase(ctx context.Context) error {
 // population fills the room on the second node with members joined with
 // "view":"count".
 func (r *bigRun) population(ctx context.Context) (*group, error) {
-	spec := openSpec{Role: rolePop, Addr: r.b.popAddr, Secret: r.o.Secret, Sources: r.o.Sources, Deflate: r.o.Deflate, ReadBuffer: r.b.ReadBuffer, Lowat: r.b.lowat, Room: r.room,
+	spec := openSpec{Role: rolePop, Addr: r.b.PopAddr, Secret: r.o.Secret, Sources: r.o.Sources, Deflate: r.o.Deflate, ReadBuffer: r.b.ReadBuffer, Lowat: r.b.Lowat, Room: r.room,
 		Prefix: fmt.Sprintf("p%d-", r.run), Inflight: r.b.Inflight}
 	g, res, err := r.openGroup(ctx, "population", spec, r.b.RoomSize, nil)
 	if err != nil {
 		return g, err
 	}
-	r.reportOpen(fmt.Sprintf("population: members joined %s with view count", r.b.popAddr), r.b.RoomSize, res)
+	r.reportOpen(fmt.Sprintf("population: members joined %s with view count", r.b.PopAddr), r.b.RoomSize, res)
 	r.waitQuiet(ctx, "after the population", 60*time.Second, nil)
 	return g, nil
 }
@@ -1285,16 +1261,16 @@ func (r *bigRun) countScenario(ctx context.Context) error {
 	if _, err := r.population(ctx); err != nil {
 		return err
 	}
-	spec := openSpec{Role: roleCount, Addr: r.o.Addr, Secret: r.o.Secret, Sources: r.o.Sources, Deflate: r.o.Deflate, ReadBuffer: r.b.ReadBuffer, Lowat: r.b.lowat, Room: r.room,
+	spec := openSpec{Role: roleCount, Addr: r.o.Addr, Secret: r.o.Secret, Sources: r.o.Sources, Deflate: r.o.Deflate, ReadBuffer: r.b.ReadBuffer, Lowat: r.b.Lowat, Room: r.room,
 		Prefix: fmt.Sprintf("w%d-", r.run), Inflight: b.Inflight}
 	r.rssLine("before the watchers")
-	g, res, err := r.openGroup(ctx, "count watchers", spec, b.watchers, nil)
+	g, res, err := r.openGroup(ctx, "count watchers", spec, b.Watchers, nil)
 	if err != nil {
 		return err
 	}
-	r.reportOpen(fmt.Sprintf("count watchers joined %s with view count, present false", r.o.Addr), b.watchers, res)
+	r.reportOpen(fmt.Sprintf("count watchers joined %s with view count, present false", r.o.Addr), b.Watchers, res)
 	r.rssLine("with the watchers")
-	if b.churnRate > 0 {
+	if b.ChurnRate > 0 {
 		if _, _, _, err := r.churnPhase(ctx, g, "count watcher"); err != nil {
 			return err
 		}
@@ -1305,21 +1281,21 @@ func (r *bigRun) countScenario(ctx context.Context) error {
 
 func (r *bigRun) watchScenario(ctx context.Context) error {
 	b := r.b
-	if b.watchUsers > 100 || b.watchChurners > b.watchUsers || b.watchUsers-b.watchChurners > b.RoomSize {
+	if b.WatchUsers > 100 || b.WatchChurners > b.WatchUsers || b.WatchUsers-b.WatchChurners > b.RoomSize {
 		return errors.New("--watch-users at most 100, --watch-churners at most --watch-users, the rest at most --room-size")
 	}
 	if _, err := r.population(ctx); err != nil {
 		return err
 	}
-	nChurn := int(b.churnRate * b.ChurnFor.Seconds())
+	nChurn := int(b.ChurnRate * b.ChurnFor.Seconds())
 	rng := rand.New(rand.NewPCG(uint64(r.run), 11))
-	users := make([][]string, b.watchers)
+	users := make([][]string, b.Watchers)
 	for i := range users {
 		pick := map[string]bool{}
-		for len(pick) < b.watchUsers-b.watchChurners {
+		for len(pick) < b.WatchUsers-b.WatchChurners {
 			pick[fmt.Sprintf("p%d-%d", r.run, rng.IntN(b.RoomSize))] = true
 		}
-		for k := 0; k < b.watchChurners && nChurn > 0 && k < nChurn; {
+		for k := 0; k < b.WatchChurners && nChurn > 0 && k < nChurn; {
 			u := fmt.Sprintf("c%d-%d", r.run, rng.IntN(nChurn))
 			if !pick[u] {
 				pick[u] = true
@@ -1331,19 +1307,19 @@ func (r *bigRun) watchScenario(ctx context.Context) error {
 		}
 		slices.Sort(users[i])
 	}
-	spec := openSpec{Role: roleWatch, Addr: r.o.Addr, Secret: r.o.Secret, Sources: r.o.Sources, Deflate: r.o.Deflate, ReadBuffer: r.b.ReadBuffer, Lowat: r.b.lowat, Room: r.room,
+	spec := openSpec{Role: roleWatch, Addr: r.o.Addr, Secret: r.o.Secret, Sources: r.o.Sources, Deflate: r.o.Deflate, ReadBuffer: r.b.ReadBuffer, Lowat: r.b.Lowat, Room: r.room,
 		Prefix: fmt.Sprintf("w%d-", r.run), Inflight: b.Inflight,
 		ChurnPrefix: fmt.Sprintf("c%d-", r.run), ChurnN: nChurn, BaseUS: r.baseUS}
 	r.rssLine("before the watchers")
-	g, res, err := r.openGroup(ctx, "watchers", spec, b.watchers, users)
+	g, res, err := r.openGroup(ctx, "watchers", spec, b.Watchers, users)
 	if err != nil {
 		return err
 	}
-	r.reportOpen(fmt.Sprintf("watchers of %d users each on %s", b.watchUsers, r.o.Addr), b.watchers, res)
+	r.reportOpen(fmt.Sprintf("watchers of %d users each on %s", b.WatchUsers, r.o.Addr), b.Watchers, res)
 	r.rssLine("with the watchers")
 	var frames []int64
 	var window [2]time.Time
-	if b.churnRate > 0 {
+	if b.ChurnRate > 0 {
 		window[0] = time.Now()
 		c, s, _, err := r.churnPhase(ctx, g, "watcher")
 		if err != nil {
@@ -1355,7 +1331,7 @@ func (r *bigRun) watchScenario(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		r.reportArrivals("watchers (their churning users)", rep, b.grace)
+		r.reportArrivals("watchers (their churning users)", rep, b.Grace)
 	}
 	res2, _ := r.checkConvergence(ctx, g, "watchers' views of their users", true, window)
 	if frames != nil {

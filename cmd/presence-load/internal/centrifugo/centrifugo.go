@@ -535,6 +535,12 @@ func (r *cfRun) stats() (cfStatsResp, error) {
 }
 
 func Centrifugo(ctx context.Context, o load.Options, b bigroom.BigOpts, out io.Writer) error {
+	if o.Sweep == "" {
+		o.Sweep = "10,25,50,100"
+	}
+	if !o.Given["churn-for"] {
+		b.ChurnFor = 20 * time.Second
+	}
 	rates, err := latency.ParseRates(o.Sweep)
 	if err != nil {
 		return err

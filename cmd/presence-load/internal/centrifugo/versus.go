@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/churn"
+	"github.com/presence-dev/presence/cmd/presence-load/internal/cli"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/load"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/measure"
 )
@@ -387,13 +387,14 @@ func groupThousands(n int) string {
 
 // versus prints the table from the four logs named by its flags.
 func Versus(args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("presence-load versus", flag.ContinueOnError)
-	cfIdleF := fs.String("cf-idle", "", "log of cf-idle")
-	cfLatF := fs.String("cf-latency", "", "log of cf-latency")
-	prIdleF := fs.String("idle", "", "log of idle against the node")
-	prLatF := fs.String("latency", "", "log of latency against the node")
-	rate := fs.Float64("rate", 1000, "the join rate of both latency runs")
-	if err := fs.Parse(args); err != nil {
+	var o struct {
+		CfIdle    string  `flag:"cf-idle" help:"log of cf-idle"`
+		CfLatency string  `flag:"cf-latency" help:"log of cf-latency"`
+		Idle      string  `flag:"idle" help:"log of idle against the node"`
+		Latency   string  `flag:"latency" help:"log of latency against the node"`
+		Rate      float64 `flag:"rate" default:"1000" help:"the join rate of both latency runs"`
+	}
+	if _, err := cli.Parse("versus", args, &o); err != nil {
 		return err
 	}
 	read := func(p string) (string, error) {
@@ -404,12 +405,12 @@ func Versus(args []string, out io.Writer) error {
 		return string(b), err
 	}
 	var logs [4]string
-	for i, p := range []string{*cfIdleF, *cfLatF, *prIdleF, *prLatF} {
+	for i, p := range []string{o.CfIdle, o.CfLatency, o.Idle, o.Latency} {
 		var err error
 		if logs[i], err = read(p); err != nil {
 			return err
 		}
 	}
-	fmt.Fprint(out, versusTable(parseFigures(logs[0], logs[1]), parseFigures(logs[2], logs[3]), *rate))
+	fmt.Fprint(out, versusTable(parseFigures(logs[0], logs[1]), parseFigures(logs[2], logs[3]), o.Rate))
 	return nil
 }

@@ -22,6 +22,9 @@ import (
 // its own process, so the kernel schedules it beside the node as it would
 // any other tenant of the machine.
 func Hog(ctx context.Context, o load.Options, out io.Writer) error {
+	if !o.Given["duration"] {
+		o.Duration = 0 // until stopped, not the latency runs' 10 s
+	}
 	if o.Threads < 1 {
 		return errors.New("--threads must be at least 1")
 	}

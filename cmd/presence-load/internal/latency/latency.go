@@ -470,6 +470,15 @@ func describeClose(err error) string {
 
 // latency runs one measurement at --rate, or a sweep with --sweep.
 func Latency(ctx context.Context, o load.Options, out io.Writer) error {
+	if o.Rate <= 0 || o.PerRoom < 1 || o.MaxConns < o.PerRoom+1 {
+		return errors.New("--rate must be positive, --per-room at least 1 and --max-conns above --per-room")
+	}
+	// Keep headroom under the open-files limit for NATS, HTTP and the
+	// runtime's own descriptors.
+	if limit := o.FileLimit; limit > 0 && uint64(o.MaxConns)+256 > limit {
+		fmt.Fprintf(out, "--max-conns %d lowered to %d: this process may open %d files\n", o.MaxConns, limit-256, limit)
+		o.MaxConns = int(limit - 256)
+	}
 	if o.Sweep != "" {
 		return sweep(ctx, o, out)
 	}
@@ -542,6 +551,15 @@ func report(out io.Writer, r stepResult, o load.Options) {
 // sweep runs the latency measurement at increasing rates against the same
 // node, with fresh users, rooms and connections per step; each step's
 // connections are closed, and the node quiet again, before the next.
+// Sweep is the sweep mode: latency at each of --rates (default
+// 250,500,1000,1500,2000).
+func Sweep(ctx context.Context, o load.Options, out io.Writer) error {
+	if o.Sweep == "" {
+		o.Sweep = "250,500,1000,1500,2000"
+	}
+	return Latency(ctx, o, out)
+}
+
 func sweep(ctx context.Context, o load.Options, out io.Writer) error {
 	rates, err := ParseRates(o.Sweep)
 	if err != nil {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -23,58 +22,55 @@ import (
 )
 
 type Options struct {
-	Addr, Metrics, NatsURL, Region string
-	Secret, Sources                string
-	Sessions, PerRoom              int
-	Members, Joiners               int
-	Rate                           float64
-	Hold, Duration                 time.Duration
-	Insecure                       bool
-	Deflate                        bool
-	ReadBuffer                     int // a WebSocket's read buffer; 0: 512 bytes
+	Addr        string        `flag:"addr" default:"127.0.0.1:8080" help:"node address (host:port)"`
+	Metrics     string        `flag:"metrics" help:"node metrics URL (default http://ADDR/metrics)"`
+	NatsURL     string        `flag:"nats" default:"nats://127.0.0.1:4222" help:"NATS URL (latency, sweep)"`
+	Region      string        `flag:"region" default:"local" help:"the node's region"`
+	Secret      string        `flag:"jwt-secret" help:"HS256 secret of the node (empty: --insecure-dev node)"`
+	Deflate     bool          `flag:"deflate" help:"offer permessage-deflate, as browsers do: a batched room's events frames then come compressed (connections that do not fold their view read them off the socket without inflating them)"`
+	Sources     string        `flag:"sources" default:"127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4" help:"loopback source addresses to spread connections over"`
+	Sessions    int           `flag:"sessions" default:"15000" help:"idle: connections to open (each one session in one room)"`
+	PerRoom     int           `flag:"per-room" help:"sessions per room (default: idle 100; latency and sweep 50 joins per room, plus its watcher)"`
+	Hold        time.Duration `flag:"hold" default:"60s" help:"idle: how long to hold them and measure CPU"`
+	Rate        float64       `flag:"rate" default:"1000" help:"latency: joins per second"`
+	Duration    time.Duration `flag:"duration" default:"10s" help:"latency, sweep: how long to join at each rate (cut by --max-conns); hog: how long to run (0: until stopped)"`
+	Sweep       string        `flag:"rates,sweep" help:"sweep: comma-separated join rates, lowest first (default 250,500,1000,1500,2000); latency: run a sweep over these rates"`
+	Late        time.Duration `flag:"late" default:"1s" help:"latency, sweep: an event seen later than this after its join counts as late (it still enters the percentiles)"`
+	Straggle    time.Duration `flag:"straggle" default:"30s" help:"latency, sweep: how long after the last join to wait for events still due"`
+	Quiesce     time.Duration `flag:"quiesce" help:"latency, sweep: after a run, wait up to this long for its users' offline events and the node's connections to drop (default: sweep 90s, latency none)"`
+	MaxConns    int           `flag:"max-conns" default:"12000" help:"latency, sweep: at most this many WebSockets per run (joiners + watchers); longer runs are cut"`
+	OkP99       time.Duration `flag:"ok-p99" default:"25ms" help:"sweep: the p99 target"`
+	BadP99      time.Duration `flag:"bad-p99" default:"100ms" help:"sweep: the p99 that marks a collapse"`
+	Hog         int           `flag:"hog" help:"latency, sweep: run a presence-load hog child process with this many busy goroutines during the runs"`
+	Threads     int           `flag:"threads" default:"2" help:"hog: busy goroutines"`
+	Redis       string        `flag:"redis" help:"idle, latency, sweep: Redis host:port (or redis:// URL) whose INFO cpu to read"`
+	NatsPID     int           `flag:"nats-pid" help:"idle, latency, sweep: nats-server's pid: its CPU from /proc/PID/stat (exact; preferred)"`
+	NatsMonitor string        `flag:"nats-monitor" help:"idle, latency, sweep: nats-server's monitoring URL (http://host:port): its CPU from /varz, sampled each second (when --nats-pid is not given)"`
+	Members     int           `flag:"members" default:"10000" help:"storm: members in the room before the storm"`
+	Joiners     int           `flag:"joiners" default:"1000" help:"storm: connections that join the room at once"`
+	Insecure    bool
+	ReadBuffer  int     // a WebSocket's read buffer; 0: 512 bytes
+	BaseConns   float64 // the node's connections before this tool opened any
 
-	// latency and sweep
-	Sweep          string
-	Late, Straggle time.Duration
-	Quiesce        time.Duration
-	MaxConns       int
-	OkP99, BadP99  time.Duration
-	Hog, Threads   int
-	BaseConns      float64 // the node's connections before this tool opened any
-	redis          string
-	natsPID        int
-	natsMonitor    string
+	Given     map[string]bool // the flags given on the command line
+	FileLimit uint64          // the open files this process may hold
 }
 
-// registerFlags registers the flags of every mode but bigroom's.
-func RegisterFlags(fs *flag.FlagSet, o *Options) {
-	fs.StringVar(&o.Addr, "addr", "127.0.0.1:8080", "node address (host:port)")
-	fs.StringVar(&o.Metrics, "metrics", "", "node metrics URL (default http://ADDR/metrics)")
-	fs.StringVar(&o.NatsURL, "nats", "nats://127.0.0.1:4222", "NATS URL (latency, sweep)")
-	fs.StringVar(&o.Region, "region", "local", "the node's region")
-	fs.StringVar(&o.Secret, "jwt-secret", "", "HS256 secret of the node (empty: --insecure-dev node)")
-	fs.BoolVar(&o.Deflate, "deflate", false, "offer permessage-deflate, as browsers do: a batched room's events frames then come compressed (connections that do not fold their view read them off the socket without inflating them)")
-	fs.StringVar(&o.Sources, "sources", "127.0.0.1,127.0.0.2,127.0.0.3,127.0.0.4", "loopback source addresses to spread connections over")
-	fs.IntVar(&o.Sessions, "sessions", 15000, "idle: connections to open (each one session in one room)")
-	fs.IntVar(&o.PerRoom, "per-room", 0, "sessions per room (default: idle 100; latency and sweep 50 joins per room, plus its watcher)")
-	fs.DurationVar(&o.Hold, "hold", 60*time.Second, "idle: how long to hold them and measure CPU")
-	fs.Float64Var(&o.Rate, "rate", 1000, "latency: joins per second")
-	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "latency, sweep: how long to join at each rate (cut by --max-conns); hog: how long to run (0: until stopped)")
-	fs.StringVar(&o.Sweep, "rates", "", "sweep: comma-separated join rates, lowest first (default 250,500,1000,1500,2000)")
-	fs.StringVar(&o.Sweep, "sweep", "", "latency: run a sweep over these comma-separated rates (same as the sweep mode's --rates)")
-	fs.DurationVar(&o.Late, "late", time.Second, "latency, sweep: an event seen later than this after its join counts as late (it still enters the percentiles)")
-	fs.DurationVar(&o.Straggle, "straggle", 30*time.Second, "latency, sweep: how long after the last join to wait for events still due")
-	fs.DurationVar(&o.Quiesce, "quiesce", 0, "latency, sweep: after a run, wait up to this long for its users' offline events and the node's connections to drop (default: sweep 90s, latency none)")
-	fs.IntVar(&o.MaxConns, "max-conns", 12000, "latency, sweep: at most this many WebSockets per run (joiners + watchers); longer runs are cut")
-	fs.DurationVar(&o.OkP99, "ok-p99", 25*time.Millisecond, "sweep: the p99 target")
-	fs.DurationVar(&o.BadP99, "bad-p99", 100*time.Millisecond, "sweep: the p99 that marks a collapse")
-	fs.IntVar(&o.Hog, "hog", 0, "latency, sweep: run a presence-load hog child process with this many busy goroutines during the runs")
-	fs.IntVar(&o.Threads, "threads", 2, "hog: busy goroutines")
-	fs.StringVar(&o.redis, "redis", "", "idle, latency, sweep: Redis host:port (or redis:// URL) whose INFO cpu to read")
-	fs.IntVar(&o.natsPID, "nats-pid", 0, "idle, latency, sweep: nats-server's pid: its CPU from /proc/PID/stat (exact; preferred)")
-	fs.StringVar(&o.natsMonitor, "nats-monitor", "", "idle, latency, sweep: nats-server's monitoring URL (http://host:port): its CPU from /varz, sampled each second (when --nats-pid is not given)")
-	fs.IntVar(&o.Members, "members", 10000, "storm: members in the room before the storm")
-	fs.IntVar(&o.Joiners, "joiners", 1000, "storm: connections that join the room at once")
+// Finish completes the options of mode after parsing: what follows from
+// the flags given (the metrics URL, dev mode, rooms of 100 sessions for
+// the idle modes and 50 joins for the others).
+func (o *Options) Finish(mode string, given map[string]bool) {
+	o.Given = given
+	if o.Metrics == "" {
+		o.Metrics = "http://" + o.Addr + "/metrics"
+	}
+	o.Insecure = o.Secret == ""
+	if o.PerRoom == 0 {
+		o.PerRoom = 50
+		if mode == "idle" || mode == "cf-idle" {
+			o.PerRoom = 100
+		}
+	}
 }
 
 // raiseFileLimit lifts the soft open-files limit to the hard one and

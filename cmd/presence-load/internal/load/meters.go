@@ -24,20 +24,20 @@ func NewMeters(o Options, self bool) ([]measure.CpuMeter, error) {
 		}
 		return v, nil
 	}}}
-	if o.redis != "" {
-		if _, err := measure.RedisCPU(o.redis); err != nil {
+	if o.Redis != "" {
+		if _, err := measure.RedisCPU(o.Redis); err != nil {
 			return nil, fmt.Errorf("--redis: %w", err)
 		}
-		ms = append(ms, measure.CpuMeter{Name: "redis", Source: "INFO cpu used_cpu_sys+used_cpu_user", Read: func() (float64, error) { return measure.RedisCPU(o.redis) }})
+		ms = append(ms, measure.CpuMeter{Name: "redis", Source: "INFO cpu used_cpu_sys+used_cpu_user", Read: func() (float64, error) { return measure.RedisCPU(o.Redis) }})
 	}
 	switch {
-	case o.natsPID > 0:
-		if _, err := measure.ProcCPU(o.natsPID); err != nil {
+	case o.NatsPID > 0:
+		if _, err := measure.ProcCPU(o.NatsPID); err != nil {
 			return nil, fmt.Errorf("--nats-pid: %w", err)
 		}
-		ms = append(ms, measure.ProcMeter("nats", o.natsPID))
-	case o.natsMonitor != "":
-		m, err := measure.VarzMeter(o.natsMonitor)
+		ms = append(ms, measure.ProcMeter("nats", o.NatsPID))
+	case o.NatsMonitor != "":
+		m, err := measure.VarzMeter(o.NatsMonitor)
 		if err != nil {
 			return nil, fmt.Errorf("--nats-monitor: %w", err)
 		}

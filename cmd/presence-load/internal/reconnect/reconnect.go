@@ -3,7 +3,6 @@ package reconnect
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/cmd/presence-load/internal/cli"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/measure"
 	"github.com/presence-dev/presence/node"
 	"github.com/presence-dev/presence/presence"
@@ -26,40 +26,25 @@ import (
 )
 
 type reconnectOpts struct {
-	redis, natsURL, region string
-	sessions, perRoom      int
-	nodes, oldNodes        int
-	window, after          time.Duration
-	joinRate, joinRateMin  float64
-	joinLatency, maxRetry  time.Duration
-	extend                 bool
-	maxInflight            int
-	batch                  int
-	greedy                 float64       // share of clients that ignore the hint
-	greedyEvery            time.Duration // how often they resend
-	fair                   bool          // node.Appointments hold refused joins to their hints
-}
-
-func reconnectFlags(fs *flag.FlagSet, o *reconnectOpts) {
-	fs.StringVar(&o.redis, "redis", "127.0.0.1:6379", "the region's Redis (host:port)")
-	fs.StringVar(&o.natsURL, "nats", "nats://127.0.0.1:4222", "NATS with JetStream: the region's stream")
-	fs.StringVar(&o.region, "region", "storm", "the region")
-	fs.IntVar(&o.sessions, "sessions", 200000, "sessions that reconnect")
-	fs.IntVar(&o.perRoom, "per-room", 50, "sessions per room")
-	fs.IntVar(&o.nodes, "nodes", 14, "stand-in nodes the clients reconnect to (15,000 connections each is 14 for 200,000)")
-	fs.IntVar(&o.oldNodes, "old-nodes", 14, "stand-in nodes that hold the sessions before the storm, then die")
-	fs.DurationVar(&o.window, "window", 60*time.Second, "clients make their first attempt uniformly within this")
-	fs.DurationVar(&o.after, "after", 20*time.Second, "how long to keep measuring after every client is held again")
-	fs.Float64Var(&o.joinRate, "join-rate", node.DefaultJoinRate, "per stand-in node, as presenced --join-rate; negative: the code before the limiter (MaxInflight and AdmitWait only)")
-	fs.Float64Var(&o.joinRateMin, "join-rate-min", 0, "as presenced --join-rate-min (0: min(100, --join-rate))")
-	fs.DurationVar(&o.joinLatency, "join-latency", node.DefaultJoinLatency, "as presenced --join-latency")
-	fs.DurationVar(&o.maxRetry, "max-retry-after", 15*time.Second, "as presenced --max-retry-after")
-	fs.BoolVar(&o.extend, "extend", true, "keep the sessions of refused clients (false: the code before the extender)")
-	fs.IntVar(&o.maxInflight, "max-inflight", node.DefaultMaxInflight, "joins waiting on the store per stand-in node; past it a join is refused (the node's MaxInflight)")
-	fs.IntVar(&o.batch, "batch", node.DefaultTouchBatch, "sessions per claim and refresh call (the node's TouchBatch)")
-	fs.Float64Var(&o.greedy, "greedy", 0, "share of clients (0..1) that resend their join every --greedy-every whatever retry_after_ms says")
-	fs.DurationVar(&o.greedyEvery, "greedy-every", 120*time.Millisecond, "how often a greedy client resends a refused join")
-	fs.BoolVar(&o.fair, "fair", true, "hold refused joins to their hints, as the node does (node.Appointments; false: the code before)")
+	Redis       string        `flag:"redis" default:"127.0.0.1:6379" help:"the region's Redis (host:port)"`
+	NatsURL     string        `flag:"nats" default:"nats://127.0.0.1:4222" help:"NATS with JetStream: the region's stream"`
+	Region      string        `flag:"region" default:"storm" help:"the region"`
+	Sessions    int           `flag:"sessions" default:"200000" help:"sessions that reconnect"`
+	PerRoom     int           `flag:"per-room" default:"50" help:"sessions per room"`
+	Nodes       int           `flag:"nodes" default:"14" help:"stand-in nodes the clients reconnect to (15,000 connections each is 14 for 200,000)"`
+	OldNodes    int           `flag:"old-nodes" default:"14" help:"stand-in nodes that hold the sessions before the storm, then die"`
+	Window      time.Duration `flag:"window" default:"60s" help:"clients make their first attempt uniformly within this"`
+	After       time.Duration `flag:"after" default:"20s" help:"how long to keep measuring after every client is held again"`
+	JoinRate    float64       `flag:"join-rate" help:"per stand-in node, as presenced --join-rate; negative: the code before the limiter (MaxInflight and AdmitWait only)"`
+	JoinRateMin float64       `flag:"join-rate-min" help:"as presenced --join-rate-min (0: min(100, --join-rate))"`
+	JoinLatency time.Duration `flag:"join-latency" help:"as presenced --join-latency"`
+	MaxRetry    time.Duration `flag:"max-retry-after" default:"15s" help:"as presenced --max-retry-after"`
+	Extend      bool          `flag:"extend" default:"true" help:"keep the sessions of refused clients (false: the code before the extender)"`
+	MaxInflight int           `flag:"max-inflight" help:"joins waiting on the store per stand-in node; past it a join is refused (the node's MaxInflight)"`
+	Batch       int           `flag:"batch" help:"sessions per claim and refresh call (the node's TouchBatch)"`
+	Greedy      float64       `flag:"greedy" help:"share of clients (0..1) that resend their join every --greedy-every whatever retry_after_ms says"`
+	GreedyEvery time.Duration `flag:"greedy-every" default:"120ms" help:"how often a greedy client resends a refused join"`
+	Fair        bool          `flag:"fair" default:"true" help:"hold refused joins to their hints, as the node does (node.Appointments; false: the code before)"`
 }
 
 // rclient is one reconnecting client.
@@ -101,13 +86,12 @@ func (s *rstats) hint(d time.Duration) {
 
 // reconnect runs the storm and prints its figures.
 func Reconnect(ctx context.Context, args []string, out io.Writer) error {
-	fs := flag.NewFlagSet("presence-load reconnect", flag.ContinueOnError)
-	var o reconnectOpts
-	reconnectFlags(fs, &o)
-	if err := fs.Parse(args); err != nil {
+	// The stand-in nodes' defaults are the node's.
+	o := reconnectOpts{JoinRate: node.DefaultJoinRate, JoinLatency: node.DefaultJoinLatency, MaxInflight: node.DefaultMaxInflight, Batch: node.DefaultTouchBatch}
+	if _, err := cli.Parse("reconnect", args, &o); err != nil {
 		return err
 	}
-	if o.sessions < 1 || o.perRoom < 1 || o.nodes < 1 || o.oldNodes < 1 || o.batch < 1 || o.window <= 0 {
+	if o.Sessions < 1 || o.PerRoom < 1 || o.Nodes < 1 || o.OldNodes < 1 || o.Batch < 1 || o.Window <= 0 {
 		return errors.New("reconnect: --sessions, --per-room, --nodes, --old-nodes and --batch must be positive, --window too")
 	}
 	r, err := newReconnectRun(ctx, o, out)
@@ -133,16 +117,16 @@ type reconnectRun struct {
 
 func newReconnectRun(ctx context.Context, o reconnectOpts, out io.Writer) (*reconnectRun, error) {
 	r := &reconnectRun{o: o, out: out, timing: presence.Timing{}}
-	r.rdb = redis.NewClient(&redis.Options{Addr: o.redis, PoolSize: 256})
+	r.rdb = redis.NewClient(&redis.Options{Addr: o.Redis, PoolSize: 256})
 	r.closers = append(r.closers, func() { _ = r.rdb.Close() })
 	if err := r.rdb.Ping(ctx).Err(); err != nil {
 		r.close()
-		return nil, fmt.Errorf("redis %s: %w", o.redis, err)
+		return nil, fmt.Errorf("redis %s: %w", o.Redis, err)
 	}
-	nc, err := nats.Connect(o.natsURL)
+	nc, err := nats.Connect(o.NatsURL)
 	if err != nil {
 		r.close()
-		return nil, fmt.Errorf("nats %s: %w", o.natsURL, err)
+		return nil, fmt.Errorf("nats %s: %w", o.NatsURL, err)
 	}
 	r.nc = nc
 	r.closers = append(r.closers, nc.Close)
@@ -150,11 +134,11 @@ func newReconnectRun(ctx context.Context, o reconnectOpts, out io.Writer) (*reco
 		r.close()
 		return nil, err
 	}
-	if _, err := bus.EnsureStream(ctx, r.js, bus.StreamConfig{Region: o.region}); err != nil {
+	if _, err := bus.EnsureStream(ctx, r.js, bus.StreamConfig{Region: o.Region}); err != nil {
 		r.close()
 		return nil, err
 	}
-	if r.count, err = countTransitions(nc, o.region); err != nil {
+	if r.count, err = countTransitions(nc, o.Region); err != nil {
 		r.close()
 		return nil, err
 	}
@@ -170,8 +154,8 @@ func (r *reconnectRun) close() {
 // store makes a region.Store for holder, publishing to the region's
 // stream as presenced does.
 func (r *reconnectRun) store(holder string, async bool) (*region.Store, error) {
-	pub := bus.NewPublisher(r.js, r.o.region)
-	return region.New(r.rdb, region.Options{Region: r.o.region, Holder: holder, Sink: pub, AsyncDelivery: async,
+	pub := bus.NewPublisher(r.js, r.o.Region)
+	return region.New(r.rdb, region.Options{Region: r.o.Region, Holder: holder, Sink: pub, AsyncDelivery: async,
 		Logger: slog.New(slog.DiscardHandler)})
 }
 
@@ -192,13 +176,13 @@ func (r *reconnectRun) run(ctx context.Context) error {
 // setup has the old nodes claim every session, then die.
 func (r *reconnectRun) setup(ctx context.Context) error {
 	o := r.o
-	r.clients = make([]*rclient, o.sessions)
+	r.clients = make([]*rclient, o.Sessions)
 	for i := range r.clients {
-		r.clients[i] = &rclient{idx: i, ref: presence.SessionRef{Room: "room" + strconv.Itoa(i/o.perRoom),
-			User: "u" + strconv.Itoa(i), Session: "s"}, greedy: float64(i%1000) < o.greedy*1000}
+		r.clients[i] = &rclient{idx: i, ref: presence.SessionRef{Room: "room" + strconv.Itoa(i/o.PerRoom),
+			User: "u" + strconv.Itoa(i), Session: "s"}, greedy: float64(i%1000) < o.Greedy*1000}
 	}
 	t0 := time.Now()
-	old := make([]*region.Store, o.oldNodes)
+	old := make([]*region.Store, o.OldNodes)
 	for i := range old {
 		s, err := r.store(fmt.Sprintf("old%d", i), false)
 		if err != nil {
@@ -207,11 +191,11 @@ func (r *reconnectRun) setup(ctx context.Context) error {
 		old[i] = s
 	}
 	ttl := old[0].Timing().SessionTTL
-	per := (o.sessions + o.oldNodes - 1) / o.oldNodes
-	errs := make(chan error, o.oldNodes)
+	per := (o.Sessions + o.OldNodes - 1) / o.OldNodes
+	errs := make(chan error, o.OldNodes)
 	for n, s := range old {
 		go func() {
-			errs <- r.claimAll(ctx, s, r.clients[min(n*per, o.sessions):min((n+1)*per, o.sessions)], ttl)
+			errs <- r.claimAll(ctx, s, r.clients[min(n*per, o.Sessions):min((n+1)*per, o.Sessions)], ttl)
 		}()
 	}
 	for range old {
@@ -220,14 +204,14 @@ func (r *reconnectRun) setup(ctx context.Context) error {
 		}
 	}
 	fmt.Fprintf(r.out, "setup: %d sessions in %d rooms claimed by %d old nodes in %v; they refresh nothing from now on\n",
-		o.sessions, (o.sessions+o.perRoom-1)/o.perRoom, o.oldNodes, time.Since(t0).Round(time.Millisecond))
+		o.Sessions, (o.Sessions+o.PerRoom-1)/o.PerRoom, o.OldNodes, time.Since(t0).Round(time.Millisecond))
 	return nil
 }
 
 // claimAll claims cs on s in batches, noting when each expires.
 func (r *reconnectRun) claimAll(ctx context.Context, s *region.Store, cs []*rclient, ttl time.Duration) error {
 	for len(cs) > 0 {
-		b := cs[:min(len(cs), r.o.batch)]
+		b := cs[:min(len(cs), r.o.Batch)]
 		cs = cs[len(b):]
 		refs := make([]presence.SessionRef, len(b))
 		for i, c := range b {
@@ -282,7 +266,7 @@ func (tc *transitionCount) start() {
 
 // streamMsgs is the region stream's message count.
 func (r *reconnectRun) streamMsgs(ctx context.Context) uint64 {
-	s, err := r.js.Stream(ctx, bus.StreamName(r.o.region))
+	s, err := r.js.Stream(ctx, bus.StreamName(r.o.Region))
 	if err != nil {
 		return 0
 	}
@@ -299,7 +283,7 @@ func (r *reconnectRun) redisCPUSeries(stop <-chan struct{}) <-chan []float64 {
 	res := make(chan []float64, 1)
 	go func() {
 		var series []float64
-		prev, _ := measure.RedisCPU(r.o.redis)
+		prev, _ := measure.RedisCPU(r.o.Redis)
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
 		last := time.Now()
@@ -309,7 +293,7 @@ func (r *reconnectRun) redisCPUSeries(stop <-chan struct{}) <-chan []float64 {
 				res <- series
 				return
 			case now := <-t.C:
-				cur, err := measure.RedisCPU(r.o.redis)
+				cur, err := measure.RedisCPU(r.o.Redis)
 				if err == nil {
 					series = append(series, (cur-prev)/now.Sub(last).Seconds())
 					prev, last = cur, now

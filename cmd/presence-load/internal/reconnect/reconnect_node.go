@@ -55,7 +55,7 @@ func (c *countingExtend) Extend(ctx context.Context, refs []presence.SessionRef)
 
 func (r *reconnectRun) startNodes(ctx context.Context) ([]*standIn, error) {
 	o := r.o
-	nodes := make([]*standIn, o.nodes)
+	nodes := make([]*standIn, o.Nodes)
 	for i := range nodes {
 		s, err := r.store(fmt.Sprintf("node%d", i), true)
 		if err != nil {
@@ -63,20 +63,20 @@ func (r *reconnectRun) startNodes(ctx context.Context) ([]*standIn, error) {
 		}
 		s.Start() // its reaper, as presenced runs it
 		r.closers = append(r.closers, s.Close)
-		n := &standIn{r: r, store: s, queue: make(chan *rclient, o.sessions), rooms: make(chan roomJoins, o.sessions),
+		n := &standIn{r: r, store: s, queue: make(chan *rclient, o.Sessions), rooms: make(chan roomJoins, o.Sessions),
 			slots: make([][]*rclient, heartbeatSlots)}
 		t := s.Timing()
-		if o.joinRate > 0 {
-			n.lim = node.NewJoinLimiter(node.JoinLimit{Rate: o.joinRate, MinRate: cmpOr(o.joinRateMin, min(node.DefaultJoinRateMin, o.joinRate)),
-				Latency: o.joinLatency, MinRetry: 250 * time.Millisecond, MaxRetry: o.maxRetry})
+		if o.JoinRate > 0 {
+			n.lim = node.NewJoinLimiter(node.JoinLimit{Rate: o.JoinRate, MinRate: cmpOr(o.JoinRateMin, min(node.DefaultJoinRateMin, o.JoinRate)),
+				Latency: o.JoinLatency, MinRetry: 250 * time.Millisecond, MaxRetry: o.MaxRetry})
 		}
-		if o.fair {
-			n.appts = node.NewAppointments(200000, o.maxRetry)
+		if o.Fair {
+			n.appts = node.NewAppointments(200000, o.MaxRetry)
 		}
-		if o.extend {
+		if o.Extend {
 			n.extended = &countingExtend{s: s}
 			n.ext = node.NewExtender(n.extended, node.ExtendConfig{Every: min(250*time.Millisecond, t.Heartbeat/4), Again: t.Heartbeat,
-				Batch: o.batch, Max: 200000, Timeout: 5 * time.Second}, slog.New(slog.DiscardHandler))
+				Batch: o.Batch, Max: 200000, Timeout: 5 * time.Second}, slog.New(slog.DiscardHandler))
 			go n.ext.Run(ctx)
 		}
 		go n.claimer(ctx)
@@ -108,7 +108,7 @@ func (n *standIn) arrive(c *rclient, now time.Time) {
 			return
 		}
 	}
-	if n.inflight.Load() >= int64(n.r.o.maxInflight) {
+	if n.inflight.Load() >= int64(n.r.o.MaxInflight) {
 		n.refuse(c, now, n.capacityHint(now))
 		return
 	}
@@ -148,7 +148,7 @@ func (n *standIn) refuse(c *rclient, now time.Time, hint time.Duration) {
 	}
 	wait := load.Jitter(hint)
 	if c.greedy {
-		wait = n.r.o.greedyEvery
+		wait = n.r.o.GreedyEvery
 	}
 	time.AfterFunc(wait, func() { n.arrive(c, time.Now()) })
 }
@@ -165,7 +165,7 @@ func (n *standIn) claimer(ctx context.Context) {
 			batch = append(batch, c)
 		}
 	fill:
-		for len(batch) < n.r.o.batch {
+		for len(batch) < n.r.o.Batch {
 			select {
 			case c := <-n.queue:
 				batch = append(batch, c)
@@ -270,7 +270,7 @@ func (n *standIn) heartbeat(ctx context.Context, period time.Duration) {
 		n.mu.Unlock()
 		start := time.Now()
 		for len(refs) > 0 {
-			b := refs[:min(len(refs), n.r.o.batch)]
+			b := refs[:min(len(refs), n.r.o.Batch)]
 			refs = refs[len(b):]
 			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			_, _ = n.store.Refresh(rctx, b)

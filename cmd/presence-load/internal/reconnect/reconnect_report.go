@@ -22,12 +22,12 @@ func (r *reconnectRun) storm(ctx context.Context, nodes []*standIn, stop func())
 	cpu := r.redisCPUSeries(cpuStop)
 	t0 := time.Now()
 	for i, c := range r.clients {
-		c.first = t0.Add(time.Duration(rand.Int64N(int64(o.window))))
+		c.first = t0.Add(time.Duration(rand.Int64N(int64(o.Window))))
 		n := nodes[i%len(nodes)]
 		time.AfterFunc(time.Until(c.first), func() { n.arrive(c, time.Now()) })
 	}
 	fmt.Fprintf(r.out, "storm: %d clients reconnect within %v to %d stand-in nodes (join rate %g/s each, extend %t, max inflight %d)\n",
-		o.sessions, o.window, o.nodes, o.joinRate, o.extend, o.maxInflight)
+		o.Sessions, o.Window, o.Nodes, o.JoinRate, o.Extend, o.MaxInflight)
 	if err := r.waitHeld(ctx, t0); err != nil {
 		return err
 	}
@@ -36,7 +36,7 @@ func (r *reconnectRun) storm(ctx context.Context, nodes []*standIn, stop func())
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(o.after):
+	case <-time.After(o.After):
 	}
 	close(cpuStop)
 	series := <-cpu
@@ -48,17 +48,17 @@ func (r *reconnectRun) storm(ctx context.Context, nodes []*standIn, stop func())
 // waitHeld waits until every client is held, printing progress every
 // 10 s; it gives up after the window and ten minutes.
 func (r *reconnectRun) waitHeld(ctx context.Context, t0 time.Time) error {
-	deadline := t0.Add(r.o.window + 10*time.Minute)
+	deadline := t0.Add(r.o.Window + 10*time.Minute)
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	lastPrint := t0
-	for r.stats.held.Load() < int64(r.o.sessions) || r.stats.served.Load() < int64(r.o.sessions) {
+	for r.stats.held.Load() < int64(r.o.Sessions) || r.stats.served.Load() < int64(r.o.Sessions) {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case now := <-t.C:
 			if now.After(deadline) {
-				return fmt.Errorf("storm: %d of %d held after %v", r.stats.held.Load(), r.o.sessions, now.Sub(t0))
+				return fmt.Errorf("storm: %d of %d held after %v", r.stats.held.Load(), r.o.Sessions, now.Sub(t0))
 			}
 			if now.Sub(lastPrint) >= 10*time.Second {
 				lastPrint = now
@@ -111,7 +111,7 @@ func (r *reconnectRun) report(ctx context.Context, nodes []*standIn, t0, converg
 	out := r.out
 	conv := converged.Sub(t0)
 	fmt.Fprintf(out, "converged: every session held again %v after the storm began, every join served its snapshot %v (%v after the window ended)\n",
-		time.Unix(0, st.lastHeld.Load()).Sub(t0).Round(time.Millisecond), conv.Round(time.Millisecond), (conv - r.o.window).Round(time.Millisecond))
+		time.Unix(0, st.lastHeld.Load()).Sub(t0).Round(time.Millisecond), conv.Round(time.Millisecond), (conv - r.o.Window).Round(time.Millisecond))
 	inN, outN, inHit, outHit, inKinds, outKinds, other := r.classes()
 	fmt.Fprintf(out, "transitions on NATS after the storm began: inside (first attempt before the session expired) %d clients, %d with transitions %s; after expiry %d clients, %d with transitions %s; others %d; stream +%d messages\n",
 		inN, inHit, fmtKinds(inKinds), outN, outHit, fmtKinds(outKinds), other, r.streamMsgs(ctx)-msgs0)
@@ -140,7 +140,7 @@ func (r *reconnectRun) report(ctx context.Context, nodes []*standIn, t0, converg
 // those that resend every --greedy-every (with --greedy > 0): the time
 // from a client's first attempt to the one admitted, and its attempts.
 func (r *reconnectRun) reportPopulations() {
-	if r.o.greedy <= 0 {
+	if r.o.Greedy <= 0 {
 		return
 	}
 	for _, greedy := range []bool{false, true} {
@@ -160,10 +160,10 @@ func (r *reconnectRun) reportPopulations() {
 		sort.Ints(attempts)
 		name := "honouring the hint"
 		if greedy {
-			name = fmt.Sprintf("resending every %v", r.o.greedyEvery)
+			name = fmt.Sprintf("resending every %v", r.o.GreedyEvery)
 		}
 		fmt.Fprintf(r.out, "clients %s (%d, fair %t): first attempt -> admitted p50 %v p90 %v p99 %v max %v; attempts p50 %d max %d\n",
-			name, len(waits), r.o.fair, measure.FmtDur(measure.Percentile(waits, .5)), measure.FmtDur(measure.Percentile(waits, .9)), measure.FmtDur(measure.Percentile(waits, .99)),
+			name, len(waits), r.o.Fair, measure.FmtDur(measure.Percentile(waits, .5)), measure.FmtDur(measure.Percentile(waits, .9)), measure.FmtDur(measure.Percentile(waits, .99)),
 			measure.FmtDur(waits[len(waits)-1]), attempts[len(attempts)/2], attempts[len(attempts)-1])
 	}
 }

@@ -2,21 +2,21 @@ package regionload
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/presence-dev/presence/cmd/presence-load/internal/cli"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/measure"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/worker"
 	"github.com/presence-dev/presence/global"
@@ -37,42 +37,39 @@ import (
 // master (INFO cpu deltas).
 
 type regionOpts struct {
-	cluster, nats    string
-	sessions, room   int
-	drivers          int
-	inflight         int
-	flat, hold, warm time.Duration
-	churn            float64
-	probeEvery       time.Duration
+	Cluster    string        `flag:"cluster" help:"comma-separated addresses of the Redis Cluster's masters"`
+	Nats       string        `flag:"nats" help:"NATS URL (JetStream on) for the global publisher and aggregator; empty: none"`
+	Sessions   int           `flag:"sessions" default:"1000000" help:"sessions of the region"`
+	Room       int           `flag:"per-room" default:"100" help:"sessions per room (two per user)"`
+	Drivers    int           `flag:"drivers" default:"4" help:"driver processes standing in for nodes"`
+	Inflight   int           `flag:"inflight" default:"2" help:"flat-out Refresh batches in flight per driver"`
+	Flat       time.Duration `flag:"flat" default:"20s" help:"flat-out refresh phase (0: skip)"`
+	Warm       time.Duration `flag:"warm" default:"20s" help:"heartbeat phase before the measured window"`
+	Hold       time.Duration `flag:"hold" default:"2m" help:"measured window of the heartbeat phase (0: skip the phase)"`
+	Churn      float64       `flag:"churn" default:"0.01" help:"share of the sessions replaced per minute in the heartbeat phase"`
+	ProbeEvery time.Duration `flag:"probe-every" default:"10s" help:"publisher-lag probes and reaper-lag reads this often"`
 }
 
 func parseRegionOpts(args []string) (regionOpts, error) {
 	var o regionOpts
-	fs := flag.NewFlagSet("presence-load region", flag.ContinueOnError)
-	fs.StringVar(&o.cluster, "cluster", "", "comma-separated addresses of the Redis Cluster's masters")
-	fs.StringVar(&o.nats, "nats", "", "NATS URL (JetStream on) for the global publisher and aggregator; empty: none")
-	fs.IntVar(&o.sessions, "sessions", 1_000_000, "sessions of the region")
-	fs.IntVar(&o.room, "per-room", 100, "sessions per room (two per user)")
-	fs.IntVar(&o.drivers, "drivers", 4, "driver processes standing in for nodes")
-	fs.IntVar(&o.inflight, "inflight", 2, "flat-out Refresh batches in flight per driver")
-	fs.DurationVar(&o.flat, "flat", 20*time.Second, "flat-out refresh phase (0: skip)")
-	fs.DurationVar(&o.warm, "warm", 20*time.Second, "heartbeat phase before the measured window")
-	fs.DurationVar(&o.hold, "hold", 2*time.Minute, "measured window of the heartbeat phase (0: skip the phase)")
-	fs.Float64Var(&o.churn, "churn", 0.01, "share of the sessions replaced per minute in the heartbeat phase")
-	fs.DurationVar(&o.probeEvery, "probe-every", 10*time.Second, "publisher-lag probes and reaper-lag reads this often")
-	if err := fs.Parse(args); err != nil {
+	if _, err := cli.Parse("region", args, &o); err != nil {
 		return o, err
 	}
-	if o.cluster == "" || o.sessions < 2 || o.drivers < 1 || o.inflight < 1 {
+	if o.Cluster == "" || o.Sessions < 2 || o.Drivers < 1 || o.Inflight < 1 {
 		return o, errors.New("region: --cluster, --sessions >= 2, --drivers >= 1 and --inflight >= 1 are required")
 	}
 	return o, nil
 }
 
 // startDriver starts region-driver i.
+// Each drives with the node's heartbeat slots and touch batch.
 func startDriver(o regionOpts, i int) (*worker.Proc, error) {
-	return worker.Start("region-driver", "--cluster", o.cluster, "--index", strconv.Itoa(i), "--drivers", strconv.Itoa(o.drivers),
-		"--sessions", strconv.Itoa(o.sessions), "--per-room", strconv.Itoa(o.room), "--churn", fmt.Sprint(o.churn), "--inflight", strconv.Itoa(o.inflight))
+	spec, err := json.Marshal(driverSpec{Cluster: o.Cluster, Index: i, Drivers: o.Drivers, Sessions: o.Sessions, Room: o.Room,
+		Churn: o.Churn, Inflight: o.Inflight, Slots: node.DefaultHeartbeatSlots, BatchSize: node.DefaultTouchBatch})
+	if err != nil {
+		return nil, err
+	}
+	return worker.Start("region-driver", string(spec))
 }
 
 // ask sends op (with body) to every driver at once and returns their
@@ -139,7 +136,7 @@ func RegionMode(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	cc, st, err := newClusterStore(o.cluster, region.SinkFunc(func(context.Context, []presence.Transition) (uint64, error) { return 0, nil }), log)
+	cc, st, err := newClusterStore(o.Cluster, region.SinkFunc(func(context.Context, []presence.Transition) (uint64, error) { return 0, nil }), log)
 	if err != nil {
 		return err
 	}
@@ -149,14 +146,14 @@ func RegionMode(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(out, "region: %d sessions (rooms of %d, 2 per user), %d drivers, %d masters: %s; timing %+v\n",
-		o.sessions, o.room, o.drivers, len(addrs), strings.Join(addrs, " "), st.Timing())
-	ds := make([]*worker.Proc, 0, o.drivers)
+		o.Sessions, o.Room, o.Drivers, len(addrs), strings.Join(addrs, " "), st.Timing())
+	ds := make([]*worker.Proc, 0, o.Drivers)
 	defer func() {
 		for _, d := range ds {
 			d.Stop()
 		}
 	}()
-	for i := range o.drivers {
+	for i := range o.Drivers {
 		d, err := startDriver(o, i)
 		if err != nil {
 			return err
@@ -170,14 +167,14 @@ func RegionMode(ctx context.Context, args []string, out io.Writer) error {
 	if err := r.settle(ctx); err != nil {
 		return err
 	}
-	if o.flat > 0 {
+	if o.Flat > 0 {
 		for _, rr := range []bool{false, true} {
 			if err := r.flatOut(rr); err != nil {
 				return err
 			}
 		}
 	}
-	if o.hold > 0 {
+	if o.Hold > 0 {
 		return r.heartbeat(ctx)
 	}
 	return nil
@@ -255,7 +252,7 @@ func (r *regionRun) flatOut(roundRobin bool) error {
 		name = "flat out, the former round-robin batches"
 	}
 	t0 := time.Now()
-	reps, err := ask(r.ds, "flat", flatReq{For: r.o.flat, RoundRobin: roundRobin}, r.o.flat+time.Minute)
+	reps, err := ask(r.ds, "flat", flatReq{For: r.o.Flat, RoundRobin: roundRobin}, r.o.Flat+time.Minute)
 	if err != nil {
 		return err
 	}
@@ -271,7 +268,7 @@ func (r *regionRun) flatOut(roundRobin bool) error {
 	per, sum := fmtMasterCPU(r.addrs, c0, c1, took)
 	rate := float64(n) / took.Seconds()
 	fmt.Fprintf(r.out, "%s: %d refreshes in %v = %.0f sessions/s (%d batches in flight in all, %d errors); Redis %.2f µs/session; CPU per master: %s\n",
-		name, n, took.Round(time.Millisecond), rate, r.o.drivers*r.o.inflight, errs, sum*1e6/float64(n), per)
+		name, n, took.Round(time.Millisecond), rate, r.o.Drivers*r.o.Inflight, errs, sum*1e6/float64(n), per)
 	hb := presence.DefaultHeartbeat
 	fmt.Fprintf(r.out, "  at this rate one heartbeat (%v) refreshes %.0f sessions\n", hb, rate*hb.Seconds())
 	return nil
@@ -279,11 +276,11 @@ func (r *regionRun) flatOut(roundRobin bool) error {
 
 // startGlobal starts the region's publisher and an aggregator on NATS.
 func (r *regionRun) startGlobal(ctx context.Context) (*global.RegionPublisher, *global.Aggregator, func(), error) {
-	nc, err := nats.Connect(r.o.nats)
+	nc, err := nats.Connect(r.o.Nats)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	anc, err := nats.Connect(r.o.nats)
+	anc, err := nats.Connect(r.o.Nats)
 	if err != nil {
 		nc.Close()
 		return nil, nil, nil, err
@@ -373,7 +370,7 @@ func (r *regionRun) heartbeat(ctx context.Context) error {
 	defer func() { close(stopStats); following.Wait() }()
 	var pub *global.RegionPublisher
 	var agg *global.Aggregator
-	if r.o.nats != "" {
+	if r.o.Nats != "" {
 		p, a, stop, err := r.startGlobal(ctx)
 		if err != nil {
 			return err
@@ -381,8 +378,8 @@ func (r *regionRun) heartbeat(ctx context.Context) error {
 		defer stop()
 		pub, agg = p, a
 	}
-	fmt.Fprintf(r.out, "heartbeat: drivers keep the sessions alive on the node's heartbeat; %v warm-up, then %v measured\n", r.o.warm, r.o.hold)
-	time.Sleep(r.o.warm)
+	fmt.Fprintf(r.out, "heartbeat: drivers keep the sessions alive on the node's heartbeat; %v warm-up, then %v measured\n", r.o.Warm, r.o.Hold)
+	time.Sleep(r.o.Warm)
 	c0, err := cpuOf(r.addrs)
 	if err != nil {
 		return err
@@ -393,7 +390,7 @@ func (r *regionRun) heartbeat(ctx context.Context) error {
 	stats.counted = true
 	stats.mu.Unlock()
 	t0 := time.Now()
-	overdue, lags := r.probe(ctx, t0.Add(r.o.hold), pub, agg)
+	overdue, lags := r.probe(ctx, t0.Add(r.o.Hold), pub, agg)
 	took := time.Since(t0)
 	c1, err := cpuOf(r.addrs)
 	if err != nil {
@@ -439,14 +436,14 @@ func (r *regionRun) reportPub(pub *global.RegionPublisher, lags []time.Duration)
 func (r *regionRun) probe(ctx context.Context, end time.Time, pub *global.RegionPublisher, agg *global.Aggregator) (overdue, lags []time.Duration) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	for i := 0; time.Now().Before(end); i++ {
-		next := time.Now().Add(r.o.probeEvery)
+		next := time.Now().Add(r.o.ProbeEvery)
 		if d, err := r.st.Overdue(ctx); err == nil {
 			overdue = append(overdue, d)
 		} else {
 			fmt.Fprintf(r.out, "  overdue read failed: %v\n", err)
 		}
 		if pub != nil && pub.Active() {
-			x := presence.SessionRef{Room: fmt.Sprintf("room%06d", rng.IntN(max(1, r.o.sessions/r.o.room))), User: fmt.Sprintf("probe%03d", i), Session: "p"}
+			x := presence.SessionRef{Room: fmt.Sprintf("room%06d", rng.IntN(max(1, r.o.Sessions/r.o.Room))), User: fmt.Sprintf("probe%03d", i), Session: "p"}
 			if lag, ok := r.probeJoin(ctx, agg, x, min(time.Until(end), 4*global.DefaultCadence)); ok {
 				lags = append(lags, lag)
 			}

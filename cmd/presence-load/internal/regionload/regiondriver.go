@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -33,14 +32,18 @@ import (
 // and churn run answers its parent's polls for stats (package worker's
 // protocol: seed, flat, run, stat, close).
 
-// driverSpec is what a driver is started with (its flags).
+// driverSpec is what a driver is started with: one JSON argument, from
+// its parent's flags.
 type driverSpec struct {
-	cluster          string
-	index, drivers   int
-	sessions, room   int
-	churn            float64 // of the sessions replaced per minute
-	inflight         int     // flat-out batches in flight
-	slots, batchSize int
+	Cluster   string  `json:"cluster"`  // the Redis Cluster's addresses, comma-separated
+	Index     int     `json:"index"`    // this driver's number, from 0
+	Drivers   int     `json:"drivers"`  // drivers in all
+	Sessions  int     `json:"sessions"` // sessions of the whole region
+	Room      int     `json:"per_room"` // sessions per room
+	Churn     float64 `json:"churn"`    // share of the sessions replaced per minute
+	Inflight  int     `json:"inflight"` // flat-out Refresh batches in flight
+	Slots     int     `json:"slots"`    // heartbeat slots
+	BatchSize int     `json:"batch"`    // sessions per Refresh
 }
 
 // driverReport is a driver's answer to seed, flat, stat and close.
@@ -64,21 +67,11 @@ type driverReport struct {
 
 func parseDriverSpec(args []string) (driverSpec, error) {
 	var d driverSpec
-	fs := flag.NewFlagSet("presence-load region-driver", flag.ContinueOnError)
-	fs.StringVar(&d.cluster, "cluster", "", "comma-separated addresses of the Redis Cluster")
-	fs.IntVar(&d.index, "index", 0, "this driver's number, from 0")
-	fs.IntVar(&d.drivers, "drivers", 1, "drivers in all")
-	fs.IntVar(&d.sessions, "sessions", 0, "sessions of the whole region")
-	fs.IntVar(&d.room, "per-room", 100, "sessions per room")
-	fs.Float64Var(&d.churn, "churn", 0.01, "share of the sessions replaced per minute")
-	fs.IntVar(&d.inflight, "inflight", 1, "flat-out Refresh batches in flight")
-	fs.IntVar(&d.slots, "slots", node.DefaultHeartbeatSlots, "heartbeat slots")
-	fs.IntVar(&d.batchSize, "batch", node.DefaultTouchBatch, "sessions per Refresh")
-	if err := fs.Parse(args); err != nil {
-		return d, err
+	if len(args) != 1 || json.Unmarshal([]byte(args[0]), &d) != nil {
+		return d, errors.New("region-driver: one argument, the driver's spec as JSON, is required (the region mode starts its drivers)")
 	}
-	if d.cluster == "" || d.sessions < 2 || d.drivers < 1 || d.index < 0 || d.index >= d.drivers || d.room < 2 {
-		return d, errors.New("region-driver: --cluster, --sessions >= 2, --per-room >= 2 and 0 <= --index < --drivers are required")
+	if d.Cluster == "" || d.Sessions < 2 || d.Drivers < 1 || d.Index < 0 || d.Index >= d.Drivers || d.Room < 2 || d.Slots < 1 || d.BatchSize < 1 {
+		return d, errors.New("region-driver: cluster, sessions >= 2, per_room >= 2, slots and batch >= 1 and 0 <= index < drivers are required")
 	}
 	return d, nil
 }
@@ -205,14 +198,14 @@ func RegionDriverMain(ctx context.Context, args []string, in io.Reader, out io.W
 		return 0, nil
 	})
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	cc, st, err := newClusterStore(spec.cluster, sink, log)
+	cc, st, err := newClusterStore(spec.Cluster, sink, log)
 	if err != nil {
 		return err
 	}
 	defer cc.Close()
 	d.store = st
 	d.gaps = &gapStore{Store: st, last: map[presence.SessionRef]time.Time{}}
-	d.refs = regionRefs(spec.sessions, spec.room, spec.index, spec.drivers)
+	d.refs = regionRefs(spec.Sessions, spec.Room, spec.Index, spec.Drivers)
 	return d.serve(ctx, in, out, log)
 }
 
@@ -302,7 +295,7 @@ func (d *regionDriver) seed(ctx context.Context) (driverReport, error) {
 // leave), in join order, so a batch spans as many rooms as it has
 // sessions.
 func (d *regionDriver) flatBatches(roundRobin bool) [][]presence.SessionRef {
-	per := make([][]presence.SessionRef, d.spec.slots)
+	per := make([][]presence.SessionRef, d.spec.Slots)
 	roomSlot := map[string]int{}
 	for i, r := range d.refs {
 		best := i % len(per)
@@ -312,7 +305,7 @@ func (d *regionDriver) flatBatches(roundRobin bool) [][]presence.SessionRef {
 					best = k
 				}
 			}
-			if k, ok := roomSlot[r.Room]; ok && len(per[k]) < len(per[best])+d.spec.batchSize {
+			if k, ok := roomSlot[r.Room]; ok && len(per[k]) < len(per[best])+d.spec.BatchSize {
 				best = k
 			}
 			roomSlot[r.Room] = best
@@ -325,7 +318,7 @@ func (d *regionDriver) flatBatches(roundRobin bool) [][]presence.SessionRef {
 			slices.SortStableFunc(sl, func(a, b presence.SessionRef) int { return strings.Compare(a.Room, b.Room) })
 		}
 		for len(sl) > 0 {
-			n := min(d.spec.batchSize, len(sl))
+			n := min(d.spec.BatchSize, len(sl))
 			out = append(out, sl[:n])
 			sl = sl[n:]
 		}
@@ -342,7 +335,7 @@ func (d *regionDriver) flat(ctx context.Context, dur time.Duration, roundRobin b
 	hb0 := d.refreshed.Load()
 	start := time.Now()
 	end := start.Add(dur)
-	for range d.spec.inflight {
+	for range d.spec.Inflight {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -394,7 +387,7 @@ func (d *regionDriver) startHeartbeat(ctx context.Context, log *slog.Logger) (st
 			}
 		}
 	}
-	d.hb = node.NewHeartbeatDriver(d.gaps, d.spec.slots, d.spec.batchSize, 0, log, observe)
+	d.hb = node.NewHeartbeatDriver(d.gaps, d.spec.Slots, d.spec.BatchSize, 0, log, observe)
 	hctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); d.hb.Run(hctx) }()
@@ -405,7 +398,7 @@ func (d *regionDriver) startHeartbeat(ctx context.Context, log *slog.Logger) (st
 // clean close, then a new session of the same user in the same room.
 func (d *regionDriver) churnLoop(ctx context.Context, hb *node.HeartbeatDriver) {
 	const step = 3 * time.Second
-	rng := rand.New(rand.NewPCG(uint64(d.spec.index)+200, 17))
+	rng := rand.New(rand.NewPCG(uint64(d.spec.Index)+200, 17))
 	t := time.NewTicker(step)
 	defer t.Stop()
 	var owed float64
@@ -415,7 +408,7 @@ func (d *regionDriver) churnLoop(ctx context.Context, hb *node.HeartbeatDriver) 
 			return
 		case <-t.C:
 		}
-		owed += float64(len(d.refs)) * d.spec.churn * step.Seconds() / 60
+		owed += float64(len(d.refs)) * d.spec.Churn * step.Seconds() / 60
 		for ; owed >= 1 && ctx.Err() == nil; owed-- {
 			i := rng.IntN(len(d.refs))
 			old := d.refs[i]
@@ -440,7 +433,7 @@ func (d *regionDriver) churnLoop(ctx context.Context, hb *node.HeartbeatDriver) 
 // stat.
 func (d *regionDriver) stat() driverReport {
 	tm := d.store.Timing()
-	gap, n := d.gaps.take(tm.Heartbeat + tm.Heartbeat/time.Duration(d.spec.slots))
+	gap, n := d.gaps.take(tm.Heartbeat + tm.Heartbeat/time.Duration(d.spec.Slots))
 	return driverReport{N: d.refreshed.Load(), Held: d.hb.Held(), Batches: d.batches.Load(), Errors: d.errs.Load(),
 		MaxBatch: float64(d.maxBatch.Swap(0)) / 1e6, MaxGap: gap.Seconds(), Stale: n, Churned: d.churned.Load(),
 		Transitions: d.transitions.Load(), Sweeps: d.store.Stats().Sweeps.Load(), Claimed: d.store.Stats().ClaimedSweeps.Load()}
