@@ -67,13 +67,9 @@ type openSpec struct {
 }
 
 type openResp struct {
-	Opened   int            `json:"opened"`
-	Failed   int            `json:"failed"`
-	FirstErr string         `json:"first_err,omitempty"`
-	Codes    map[string]int `json:"codes,omitempty"`
-	TickMS   []int          `json:"tick_ms"` // distinct tick_ms seen in hello (0: absent)
-	Reply    string         `json:"reply,omitempty"`
-	Took     time.Duration  `json:"took"`
+	load.Tally
+	TickMS []int  `json:"tick_ms"` // distinct tick_ms seen in hello (0: absent)
+	Reply  string `json:"reply,omitempty"`
 	// Retried counts joins sent again after an unavailable's
 	// retry_after_ms, as a client does (the node's join limiter).
 	Retried int `json:"retried,omitempty"`
@@ -301,60 +297,39 @@ func (w *bigWorker) open(ctx context.Context, spec *openSpec) (openResp, error) 
 	for _, i := range spec.Sample {
 		sample[i] = true
 	}
-	var mu sync.Mutex
-	resp := openResp{Codes: map[string]int{}}
+	var mu sync.Mutex // guards resp's extras and ticks
+	var resp openResp
 	ticks := map[int]bool{}
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, max(spec.Inflight, 1))
-	start := time.Now()
-	for k := range n {
-		if ctx.Err() != nil {
-			break
+	resp.Tally = load.OpenEach(ctx, n, spec.Inflight, func(k int) error {
+		i := spec.From + k
+		c := &bconn{w: w, spec: spec, user: spec.Prefix + strconv.Itoa(i)}
+		switch spec.Role {
+		case roleMember:
+			c.parse = sample[i]
+		case roleCount, roleWatch:
+			c.parse = true
 		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			i := spec.From + k
-			c := &bconn{w: w, spec: spec, user: spec.Prefix + strconv.Itoa(i)}
-			switch spec.Role {
-			case roleMember:
-				c.parse = sample[i]
-			case roleCount, roleWatch:
-				c.parse = true
-			}
-			if c.parse && spec.ChurnN > 0 && spec.Role != roleCount {
-				c.on, c.off = make([]int64, spec.ChurnN), make([]int64, spec.ChurnN)
-			}
-			var users []string
-			if spec.Role == roleWatch && k < len(spec.Users) {
-				users = spec.Users[k]
-			}
-			tick, reply, retried, err := c.open(ctx, d, users)
-			mu.Lock()
-			defer mu.Unlock()
-			resp.Retried += retried
-			if err != nil {
-				resp.Failed++
-				var re *load.Refusal
-				if errors.As(err, &re) {
-					resp.Codes[re.Code]++
-				}
-				if resp.FirstErr == "" {
-					resp.FirstErr = err.Error()
-				}
-				return
-			}
-			ticks[tick] = true
-			if resp.Reply == "" {
-				resp.Reply = reply
-			}
-			conns[k] = c
-			resp.Opened++
-		}()
-	}
-	wg.Wait()
-	resp.Took = time.Since(start)
+		if c.parse && spec.ChurnN > 0 && spec.Role != roleCount {
+			c.on, c.off = make([]int64, spec.ChurnN), make([]int64, spec.ChurnN)
+		}
+		var users []string
+		if spec.Role == roleWatch && k < len(spec.Users) {
+			users = spec.Users[k]
+		}
+		tick, reply, retried, err := c.open(ctx, d, users)
+		mu.Lock()
+		defer mu.Unlock()
+		resp.Retried += retried
+		if err != nil {
+			return err
+		}
+		ticks[tick] = true
+		if resp.Reply == "" {
+			resp.Reply = reply
+		}
+		conns[k] = c
+		return nil
+	})
 	for t := range ticks {
 		resp.TickMS = append(resp.TickMS, t)
 	}

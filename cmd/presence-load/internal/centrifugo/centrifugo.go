@@ -75,12 +75,8 @@ type cfStep struct {
 }
 
 type cfOpenResp struct {
-	Opened   int            `json:"opened"`
-	Failed   int            `json:"failed"`
-	FirstErr string         `json:"first_err,omitempty"`
-	Version  string         `json:"version,omitempty"`
-	Codes    map[string]int `json:"codes,omitempty"`
-	Took     time.Duration  `json:"took"`
+	load.Tally
+	Version string `json:"version,omitempty"`
 }
 
 // cfStatsResp is what a worker's subscribers read since the last step
@@ -307,45 +303,24 @@ func (w *cfWorker) open(ctx context.Context, spec *cfOpen) (cfOpenResp, error) {
 	w.mu.Unlock()
 	n := spec.To - spec.From
 	conns := make([]*cfConn, n)
-	resp := cfOpenResp{Codes: map[string]int{}}
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, max(spec.Inflight, 1))
-	start := time.Now()
-	for k := range n {
-		if ctx.Err() != nil {
-			break
+	var resp cfOpenResp
+	var mu sync.Mutex // guards resp.Version
+	resp.Tally = load.OpenEach(ctx, n, spec.Inflight, func(k int) error {
+		i := spec.From + k
+		c := &cfConn{w: w, user: spec.Prefix + strconv.Itoa(i), replies: make(chan cfMsg, 4)}
+		if w.sample[i] {
+			c.sampled, c.track = true, newCfTrack(spec.Channel, "", 0)
 		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			i := spec.From + k
-			c := &cfConn{w: w, user: spec.Prefix + strconv.Itoa(i), replies: make(chan cfMsg, 4)}
-			if w.sample[i] {
-				c.sampled, c.track = true, newCfTrack(spec.Channel, "", 0)
-			}
-			version, err := c.open(ctx, d, spec)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				resp.Failed++
-				var re *load.Refusal
-				if errors.As(err, &re) {
-					resp.Codes[re.Code]++
-				}
-				if resp.FirstErr == "" {
-					resp.FirstErr = err.Error()
-				}
-				return
-			}
-			resp.Version = version
-			conns[k] = c
-			resp.Opened++
-		}()
-	}
-	wg.Wait()
-	resp.Took = time.Since(start)
+		version, err := c.open(ctx, d, spec)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		resp.Version = version
+		mu.Unlock()
+		conns[k] = c
+		return nil
+	})
 	w.mu.Lock()
 	w.conns = append(w.conns, conns...)
 	w.mu.Unlock()

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -208,43 +207,29 @@ func Metric(url, name string) (float64, error) {
 // failed), the failures and the first error.
 func OpenAll(ctx context.Context, d *Dialer, n int, name func(i int) (user, session, room string), onOpen func(i int, ws *websocket.Conn)) ([]*websocket.Conn, int, error) {
 	conns := make([]*websocket.Conn, n)
-	var wg sync.WaitGroup
-	var failed atomic.Int64
-	var firstErr atomic.Pointer[error]
-	sem := make(chan struct{}, 64)
-	for i := range n {
-		if ctx.Err() != nil {
-			failed.Add(int64(n - i))
-			break
+	t := OpenEach(ctx, n, 64, func(i int) error {
+		user, session, room := name(i)
+		ws, err := d.Dial(ctx, user, session)
+		if err == nil && room != "" {
+			if err = JoinRoom(ws, room); err != nil {
+				ws.Close()
+			}
 		}
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			user, session, room := name(i)
-			ws, err := d.Dial(ctx, user, session)
-			if err == nil && room != "" {
-				if err = JoinRoom(ws, room); err != nil {
-					ws.Close()
-				}
-			}
-			if err != nil {
-				failed.Add(1)
-				firstErr.CompareAndSwap(nil, &err)
-				return
-			}
-			conns[i] = ws
-			if onOpen != nil {
-				onOpen(i, ws)
-			}
-		}()
-	}
-	wg.Wait()
+		if err != nil {
+			return err
+		}
+		conns[i] = ws
+		if onOpen != nil {
+			onOpen(i, ws)
+		}
+		return nil
+	})
 	var first error
-	if e := firstErr.Load(); e != nil {
-		first = *e
+	if t.FirstErr != "" {
+		first = errors.New(t.FirstErr)
 	}
-	return conns, int(failed.Load()), first
+	// Those not tried (ctx ended) failed too.
+	return conns, n - t.Opened, first
 }
 
 // drain reads and drops every frame of ws until it ends.
