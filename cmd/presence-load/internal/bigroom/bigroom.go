@@ -525,8 +525,8 @@ func (r *bigRun) truthOnce(ctx context.Context, attempt int) (view, *presence.Sn
 	}
 	defer ws.Close()
 	_ = ws.SetReadDeadline(time.Now().Add(60 * time.Second))
-	room, _ := json.Marshal(r.room)
-	if err := ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"join","room":`+string(room)+`,"present":false,"ref":"j"}`)); err != nil {
+	join := protocol.Request{Type: protocol.TypeJoin, Room: r.room, Present: load.Ptr(false), Ref: "j"}
+	if err := ws.WriteMessage(websocket.TextMessage, load.Encode(join)); err != nil {
 		return nil, nil, false, err
 	}
 	f := newFolder()
@@ -573,12 +573,12 @@ func (r *bigRun) truthOnce(ctx context.Context, attempt int) (view, *presence.Sn
 			if _, listed := f.v[user]; listed {
 				fmt.Fprintf(r.out, "warning: the truth reader %s, joined with \"present\":false, is listed in the room: the node does not support observers; views are compared with it included\n", user)
 			}
-			_ = ws.WriteMessage(websocket.TextMessage, []byte(`{"type":"leave","room":`+string(room)+`}`))
+			_ = ws.WriteMessage(websocket.TextMessage, load.Encode(protocol.Request{Type: protocol.TypeLeave, Room: r.room}))
 			return f.v, first, moved, nil
 		}
 		time.Sleep(120 * time.Millisecond) // under the frame rate
-		req := fmt.Sprintf(`{"type":"members","room":%s,"offset":%d,"limit":%d,"ref":"p"}`, room, f.nextOff, pageLimit)
-		if err := ws.WriteMessage(websocket.TextMessage, []byte(req)); err != nil {
+		req := protocol.Request{Type: protocol.TypeMembers, Room: r.room, Offset: load.Ptr(f.nextOff), Limit: load.Ptr(pageLimit), Ref: "p"}
+		if err := ws.WriteMessage(websocket.TextMessage, load.Encode(req)); err != nil {
 			return nil, nil, false, err
 		}
 	}
@@ -650,10 +650,9 @@ func (c *churners) one(ctx context.Context, i int, at time.Time) {
 	defer func() { ending.Store(true); ws.Close() }()
 	frames := make(chan pframe, 16)
 	go c.readReplies(ws, &ending, frames)
-	room, _ := json.Marshal(r.room)
-	join := `{"type":"join","room":` + string(room) + `,"view":"count","ref":"j"}`
-	if r.b.ChurnView == "members" {
-		join = `{"type":"join","room":` + string(room) + `,"batch":true,"ref":"j"}`
+	join := protocol.Request{Type: protocol.TypeJoin, Room: r.room, View: protocol.ViewCount, Ref: "j"}
+	if r.b.ChurnView == protocol.ViewMembers {
+		join = protocol.Request{Type: protocol.TypeJoin, Room: r.room, Batch: true, Ref: "j"}
 	}
 	if d := time.Until(at); d > 0 {
 		time.Sleep(d)
@@ -661,7 +660,7 @@ func (c *churners) one(ctx context.Context, i int, at time.Time) {
 	now := time.Now()
 	c.note(func() { c.maxLag = max(c.maxLag, now.Sub(at)) })
 	c.sendUS[i] = now.UnixMicro() - r.baseUS
-	answered, lastCode, ok := c.joinWithRetries(ctx, ws, frames, []byte(join), i)
+	answered, lastCode, ok := c.joinWithRetries(ctx, ws, frames, load.Encode(join), i)
 	if !ok {
 		return
 	}
@@ -680,7 +679,7 @@ func (c *churners) one(ctx context.Context, i int, at time.Time) {
 		time.Sleep(d)
 	}
 	c.leaveUS[i] = time.Now().UnixMicro() - r.baseUS
-	leave := []byte(`{"type":"leave","room":` + string(room) + `,"ref":"l"}`)
+	leave := load.Encode(protocol.Request{Type: protocol.TypeLeave, Room: r.room, Ref: "l"})
 	for attempt := 1; attempt <= 5; attempt++ {
 		if ws.WriteMessage(websocket.TextMessage, leave) != nil {
 			break
@@ -1189,8 +1188,7 @@ func (r *bigRun) stormPhase(ctx context.Context) error {
 	codeCount := map[string]int{}
 	var wg sync.WaitGroup
 	gate := make(chan struct{})
-	room, _ := json.Marshal(r.room)
-	join := []byte(`{"type":"join","room":` + string(room) + `,"batch":true,"ref":"j"}`)
+	join := load.Encode(protocol.Request{Type: protocol.TypeJoin, Room: r.room, Batch: true, Ref: "j"})
 	for i, c := range conns {
 		if c == nil {
 			continue

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -235,12 +234,9 @@ func (w *cfWorker) gone(why string) {
 // cfDial opens a WebSocket to Centrifugo's /connection/websocket from the
 // next source address.
 func cfDial(ctx context.Context, d *load.Dialer) (*websocket.Conn, error) {
-	src := d.Sources[int(d.N.Add(1))%len(d.Sources)]
-	wd := websocket.Dialer{
-		ReadBufferSize: d.ReadBuffer(), WriteBufferSize: 512, HandshakeTimeout: 10 * time.Second,
-		NetDialContext: (&net.Dialer{LocalAddr: src, Timeout: 10 * time.Second}).DialContext,
-	}
-	ws, _, err := wd.DialContext(ctx, "ws://"+d.O.Addr+"/connection/websocket", nil)
+	wd := d.WebSocket()
+	wd.EnableCompression = false
+	ws, _, err := wd.DialContext(ctx, "ws://"+d.Addr()+"/connection/websocket", nil)
 	return ws, err
 }
 

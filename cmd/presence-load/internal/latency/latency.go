@@ -18,18 +18,19 @@ import (
 	"github.com/presence-dev/presence/cmd/presence-load/internal/churn"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/load"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/measure"
+	"github.com/presence-dev/presence/protocol"
 )
 
-// client is one WebSocket of a run. Writes are serialised: a retry may be
+// wsConn is one WebSocket of a run. Writes are serialised: a retry may be
 // sent from a timer while the schedule is still sending.
-type client struct {
+type wsConn struct {
 	ws   *websocket.Conn
 	wmu  sync.Mutex
 	user string
 	room string
 }
 
-func (c *client) write(data []byte) error {
+func (c *wsConn) write(data []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	_ = c.ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
@@ -259,7 +260,7 @@ type stepRun struct {
 	prefix   string
 	l        *ledger
 	rooms    int
-	joiners  []*client
+	joiners  []*wsConn
 	watchers []*websocket.Conn
 	conns    []*websocket.Conn // the joiners'
 	closing  atomic.Bool       // set before this run closes its own connections
@@ -271,9 +272,9 @@ func (e *latencyEnv) newStepRun(p stepPlan) *stepRun {
 	r := &stepRun{e: e, p: p, prefix: fmt.Sprintf("l%ds%d-", e.runID, p.index), l: newLedger()}
 	r.retries = &joinRetries{l: r.l, timers: map[*time.Timer]string{}}
 	r.rooms = (p.joins + p.perRoom - 1) / p.perRoom
-	r.joiners = make([]*client, p.joins)
+	r.joiners = make([]*wsConn, p.joins)
 	for i := range r.joiners {
-		r.joiners[i] = &client{user: fmt.Sprintf("%s%d", r.prefix, i), room: r.room(i / p.perRoom)}
+		r.joiners[i] = &wsConn{user: fmt.Sprintf("%s%d", r.prefix, i), room: r.room(i / p.perRoom)}
 		r.l.add(r.joiners[i].user, r.joiners[i].room)
 	}
 	return r
@@ -326,7 +327,10 @@ func (r *stepRun) openJoiners(ctx context.Context) (failed int, err error) {
 
 // read runs ws's reader until the connection ends: each frame goes to
 // frame with the time it was read, and an end before the step closes
-// its connections to gone.
+// its connections to gone. Raw frames, not package client: the time of
+// an online is when its frame comes off the socket (a client would fold
+// it into a view first), and the ledger accounts for every frame,
+// refusals and resyncs included, which a client handles on its own.
 func (r *stepRun) read(ws *websocket.Conn, frame func([]byte, time.Time), gone func(error)) {
 	r.readers.Add(1)
 	go func() {
@@ -421,7 +425,7 @@ type joinRetries struct {
 }
 
 // schedule sends c's join again after d, unless the run has ended.
-func (j *joinRetries) schedule(c *client, d time.Duration) {
+func (j *joinRetries) schedule(c *wsConn, d time.Duration) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.over {
@@ -456,7 +460,7 @@ func (j *joinRetries) end() {
 }
 
 func joinFrame(room string, attempt int) []byte {
-	return []byte(`{"type":"join","room":"` + room + `","ref":"j` + strconv.Itoa(attempt) + `"}`)
+	return load.Encode(protocol.Request{Type: protocol.TypeJoin, Room: room, Ref: "j" + strconv.Itoa(attempt)})
 }
 
 // describeClose names how a connection ended: its close code if it had one.

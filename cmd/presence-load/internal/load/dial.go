@@ -17,6 +17,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/gorilla/websocket"
+	"github.com/presence-dev/presence/client"
 	"github.com/presence-dev/presence/protocol"
 )
 
@@ -87,27 +88,44 @@ func RaiseFileLimit() uint64 {
 	return l.Cur
 }
 
+// Dialer opens the tool's connections, each from the next of the
+// loopback source addresses (one address's ephemeral ports do not reach
+// 15,000 connections to one port and back).
 type Dialer struct {
-	O       Options
-	Sources []*net.TCPAddr
-	N       atomic.Int64
+	o       Options
+	sources []*net.TCPAddr
+	n       atomic.Int64
 }
 
+// NewDialer is a dialer of o's --addr from o's --sources.
 func NewDialer(o Options) (*Dialer, error) {
-	d := &Dialer{O: o}
+	d := &Dialer{o: o}
 	for _, s := range strings.Split(o.Sources, ",") {
 		ip := net.ParseIP(strings.TrimSpace(s))
 		if ip == nil || !ip.IsLoopback() {
 			return nil, fmt.Errorf("--sources: %q is not a loopback address", s)
 		}
-		d.Sources = append(d.Sources, &net.TCPAddr{IP: ip})
+		d.sources = append(d.sources, &net.TCPAddr{IP: ip})
 	}
 	return d, nil
 }
 
-// readBuffer is a WebSocket's read buffer: small (the client side of the
-// test must fit in RAM too) unless the scenario asks for more.
-func (d *Dialer) ReadBuffer() int { return cmp.Or(d.O.ReadBuffer, 512) }
+// Addr is the address dialed (host:port).
+func (d *Dialer) Addr() string { return d.o.Addr }
+
+// WebSocket is a WebSocket dialer with small buffers (the client side of
+// the test must fit in RAM too: the read buffer is 512 bytes unless the
+// scenario asks for more) whose every dial is from the next source
+// address; it offers compression with --deflate.
+func (d *Dialer) WebSocket() *websocket.Dialer {
+	return &websocket.Dialer{
+		ReadBufferSize: cmp.Or(d.o.ReadBuffer, 512), WriteBufferSize: 512, HandshakeTimeout: 10 * time.Second, EnableCompression: d.o.Deflate,
+		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			src := d.sources[int(d.n.Add(1))%len(d.sources)]
+			return (&net.Dialer{LocalAddr: src, Timeout: 10 * time.Second}).DialContext(ctx, network, addr)
+		},
+	}
+}
 
 // dial opens one WebSocket for user/session, from the next source address,
 // with small buffers (the client side of the test must fit in RAM too).
@@ -118,22 +136,17 @@ func (d *Dialer) Dial(ctx context.Context, user, session string) (*websocket.Con
 // dialToken is dial with a token that carries "observe":true when observe
 // is set (a client that may follow a room without being in it).
 func (d *Dialer) DialToken(ctx context.Context, user, session string, observe bool) (*websocket.Conn, error) {
-	src := d.Sources[int(d.N.Add(1))%len(d.Sources)]
-	wd := websocket.Dialer{
-		ReadBufferSize: d.ReadBuffer(), WriteBufferSize: 512, HandshakeTimeout: 10 * time.Second, EnableCompression: d.O.Deflate,
-		NetDialContext: (&net.Dialer{LocalAddr: src, Timeout: 10 * time.Second}).DialContext,
-	}
-	u := fmt.Sprintf("ws://%s/v1/ws?session=%s", d.O.Addr, session)
-	if d.O.Insecure {
-		u += "&user=" + user
+	u := fmt.Sprintf("ws://%s%s?%s=%s", d.o.Addr, protocol.PathWebSocket, protocol.SessionQueryParam, session)
+	if d.o.Insecure {
+		u += "&" + protocol.UserQueryParam + "=" + user
 	} else {
-		tok, err := SignToken(d.O.Secret, user, observe)
+		tok, err := SignToken(d.o.Secret, user, observe)
 		if err != nil {
 			return nil, err
 		}
-		u += "&access_token=" + tok
+		u += "&" + protocol.TokenQueryParam + "=" + tok
 	}
-	ws, _, err := wd.DialContext(ctx, u, nil)
+	ws, _, err := d.WebSocket().DialContext(ctx, u, nil)
 	return ws, err
 }
 
@@ -147,9 +160,13 @@ func SignToken(secret, user string, observe bool) (string, error) {
 	return jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(secret))
 }
 
-// joinRoom sends a join and reads until its snapshot (or an error) comes.
+// JoinRoom sends a join and reads until its snapshot (or an error) comes.
+// It reads raw frames, not through package client: the storm times a
+// join's snapshot from its send, and the members of a room of 10,000
+// would otherwise decode and fold every snapshot and event of the others
+// in this process, on the cores the node is measured on.
 func JoinRoom(ws *websocket.Conn, room string) error {
-	join := []byte(`{"type":"join","ref":"j","room":"` + room + `"}`)
+	join := Encode(protocol.Request{Type: protocol.TypeJoin, Ref: "j", Room: room})
 	if err := ws.WriteMessage(websocket.TextMessage, join); err != nil {
 		return err
 	}
@@ -251,4 +268,17 @@ func CloseAll(conns []*websocket.Conn) {
 			c.Close()
 		}
 	}
+}
+
+// Client connects user with session through the project's Go client
+// (package client) on this dialer's sockets; onDisconnect is told of
+// every connection of it that ends (the client then reconnects).
+func (d *Dialer) Client(ctx context.Context, user, session string, onDisconnect func(error)) (*client.Client, error) {
+	cfg := client.Config{URL: "ws://" + d.o.Addr, Session: session, Dialer: d.WebSocket(), OnDisconnect: onDisconnect}
+	if d.o.Insecure {
+		cfg.User = user
+	} else {
+		cfg.Token = func(context.Context) (string, error) { return SignToken(d.o.Secret, user, false) }
+	}
+	return client.Dial(ctx, cfg)
 }
