@@ -90,33 +90,33 @@ var own = map[string]func(ctx context.Context, args []string, out io.Writer) err
 	"centrifugo-worker": func(ctx context.Context, _ []string, out io.Writer) error {
 		return centrifugo.WorkerMain(ctx, os.Stdin, out)
 	},
-	"region": regionload.RegionMode,
+	"region": regionload.Run,
 	"region-driver": func(ctx context.Context, args []string, out io.Writer) error {
-		return regionload.RegionDriverMain(ctx, args, os.Stdin, out)
+		return regionload.DriverMain(ctx, args, os.Stdin, out)
 	},
-	"reconnect": reconnect.Reconnect,
+	"reconnect": reconnect.Run,
 	"versus":    func(_ context.Context, args []string, out io.Writer) error { return centrifugo.Versus(args, out) },
 }
 
 // shared are the modes that take the shared flags: load.Options and the
 // big-room ones (bigroom.BigOpts), which Centrifugo's runs mirror.
-var shared = map[string]func(ctx context.Context, o load.Options, b bigroom.BigOpts, out io.Writer) error{
+var shared = map[string]func(ctx context.Context, o load.Options, b bigroom.Options, out io.Writer) error{
 	"idle":       nodeOnly(latency.Idle),
-	"latency":    nodeOnly(latency.Latency),
+	"latency":    nodeOnly(latency.Run),
 	"sweep":      nodeOnly(latency.Sweep),
 	"storm":      nodeOnly(latency.Storm),
 	"hog":        nodeOnly(latency.Hog),
-	"cf-latency": nodeOnly(centrifugo.CfLatency),
-	"bigroom":    bigroom.Bigroom,
-	"centrifugo": centrifugo.Centrifugo,
-	"cf-idle": func(ctx context.Context, o load.Options, b bigroom.BigOpts, out io.Writer) error {
-		return centrifugo.CfIdle(ctx, o, b.NodePID, out)
+	"cf-latency": nodeOnly(centrifugo.Latency),
+	"bigroom":    bigroom.Run,
+	"centrifugo": centrifugo.Run,
+	"cf-idle": func(ctx context.Context, o load.Options, b bigroom.Options, out io.Writer) error {
+		return centrifugo.Idle(ctx, o, b.NodePID, out)
 	},
 }
 
 // nodeOnly is a mode that takes none of the big-room flags.
-func nodeOnly(f func(context.Context, load.Options, io.Writer) error) func(context.Context, load.Options, bigroom.BigOpts, io.Writer) error {
-	return func(ctx context.Context, o load.Options, _ bigroom.BigOpts, out io.Writer) error {
+func nodeOnly(f func(context.Context, load.Options, io.Writer) error) func(context.Context, load.Options, bigroom.Options, io.Writer) error {
+	return func(ctx context.Context, o load.Options, _ bigroom.Options, out io.Writer) error {
 		return f(ctx, o, out)
 	}
 }

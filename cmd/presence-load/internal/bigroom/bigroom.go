@@ -52,7 +52,7 @@ import (
 // connections live in `bigroom-worker` child processes of at most
 // --per-process each (the open-files limit is per process).
 
-type BigOpts struct {
+type Options struct {
 	Scenario      string        `flag:"scenario" default:"members" help:"bigroom: members (fill, churn, storm), count (count-only watchers) or watch (watch lists)"`
 	PopAddr       string        `flag:"pop-addr" help:"bigroom: the second node (host:port) for the population and the churners (default: --addr)"`
 	RoomSize      int           `flag:"room-size" default:"15000" help:"bigroom: members in the room before the churn"`
@@ -77,12 +77,12 @@ type BigOpts struct {
 
 // DefaultOptions are the bigroom flags' defaults: the tags', and the
 // offline grace of the nodes'.
-func DefaultOptions() BigOpts { return BigOpts{Grace: presence.DefaultOfflineGrace} }
+func DefaultOptions() Options { return Options{Grace: presence.DefaultOfflineGrace} }
 
 // bigRun is one bigroom run.
 type bigRun struct {
 	o       load.Options
-	b       BigOpts
+	b       Options
 	out     io.Writer
 	run     uint32
 	room    string
@@ -92,10 +92,10 @@ type bigRun struct {
 	nc      *nats.Conn
 	truth   *natsTruth
 	workers []*worker.Proc
-	meters  []measure.CpuMeter
+	meters  []measure.Meter
 	fails   []string
 	misses  []string // targets missed (reported, not failures)
-	rss     *measure.RssWatch
+	rss     *measure.RSSWatch
 }
 
 func (r *bigRun) fail(format string, args ...any) {
@@ -114,7 +114,7 @@ func (r *bigRun) target(ok bool, format string, args ...any) {
 	}
 }
 
-func Bigroom(ctx context.Context, o load.Options, b BigOpts, out io.Writer) error {
+func Run(ctx context.Context, o load.Options, b Options, out io.Writer) error {
 	switch b.Scenario {
 	case "members", "count", "watch":
 	default:
@@ -302,19 +302,19 @@ func (g *group) mark() error {
 	return g.each(func(w *worker.Proc) error { return w.Call("mark", nil, nil) })
 }
 
-func (g *group) stats() (StatsResp, error) {
-	var s StatsResp
+func (g *group) stats() (statsResp, error) {
+	var s statsResp
 	s.Types, s.Errors, s.Closed = map[string]int64{}, map[string]int{}, map[string]int{}
 	s.MinSeq = ^uint64(0)
 	var mu sync.Mutex
 	err := g.each(func(w *worker.Proc) error {
-		var x StatsResp
+		var x statsResp
 		if err := w.Call("stats", nil, &x); err != nil {
 			return err
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		MergeStats(&s, x)
+		mergeStats(&s, x)
 		return nil
 	})
 	if s.MinSeq == ^uint64(0) {
@@ -324,7 +324,7 @@ func (g *group) stats() (StatsResp, error) {
 }
 
 // mergeStats adds x into s (frames appended; MinSeq 0 in x means none).
-func MergeStats(s *StatsResp, x StatsResp) {
+func mergeStats(s *statsResp, x statsResp) {
 	s.Frames = append(s.Frames, x.Frames...)
 	for k, v := range x.Types {
 		s.Types[k] += v
@@ -343,31 +343,17 @@ func MergeStats(s *StatsResp, x StatsResp) {
 	}
 }
 
-func (g *group) report(req churn.ReportReq) (ReportResp, error) {
-	var out ReportResp
+func (g *group) report(req churn.Sent) (churn.Arrivals, error) {
+	var out churn.Arrivals
 	var mu sync.Mutex
 	err := g.each(func(w *worker.Proc) error {
-		var x ReportResp
+		var x churn.Arrivals
 		if err := w.Call("report", &req, &x); err != nil {
 			return err
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		out.On = append(out.On, x.On...)
-		out.Off = append(out.Off, x.Off...)
-		out.OnNever += x.OnNever
-		out.OnResynced += x.OnResynced
-		out.OffNever += x.OffNever
-		out.OffResync += x.OffResync
-		out.LostConn += x.LostConn
-		out.Conns += x.Conns
-		out.Expects += x.Expects
-		if len(x.Worst) > len(out.Worst) {
-			out.Worst = append(out.Worst, make([]int64, len(x.Worst)-len(out.Worst))...)
-		}
-		for i, v := range x.Worst {
-			out.Worst[i] = max(out.Worst[i], v)
-		}
+		out.Add(x)
 		return nil
 	})
 	return out, err
@@ -795,8 +781,8 @@ func (c *churners) awaitLeft(frames <-chan pframe) (retry time.Duration, done bo
 }
 
 // expected is SendUS and LeaveUS for the churners whose join was answered.
-func (c *churners) expected() churn.ReportReq {
-	var q churn.ReportReq
+func (c *churners) expected() churn.Sent {
+	var q churn.Sent
 	q.SendUS = make([]int64, c.n)
 	q.LeaveUS = make([]int64, c.n)
 	q.OnSeq = make([]uint64, c.n)
@@ -818,7 +804,7 @@ func (c *churners) expected() churn.ReportReq {
 // fromNATS is expected() with each online timed from its arrival on
 // NATS at this tool instead of the join's send: what the measured node
 // and the member add to it. Offlines are left out.
-func (c *churners) fromNATS() churn.ReportReq {
+func (c *churners) fromNATS() churn.Sent {
 	q := c.expected()
 	q.LeaveUS = nil
 	t := c.r.truth
@@ -926,10 +912,10 @@ func nodeDelta(out io.Writer, m0, m1 map[string]float64) {
 // churnPhase runs the churn with g's frames counted over it, then waits
 // for the room to go quiet (every churner's offline on NATS), and prints
 // the frames per connection per tick, CPU and node counters.
-func (r *bigRun) churnPhase(ctx context.Context, g *group, what string) (*churners, StatsResp, time.Duration, error) {
+func (r *bigRun) churnPhase(ctx context.Context, g *group, what string) (*churners, statsResp, time.Duration, error) {
 	c := r.newChurn()
 	if err := g.mark(); err != nil {
-		return c, StatsResp{}, 0, err
+		return c, statsResp{}, 0, err
 	}
 	m0, _ := measure.Scrape(r.o.Metrics)
 	cpu0 := measure.ReadMeters(r.meters)
@@ -939,7 +925,7 @@ func (r *bigRun) churnPhase(ctx context.Context, g *group, what string) (*churne
 	r.waitQuiet(ctx, "after the churn", r.b.Grace+r.b.ChurnHold+60*time.Second, c.allOffline)
 	r.waitFolded(ctx, g, 30*time.Second)
 	window := time.Since(t0)
-	cpu := measure.CpuDelta(cpu0, measure.ReadMeters(r.meters))
+	cpu := measure.Delta(cpu0, measure.ReadMeters(r.meters))
 	m1, _ := measure.Scrape(r.o.Metrics)
 	s, err := g.stats()
 	if err != nil {
@@ -967,7 +953,7 @@ func (r *bigRun) churnPhase(ctx context.Context, g *group, what string) (*churne
 }
 
 // judgeStats fails the run on what no connection should have seen.
-func (r *bigRun) judgeStats(what string, s StatsResp) {
+func (r *bigRun) judgeStats(what string, s statsResp) {
 	fmt.Fprintf(r.out, "%ss: resyncs %d; error frames: %s; closed by the node: %s; anomalies: %s\n", what, s.Resyncs, measure.Codes(s.Errors), measure.Codes(s.Closed), s.Anom)
 	if s.Resyncs > 0 {
 		r.fail("%d unexpected resyncs at %ss (every one reads all its frames)", s.Resyncs, what)
@@ -980,7 +966,7 @@ func (r *bigRun) judgeStats(what string, s StatsResp) {
 			r.fail("%d error frames %s at %ss", n, code, what)
 		}
 	}
-	if s.Anom.ProtocolBroken() || s.Anom.Missing > 0 {
+	if s.Anom.protocolBroken() || s.Anom.Missing > 0 {
 		r.fail("protocol violations at %ss: %s", what, s.Anom)
 	}
 }
@@ -1034,7 +1020,7 @@ func (r *bigRun) members(ctx context.Context) error {
 		return err
 	}
 	r.reportOpen(fmt.Sprintf("fill: members joined %s with batch", r.o.Addr), b.RoomSize, res)
-	fmt.Fprintf(r.out, "CPU over the fill, %% of one core: %s\n", measure.FmtCPU(measure.CpuDelta(cpu0, measure.ReadMeters(r.meters)), res.Took))
+	fmt.Fprintf(r.out, "CPU over the fill, %% of one core: %s\n", measure.FmtCPU(measure.Delta(cpu0, measure.ReadMeters(r.meters)), res.Took))
 	r.target(res.Took <= 20*time.Second, "fill of %d <= 20s (%v)", b.RoomSize, res.Took.Round(time.Millisecond))
 	r.rssLine("after the fill")
 	r.waitQuiet(ctx, "after the fill", 60*time.Second, nil)
@@ -1078,7 +1064,7 @@ func (r *bigRun) members(ctx context.Context) error {
 // reportArrivals prints join -> online and leave -> offline at the
 // connections that time them, and fails on onlines never seen or replaced
 // by a resync.
-func (r *bigRun) reportArrivals(who string, rep ReportResp, grace time.Duration) {
+func (r *bigRun) reportArrivals(who string, rep churn.Arrivals, grace time.Duration) {
 	on := measure.ToDurations(rep.On)
 	fmt.Fprintf(r.out, "join -> online at %s (%d connections, %d expected): %s; inside a resync %d, at connections the node dropped %d\n",
 		who, rep.Conns, rep.Expects, measure.LatencyLine(on, rep.OnNever+rep.OnResynced+rep.LostConn), rep.OnResynced, rep.LostConn)

@@ -76,19 +76,19 @@ type openResp struct {
 }
 
 // statsResp is what a worker's connections saw since the last mark.
-type StatsResp struct {
+type statsResp struct {
 	Frames  []int64          `json:"frames"` // per connection (-1: never opened), in open order
 	Types   map[string]int64 `json:"types"`
 	Resyncs int64            `json:"resyncs"` // resync snapshots or watching frames, all connections
 	Errors  map[string]int   `json:"errors"`  // error frames by code
 	Closed  map[string]int   `json:"closed"`  // connections that ended, by close code or error
-	Anom    Anomalies        `json:"anom"`
+	Anom    anomalies        `json:"anom"`
 	MinSeq  uint64           `json:"min_seq"` // lowest room seq a folding or counting connection has reached
 	MaxSeq  uint64           `json:"max_seq"`
 }
 
 // anomalies of the folding, counting and watching connections.
-type Anomalies struct {
+type anomalies struct {
 	Dups       int      `json:"dups"`         // events at or below the last seq applied
 	Gaps       int      `json:"gaps"`         // gaps in the room's seq
 	Missing    int      `json:"missing"`      // events missing in those gaps
@@ -101,7 +101,7 @@ type Anomalies struct {
 	Examples   []string `json:"examples,omitempty"`
 }
 
-func (a *Anomalies) add(b Anomalies) {
+func (a *anomalies) add(b anomalies) {
 	a.Dups += b.Dups
 	a.Gaps += b.Gaps
 	a.Missing += b.Missing
@@ -118,7 +118,7 @@ func (a *Anomalies) add(b Anomalies) {
 	}
 }
 
-func (a Anomalies) String() string {
+func (a anomalies) String() string {
 	s := fmt.Sprintf("repeated/out-of-order %d, seq gaps %d (%d events missing), epoch without resync %d, page re-reads %d, foreign %d, count going back %d, count without room_seq %d, bad frames %d",
 		a.Dups, a.Gaps, a.Missing, a.EpochErrs, a.PageSlips, a.Foreign, a.CountBack, a.CountNoSeq, a.Bad)
 	if len(a.Examples) > 0 {
@@ -127,34 +127,18 @@ func (a Anomalies) String() string {
 	return s
 }
 
-func (a Anomalies) ProtocolBroken() bool {
+func (a anomalies) protocolBroken() bool {
 	return a.Dups+a.Gaps+a.EpochErrs+a.Foreign+a.CountBack+a.Bad > 0
 }
 
 // inSkip reports whether seq came inside one of the resyncs.
-func InSkip(skips [][2]uint64, seq uint64) bool {
+func inSkip(skips [][2]uint64, seq uint64) bool {
 	for _, s := range skips {
 		if seq > s[0] && seq <= s[1] {
 			return true
 		}
 	}
 	return false
-}
-
-type ReportResp struct {
-	On         []int64 `json:"on,omitempty"`  // join sent -> online read, µs
-	Off        []int64 `json:"off,omitempty"` // leave sent -> offline read, µs
-	OnNever    int     `json:"on_never"`
-	OnResynced int     `json:"on_resynced"`
-	OffNever   int     `json:"off_never"`
-	OffResync  int     `json:"off_resynced"`
-	LostConn   int     `json:"lost_conn"` // expected at a connection the node dropped (counted apart)
-	Conns      int     `json:"conns"`
-	Expects    int     `json:"expects"`
-	// Worst is, for churner i, its slowest join sent -> online read over
-	// the connections that time it (0: none read it): where in the
-	// churn the slow ones were.
-	Worst []int64 `json:"worst,omitempty"`
 }
 
 // checkReq is the truth after quiescence.
@@ -243,7 +227,7 @@ type bconn struct {
 	users    map[string]bool
 	skips    [][2]uint64 // (seq before, room_seq) of each resync: events in between came inside it
 	lost     bool        // the connection ended before the run closed it
-	anom     Anomalies
+	anom     anomalies
 	tokens   float64 // page requests: a token bucket under the node's frame rate
 	tokenAt  time.Time
 }
@@ -274,7 +258,7 @@ func (w *bigWorker) ops() map[string]worker.Op {
 		"open":         worker.Handle(func(ctx context.Context, spec openSpec) (any, error) { return w.open(ctx, &spec) }),
 		"mark":         worker.Do(w.doMark),
 		"stats":        func(context.Context, json.RawMessage) (any, error) { return w.stats(), nil },
-		"report":       worker.Handle(func(_ context.Context, r churn.ReportReq) (any, error) { return w.report(&r), nil }),
+		"report":       worker.Handle(func(_ context.Context, r churn.Sent) (any, error) { return w.report(&r), nil }),
 		"check":        worker.Handle(func(_ context.Context, t checkReq) (any, error) { return w.check(&t), nil }),
 		worker.OpClose: worker.Do(w.closeAll),
 	}
@@ -844,11 +828,11 @@ func (w *bigWorker) doMark() {
 	w.mu.Unlock()
 }
 
-func (w *bigWorker) stats() StatsResp {
+func (w *bigWorker) stats() statsResp {
 	w.mu.Lock()
 	conns := slices.Clone(w.conns)
 	mark := w.mark
-	s := StatsResp{Types: map[string]int64{}, Errors: map[string]int{}, Closed: map[string]int{}}
+	s := statsResp{Types: map[string]int64{}, Errors: map[string]int{}, Closed: map[string]int{}}
 	for k, v := range w.errs {
 		s.Errors[k] = v
 	}
@@ -896,8 +880,8 @@ func (w *bigWorker) stats() StatsResp {
 // report gives the latencies of the churners' events at the connections
 // that time them: join sent -> online read, leave sent -> offline read.
 // A watcher expects only its users' events.
-func (w *bigWorker) report(r *churn.ReportReq) ReportResp {
-	var out ReportResp
+func (w *bigWorker) report(r *churn.Sent) churn.Arrivals {
+	var out churn.Arrivals
 	w.each(func(c *bconn) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -926,7 +910,7 @@ func (w *bigWorker) report(r *churn.ReportReq) ReportResp {
 					out.Worst = make([]int64, len(r.SendUS))
 				}
 				out.Worst[i] = max(out.Worst[i], a-r.SendUS[i])
-			case a < 0 || InSkip(c.skips, seqAt(r.OnSeq)):
+			case a < 0 || inSkip(c.skips, seqAt(r.OnSeq)):
 				out.OnResynced++
 			case c.lost:
 				out.LostConn++
@@ -937,7 +921,7 @@ func (w *bigWorker) report(r *churn.ReportReq) ReportResp {
 				switch a := c.off[i]; {
 				case a > 0:
 					out.Off = append(out.Off, a-r.LeaveUS[i])
-				case InSkip(c.skips, seqAt(r.OffSeq)):
+				case inSkip(c.skips, seqAt(r.OffSeq)):
 					out.OffResync++
 				case c.lost:
 				default:

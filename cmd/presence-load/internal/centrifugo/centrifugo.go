@@ -426,7 +426,7 @@ func (w *cfWorker) stats() cfStatsResp {
 	return s
 }
 
-func (w *cfWorker) report(req *churn.ReportReq) cfReport {
+func (w *cfWorker) report(req *churn.Sent) cfReport {
 	var out cfReport
 	w.each(func(c *cfConn) {
 		if !c.sampled {
@@ -455,7 +455,7 @@ func WorkerMain(ctx context.Context, in io.Reader, out io.Writer) error {
 		"open":         worker.Handle(func(ctx context.Context, spec cfOpen) (any, error) { return w.open(ctx, &spec) }),
 		"step":         worker.Handle(func(_ context.Context, st cfStep) (any, error) { w.step(&st); return struct{}{}, nil }),
 		"stats":        func(context.Context, json.RawMessage) (any, error) { return w.stats(), nil },
-		"report":       worker.Handle(func(_ context.Context, req churn.ReportReq) (any, error) { return w.report(&req), nil }),
+		"report":       worker.Handle(func(_ context.Context, req churn.Sent) (any, error) { return w.report(&req), nil }),
 		worker.OpClose: worker.Do(w.closeAll),
 	})
 }
@@ -463,15 +463,15 @@ func WorkerMain(ctx context.Context, in io.Reader, out io.Writer) error {
 // cfRun is one centrifugo run.
 type cfRun struct {
 	o       load.Options
-	b       bigroom.BigOpts
+	b       bigroom.Options
 	out     io.Writer
 	run     uint32
 	channel string
 	baseUS  int64
 	d       *load.Dialer
 	workers []*worker.Proc
-	meters  []measure.CpuMeter
-	rss     *measure.RssWatch
+	meters  []measure.Meter
+	rss     *measure.RSSWatch
 	fails   []string
 }
 
@@ -505,7 +505,7 @@ func (r *cfRun) stats() (cfStatsResp, error) {
 	return all, err
 }
 
-func Centrifugo(ctx context.Context, o load.Options, b bigroom.BigOpts, out io.Writer) error {
+func Run(ctx context.Context, o load.Options, b bigroom.Options, out io.Writer) error {
 	if o.Sweep == "" {
 		o.Sweep = "10,25,50,100"
 	}
@@ -527,15 +527,15 @@ func Centrifugo(ctx context.Context, o load.Options, b bigroom.BigOpts, out io.W
 	if r.d, err = load.NewDialer(o); err != nil {
 		return err
 	}
-	r.meters = []measure.CpuMeter{{Name: "machine", Source: "every process in /proc, sampled every 250ms", Read: measure.NewAllProcs().Read}}
+	r.meters = []measure.Meter{{Name: "machine", Source: "every process in /proc, sampled every 250ms", Read: measure.NewAllProcs().Read}}
 	if b.NodePID > 0 {
-		r.meters = append([]measure.CpuMeter{measure.ProcMeter("centrifugo", b.NodePID)}, r.meters...)
+		r.meters = append([]measure.Meter{measure.ProcMeter("centrifugo", b.NodePID)}, r.meters...)
 		r.rss = measure.WatchRSS(b.NodePID)
 		defer r.rss.Stop()
 	} else {
 		fmt.Fprintln(out, "warning: no --node-pid: Centrifugo's CPU and RSS are not read")
 	}
-	r.meters = append(r.meters, measure.CpuMeter{Name: "load tool", Source: "getrusage", Read: func() (float64, error) {
+	r.meters = append(r.meters, measure.Meter{Name: "load tool", Source: "getrusage", Read: func() (float64, error) {
 		var ru syscall.Rusage
 		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 			return 0, err
@@ -651,7 +651,7 @@ func (r *cfRun) fill(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cpu := measure.CpuDelta(cpu0, measure.ReadMeters(r.meters))
+	cpu := measure.Delta(cpu0, measure.ReadMeters(r.meters))
 	frames, msgs := sum64(s.Frames), sum64(s.Msgs)
 	fmt.Fprintf(r.out, "fill pushes: %d join pushes delivered (n(n-1)/2 = %d) in %v after the first subscribe (drained %v after the last), %.0f pushes/s; %d frames (%.1f messages per frame)\n",
 		s.Kinds[cfJoin], cfFillPushes(n), total.Round(time.Millisecond), drained.Round(time.Millisecond), float64(s.Kinds[cfJoin])/total.Seconds(), frames, measure.Ratio(float64(msgs), float64(frames)))
@@ -866,13 +866,13 @@ func (r *cfRun) step(ctx context.Context, k int, rate float64) (bool, error) {
 	sent := time.Since(t0)
 	r.waitQuiet(ctx, 2*time.Minute)
 	window := time.Since(t0)
-	cpu := measure.CpuDelta(cpu0, measure.ReadMeters(r.meters))
+	cpu := measure.Delta(cpu0, measure.ReadMeters(r.meters))
 	s, err := r.stats()
 	if err != nil {
 		return false, err
 	}
 	var rep cfReport
-	req := churn.ReportReq{SendUS: c.sendUS, LeaveUS: c.leaveUS}
+	req := churn.Sent{SendUS: c.sendUS, LeaveUS: c.leaveUS}
 	res := make([]cfReport, len(r.workers))
 	if err := r.each(func(i int, w *worker.Proc) error {
 		return w.Call("report", &req, &res[i])

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/presence-dev/presence/cmd/presence-load/internal/bigroom"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/churn"
 )
 
@@ -254,7 +253,7 @@ func (t *cfTrack) see(kind, channel, user string, atUS int64) {
 // its subscribe was answered; LeaveUS > 0: its unsubscribe was sent) to
 // out: seen ones as latencies, the others as never seen, or as at a lost
 // connection when the subscriber's connection ended.
-func (t *cfTrack) report(req *churn.ReportReq, lost bool, out *cfReport) {
+func (t *cfTrack) report(req *churn.Sent, lost bool, out *cfReport) {
 	out.Conns++
 	for i := range t.on {
 		if i >= len(req.SendUS) || req.SendUS[i] == 0 {
@@ -283,21 +282,15 @@ func (t *cfTrack) report(req *churn.ReportReq, lost bool, out *cfReport) {
 	out.Foreign += t.foreign + t.wrongChannel
 }
 
-// cfReport is reportResp with what only Centrifugo's pushes can show.
+// cfReport is churn.Arrivals with what only Centrifugo's pushes can show.
 type cfReport struct {
-	bigroom.ReportResp
+	churn.Arrivals
 	Dups    int `json:"dups"`    // a churner's join or leave pushed twice
 	Foreign int `json:"foreign"` // pushes of another channel, or of churner indices out of range
 }
 
 func (a *cfReport) add(b cfReport) {
-	a.On = append(a.On, b.On...)
-	a.Off = append(a.Off, b.Off...)
-	a.OnNever += b.OnNever
-	a.OffNever += b.OffNever
-	a.LostConn += b.LostConn
-	a.Conns += b.Conns
-	a.Expects += b.Expects
+	a.Arrivals.Add(b.Arrivals)
 	a.Dups += b.Dups
 	a.Foreign += b.Foreign
 }

@@ -100,7 +100,7 @@ func TestCfTrackAccounting(t *testing.T) {
 	tr.see(cfJoin, "big1", "c1-0-9", 1500) // out of range
 	tr.see(cfJoin, "other", "c1-0-2", 1500)
 	// Churner 2's join never came; churner 3's subscribe was not answered.
-	req := &churn.ReportReq{SendUS: []int64{1000, 1000, 1000, 0}, LeaveUS: []int64{3000, 3000, 3000, 0}}
+	req := &churn.Sent{SendUS: []int64{1000, 1000, 1000, 0}, LeaveUS: []int64{3000, 3000, 3000, 0}}
 	var out cfReport
 	tr.report(req, false, &out)
 	if out.Conns != 1 || out.Expects != 3 {

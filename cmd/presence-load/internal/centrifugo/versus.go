@@ -155,7 +155,7 @@ func cfCloseAll(cs []*cfClient) {
 	}
 }
 
-func CfIdle(ctx context.Context, o load.Options, pid int, out io.Writer) error {
+func Idle(ctx context.Context, o load.Options, pid int, out io.Writer) error {
 	if pid <= 0 {
 		return errors.New("cf-idle: --node-pid (Centrifugo's) is required")
 	}
@@ -163,7 +163,7 @@ func CfIdle(ctx context.Context, o load.Options, pid int, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rss0, err := measure.RssOf(pid)
+	rss0, err := measure.RSSOf(pid)
 	if err != nil {
 		return err
 	}
@@ -196,7 +196,7 @@ func CfIdle(ctx context.Context, o load.Options, pid int, out io.Writer) error {
 		return err
 	}
 	window := time.Since(t0)
-	rss1, err := measure.RssOf(pid)
+	rss1, err := measure.RSSOf(pid)
 	if err != nil {
 		return err
 	}
@@ -210,7 +210,7 @@ func CfIdle(ctx context.Context, o load.Options, pid int, out io.Writer) error {
 }
 
 // cfLatency times join pushes at an observer per channel.
-func CfLatency(ctx context.Context, o load.Options, out io.Writer) error {
+func Latency(ctx context.Context, o load.Options, out io.Writer) error {
 	d, err := load.NewDialer(o)
 	if err != nil {
 		return err

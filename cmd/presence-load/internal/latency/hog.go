@@ -95,7 +95,7 @@ func startHog(ctx context.Context, n int) (*hogProcess, error) {
 	}
 }
 
-func (h *hogProcess) meter() measure.CpuMeter { return measure.ProcMeter("hog", h.cmd.Process.Pid) }
+func (h *hogProcess) meter() measure.Meter { return measure.ProcMeter("hog", h.cmd.Process.Pid) }
 
 func (h *hogProcess) stop() {
 	_ = h.cmd.Process.Kill()

@@ -93,7 +93,7 @@ func Idle(ctx context.Context, o load.Options, out io.Writer) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	cpu := measure.CpuDelta(cpu0, measure.ReadMeters(meters))
+	cpu := measure.Delta(cpu0, measure.ReadMeters(meters))
 	window := time.Since(t0)
 	rss1, err := load.Metric(o.Metrics, "process_resident_memory_bytes")
 	if err != nil {
@@ -119,7 +119,7 @@ func Idle(ctx context.Context, o load.Options, out io.Writer) error {
 // reportIdleCPU prints the CPU of each process over the window, as % of
 // one core, and the same per 10k of the open sessions; the sum is node +
 // Redis + NATS.
-func reportIdleCPU(out io.Writer, cpu []measure.CpuReading, window time.Duration, open int) error {
+func reportIdleCPU(out io.Writer, cpu []measure.Reading, window time.Duration, open int) error {
 	var sum float64
 	var per []string
 	for _, r := range cpu {

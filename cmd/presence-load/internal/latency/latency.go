@@ -91,7 +91,7 @@ type latencyEnv struct {
 	sub    *nats.Subscription
 	rt     *router
 	runID  uint32
-	meters []measure.CpuMeter
+	meters []measure.Meter
 	hog    *hogProcess
 }
 
@@ -174,7 +174,7 @@ type stepResult struct {
 	straggle               time.Duration
 	connFailed             int
 	connErr                error
-	cpu                    []measure.CpuReading
+	cpu                    []measure.Reading
 	window                 time.Duration
 	resyncs, rejected      float64 // node metrics deltas
 	natsDropped            int
@@ -231,7 +231,7 @@ func (e *latencyEnv) runStep(ctx context.Context, p stepPlan) (stepResult, error
 	r.retries.end()
 	cpu1 := measure.ReadMeters(e.meters)
 	res.window = time.Since(start)
-	res.cpu = measure.CpuDelta(cpu0, cpu1)
+	res.cpu = measure.Delta(cpu0, cpu1)
 	if m1, err := measure.Scrape(e.o.Metrics); err == nil && m0 != nil {
 		res.resyncs = m1["presence_node_resyncs_total"] - m0["presence_node_resyncs_total"]
 		res.rejected = m1["presence_node_rejected_frames_total"] - m0["presence_node_rejected_frames_total"]
@@ -473,7 +473,7 @@ func describeClose(err error) string {
 }
 
 // latency runs one measurement at --rate, or a sweep with --sweep.
-func Latency(ctx context.Context, o load.Options, out io.Writer) error {
+func Run(ctx context.Context, o load.Options, out io.Writer) error {
 	if o.Rate <= 0 || o.PerRoom < 1 || o.MaxConns < o.PerRoom+1 {
 		return errors.New("--rate must be positive, --per-room at least 1 and --max-conns above --per-room")
 	}
@@ -561,7 +561,7 @@ func Sweep(ctx context.Context, o load.Options, out io.Writer) error {
 	if o.Sweep == "" {
 		o.Sweep = "250,500,1000,1500,2000"
 	}
-	return Latency(ctx, o, out)
+	return Run(ctx, o, out)
 }
 
 func sweep(ctx context.Context, o load.Options, out io.Writer) error {

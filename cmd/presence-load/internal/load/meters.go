@@ -12,8 +12,8 @@ import (
 // /metrics), Redis with --redis (INFO cpu), nats-server with --nats-pid
 // (/proc, exact) or else --nats-monitor (/varz, sampled), and this process
 // with self.
-func NewMeters(o Options, self bool) ([]measure.CpuMeter, error) {
-	ms := []measure.CpuMeter{{Name: "node", Source: "/metrics process_cpu_seconds_total", Read: func() (float64, error) {
+func NewMeters(o Options, self bool) ([]measure.Meter, error) {
+	ms := []measure.Meter{{Name: "node", Source: "/metrics process_cpu_seconds_total", Read: func() (float64, error) {
 		m, err := measure.Scrape(o.Metrics)
 		if err != nil {
 			return 0, err
@@ -28,7 +28,7 @@ func NewMeters(o Options, self bool) ([]measure.CpuMeter, error) {
 		if _, err := measure.RedisCPU(o.Redis); err != nil {
 			return nil, fmt.Errorf("--redis: %w", err)
 		}
-		ms = append(ms, measure.CpuMeter{Name: "redis", Source: "INFO cpu used_cpu_sys+used_cpu_user", Read: func() (float64, error) { return measure.RedisCPU(o.Redis) }})
+		ms = append(ms, measure.Meter{Name: "redis", Source: "INFO cpu used_cpu_sys+used_cpu_user", Read: func() (float64, error) { return measure.RedisCPU(o.Redis) }})
 	}
 	switch {
 	case o.NatsPID > 0:
@@ -43,9 +43,9 @@ func NewMeters(o Options, self bool) ([]measure.CpuMeter, error) {
 		}
 		ms = append(ms, m)
 	}
-	ms = append(ms, measure.CpuMeter{Name: "machine", Source: "every process in /proc, sampled every 250ms", Read: measure.NewAllProcs().Read})
+	ms = append(ms, measure.Meter{Name: "machine", Source: "every process in /proc, sampled every 250ms", Read: measure.NewAllProcs().Read})
 	if self {
-		ms = append(ms, measure.CpuMeter{Name: "load tool", Source: "getrusage", Read: func() (float64, error) {
+		ms = append(ms, measure.Meter{Name: "load tool", Source: "getrusage", Read: func() (float64, error) {
 			var ru syscall.Rusage
 			if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 				return 0, err

@@ -19,13 +19,13 @@ import (
 
 // cpuMeter reads a process's cumulative CPU time in seconds. Every meter
 // is cumulative, so CPU over a window is the difference of two reads.
-type CpuMeter struct {
+type Meter struct {
 	Name   string // node, redis, nats, load tool, hog
 	Source string // how it is read, printed with the figure
 	Read   func() (float64, error)
 }
 
-type CpuReading struct {
+type Reading struct {
 	Name, Source string
 	Secs         float64
 	Err          error
@@ -33,23 +33,23 @@ type CpuReading struct {
 
 func TvSecs(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
 
-func ProcMeter(name string, pid int) CpuMeter {
-	return CpuMeter{Name: name, Source: fmt.Sprintf("/proc/%d/stat utime+stime", pid), Read: func() (float64, error) { return ProcCPU(pid) }}
+func ProcMeter(name string, pid int) Meter {
+	return Meter{Name: name, Source: fmt.Sprintf("/proc/%d/stat utime+stime", pid), Read: func() (float64, error) { return ProcCPU(pid) }}
 }
 
-func ReadMeters(ms []CpuMeter) []CpuReading {
-	rs := make([]CpuReading, len(ms))
+func ReadMeters(ms []Meter) []Reading {
+	rs := make([]Reading, len(ms))
 	for i, m := range ms {
 		v, err := m.Read()
-		rs[i] = CpuReading{Name: m.Name, Source: m.Source, Secs: v, Err: err}
+		rs[i] = Reading{Name: m.Name, Source: m.Source, Secs: v, Err: err}
 	}
 	return rs
 }
 
 // cpuDelta is b - a, meter by meter. A meter added after a was read (a
 // process started meanwhile) counts from 0.
-func CpuDelta(a, b []CpuReading) []CpuReading {
-	d := make([]CpuReading, len(b))
+func Delta(a, b []Reading) []Reading {
+	d := make([]Reading, len(b))
 	for i := range b {
 		d[i] = b[i]
 		if i >= len(a) {
@@ -63,7 +63,7 @@ func CpuDelta(a, b []CpuReading) []CpuReading {
 
 // otherCPU is the CPU, in % of one core over the window, of the processes
 // no meter names (machine minus the rest); false without a machine meter.
-func OtherCPU(rs []CpuReading, window time.Duration) (float64, bool) {
+func OtherCPU(rs []Reading, window time.Duration) (float64, bool) {
 	var known, machine float64
 	have := false
 	for _, r := range rs {
@@ -86,7 +86,7 @@ func OtherCPU(rs []CpuReading, window time.Duration) (float64, bool) {
 // core. The machine meter is followed by what the other meters do not
 // explain: other processes on the machine (tests, builds, a hog without a
 // meter), which disturb the figures.
-func FmtCPU(rs []CpuReading, window time.Duration) string {
+func FmtCPU(rs []Reading, window time.Duration) string {
 	var parts []string
 	var known, machine float64
 	haveMachine := false
@@ -308,7 +308,7 @@ func ParseRedisCPU(info string) (float64, error) {
 // recomputes about once a second over the last second) into CPU seconds,
 // polling every second. It is an estimate; --nats-pid reads the exact
 // figure from /proc.
-func VarzMeter(monitor string) (CpuMeter, error) {
+func VarzMeter(monitor string) (Meter, error) {
 	u := strings.TrimSuffix(monitor, "/") + "/varz"
 	get := func() (float64, error) {
 		resp, err := http.Get(u)
@@ -325,7 +325,7 @@ func VarzMeter(monitor string) (CpuMeter, error) {
 		return v.CPU, nil
 	}
 	if _, err := get(); err != nil {
-		return CpuMeter{}, err
+		return Meter{}, err
 	}
 	var mu sync.Mutex
 	var total float64
@@ -343,7 +343,7 @@ func VarzMeter(monitor string) (CpuMeter, error) {
 			mu.Unlock()
 		}
 	}()
-	return CpuMeter{Name: "nats", Source: u + " cpu, sampled each second", Read: func() (float64, error) {
+	return Meter{Name: "nats", Source: u + " cpu, sampled each second", Read: func() (float64, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		return total, lastErr

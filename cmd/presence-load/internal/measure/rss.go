@@ -12,15 +12,15 @@ import (
 )
 
 // rssWatch samples a process's RSS every second, keeping the peak.
-type RssWatch struct {
+type RSSWatch struct {
 	pid  int
 	mu   sync.Mutex
 	peak int64
 	done chan struct{}
 }
 
-func WatchRSS(pid int) *RssWatch {
-	w := &RssWatch{pid: pid, done: make(chan struct{})}
+func WatchRSS(pid int) *RSSWatch {
+	w := &RSSWatch{pid: pid, done: make(chan struct{})}
 	go func() {
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
@@ -36,7 +36,7 @@ func WatchRSS(pid int) *RssWatch {
 	return w
 }
 
-func (w *RssWatch) sample() int64 {
+func (w *RSSWatch) sample() int64 {
 	v, err := procRSS(w.pid)
 	if err != nil {
 		return 0
@@ -48,7 +48,7 @@ func (w *RssWatch) sample() int64 {
 }
 
 // now samples and returns the RSS and the peak so far, and resets the peak.
-func (w *RssWatch) Now() (cur, peak int64) {
+func (w *RSSWatch) Now() (cur, peak int64) {
 	if w == nil {
 		return 0, 0
 	}
@@ -59,7 +59,7 @@ func (w *RssWatch) Now() (cur, peak int64) {
 	return cur, peak
 }
 
-func (w *RssWatch) Stop() { close(w.done) }
+func (w *RSSWatch) Stop() { close(w.done) }
 
 // procRSS reads VmRSS of /proc/<pid>/status, in bytes.
 func procRSS(pid int) (int64, error) {

@@ -85,7 +85,7 @@ func (s *rstats) hint(d time.Duration) {
 }
 
 // reconnect runs the storm and prints its figures.
-func Reconnect(ctx context.Context, args []string, out io.Writer) error {
+func Run(ctx context.Context, args []string, out io.Writer) error {
 	// The stand-in nodes' defaults are the node's.
 	o := reconnectOpts{JoinRate: node.DefaultJoinRate, JoinLatency: node.DefaultJoinLatency, MaxInflight: node.DefaultMaxInflight, Batch: node.DefaultTouchBatch}
 	if _, err := cli.Parse("reconnect", args, &o); err != nil {

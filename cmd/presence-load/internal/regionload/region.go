@@ -130,7 +130,7 @@ func fmtMasterCPU(addrs []string, a, b []float64, window time.Duration) (string,
 	return strings.Join(parts, ", "), sum
 }
 
-func RegionMode(ctx context.Context, args []string, out io.Writer) error {
+func Run(ctx context.Context, args []string, out io.Writer) error {
 	o, err := parseRegionOpts(args)
 	if err != nil {
 		return err

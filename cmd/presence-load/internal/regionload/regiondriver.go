@@ -187,7 +187,7 @@ type regionDriver struct {
 	hb          *node.HeartbeatDriver
 }
 
-func RegionDriverMain(ctx context.Context, args []string, in io.Reader, out io.Writer) error {
+func DriverMain(ctx context.Context, args []string, in io.Reader, out io.Writer) error {
 	spec, err := parseDriverSpec(args)
 	if err != nil {
 		return err
