@@ -1,3 +1,8 @@
+// Package bigroom is the bigroom mode (docs/PROTOCOL.md "Big rooms",
+// docs/BENCHMARKS.md): one room of thousands of members, each a real
+// WebSocket client in a bigroom-worker child process; fill, churn, storm,
+// count-only watchers and watch lists, every view checked against the
+// truth.
 package bigroom
 
 import (
@@ -16,6 +21,7 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/nats-io/nats.go"
+
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/churn"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/load"
@@ -52,6 +58,8 @@ import (
 // connections live in `bigroom-worker` child processes of at most
 // --per-process each (the open-files limit is per process).
 
+// Options are the big-room flags (docs/BENCHMARKS.md, "Big rooms"), which
+// the centrifugo mode shares.
 type Options struct {
 	Scenario      string        `flag:"scenario" default:"members" help:"bigroom: members (fill, churn, storm), count (count-only watchers) or watch (watch lists)"`
 	PopAddr       string        `flag:"pop-addr" help:"bigroom: the second node (host:port) for the population and the churners (default: --addr)"`
@@ -114,6 +122,8 @@ func (r *bigRun) target(ok bool, format string, args ...any) {
 	}
 }
 
+// Run is the bigroom mode: the scenario of --scenario against the node of
+// --addr, its population and churners on --pop-addr.
 func Run(ctx context.Context, o load.Options, b Options, out io.Writer) error {
 	switch b.Scenario {
 	case "members", "count", "watch":

@@ -1,3 +1,9 @@
+// Package centrifugo is the side by side with Centrifugo v6: the
+// centrifugo mode (a big channel churned until it breaks, its
+// subscribers in centrifugo-worker child processes), cf-idle and
+// cf-latency (Centrifugo measured as idle and latency measure a node) and
+// versus (the four runs as one table). It speaks Centrifugo's JSON
+// protocol itself (cfproto.go).
 package centrifugo
 
 import (
@@ -13,10 +19,10 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/gorilla/websocket"
+
 	"github.com/presence-dev/presence/cmd/presence-load/internal/bigroom"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/churn"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/latency"
@@ -505,6 +511,8 @@ func (r *cfRun) stats() (cfStatsResp, error) {
 	return all, err
 }
 
+// Run is the centrifugo mode: the channel filled, then churned at each
+// rate of --rates until Centrifugo breaks.
 func Run(ctx context.Context, o load.Options, b bigroom.Options, out io.Writer) error {
 	if o.Sweep == "" {
 		o.Sweep = "10,25,50,100"
@@ -527,7 +535,7 @@ func Run(ctx context.Context, o load.Options, b bigroom.Options, out io.Writer) 
 	if r.d, err = load.NewDialer(o); err != nil {
 		return err
 	}
-	r.meters = []measure.Meter{{Name: "machine", Source: "every process in /proc, sampled every 250ms", Read: measure.NewAllProcs().Read}}
+	r.meters = []measure.Meter{measure.MachineMeter()}
 	if b.NodePID > 0 {
 		r.meters = append([]measure.Meter{measure.ProcMeter("centrifugo", b.NodePID)}, r.meters...)
 		r.rss = measure.WatchRSS(b.NodePID)
@@ -535,13 +543,7 @@ func Run(ctx context.Context, o load.Options, b bigroom.Options, out io.Writer) 
 	} else {
 		fmt.Fprintln(out, "warning: no --node-pid: Centrifugo's CPU and RSS are not read")
 	}
-	r.meters = append(r.meters, measure.Meter{Name: "load tool", Source: "getrusage", Read: func() (float64, error) {
-		var ru syscall.Rusage
-		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-			return 0, err
-		}
-		return measure.TvSecs(ru.Utime) + measure.TvSecs(ru.Stime), nil
-	}})
+	r.meters = append(r.meters, measure.SelfMeter())
 	defer func() {
 		for _, w := range r.workers {
 			w.Stop()

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
 	"github.com/presence-dev/presence/cmd/presence-load/internal/churn"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/cli"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/load"
@@ -155,6 +156,8 @@ func cfCloseAll(cs []*cfClient) {
 	}
 }
 
+// Idle is the cf-idle mode: Centrifugo's RSS and CPU (pid) with
+// --sessions idle subscribers.
 func Idle(ctx context.Context, o load.Options, pid int, out io.Writer) error {
 	if pid <= 0 {
 		return errors.New("cf-idle: --node-pid (Centrifugo's) is required")
@@ -209,7 +212,8 @@ func Idle(ctx context.Context, o load.Options, pid int, out io.Writer) error {
 	return nil
 }
 
-// cfLatency times join pushes at an observer per channel.
+// Latency is the cf-latency mode: join pushes timed at an observer per
+// channel.
 func Latency(ctx context.Context, o load.Options, out io.Writer) error {
 	d, err := load.NewDialer(o)
 	if err != nil {
@@ -385,7 +389,7 @@ func groupThousands(n int) string {
 	return s
 }
 
-// versus prints the table from the four logs named by its flags.
+// Versus prints the table from the four logs named by its flags.
 func Versus(args []string, out io.Writer) error {
 	var o struct {
 		CfIdle    string  `flag:"cf-idle" help:"log of cf-idle"`

@@ -1,3 +1,7 @@
+// Package latency is the node's edge measured one connection at a time:
+// idle (RSS and CPU per session), latency and sweep (join -> online on
+// NATS and on a watcher's WebSocket, every join accounted for by the
+// ledger), storm (joins at once into a large room) and the CPU hog.
 package latency
 
 import (

@@ -17,7 +17,7 @@ import (
 	"github.com/presence-dev/presence/cmd/presence-load/internal/measure"
 )
 
-// hog busy-loops o.threads goroutines (GOMAXPROCS = o.threads) until it
+// Hog busy-loops o.threads goroutines (GOMAXPROCS = o.threads) until it
 // is stopped, o.duration passes (if set), or its parent goes away. It is
 // its own process, so the kernel schedules it beside the node as it would
 // any other tenant of the machine.

@@ -17,6 +17,38 @@ import (
 	"github.com/presence-dev/presence/cmd/presence-load/internal/measure"
 )
 
+// openIdle opens the idle mode's sessions: each a client of the
+// project's Go client, as a service or a bot that is present would be: it
+// joins, then only reads (answering pings). Its view of the room costs
+// this process, not the node; the room's events come during the fill,
+// before the window measured. dropped counts the connections of joined
+// clients that ended before the tool closed them (each client then
+// reconnects).
+func openIdle(ctx context.Context, d *load.Dialer, o load.Options) (clients []*client.Client, tally load.Tally, dropped *atomic.Int64) {
+	run := rand.Uint32()
+	clients = make([]*client.Client, o.Sessions)
+	held := make([]atomic.Bool, o.Sessions) // joined, not yet closed by this tool
+	dropped = new(atomic.Int64)
+	tally = load.OpenEach(ctx, o.Sessions, 64, func(i int) error {
+		c, err := d.Client(ctx, fmt.Sprintf("u%d-%d", run, i), fmt.Sprintf("s%d", i), func(error) {
+			if held[i].Load() {
+				dropped.Add(1)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		if _, err := c.Join(ctx, fmt.Sprintf("load%d-%d", run, i/o.PerRoom), client.JoinOptions{}); err != nil {
+			c.Close()
+			return err
+		}
+		clients[i] = c
+		held[i].Store(true)
+		return nil
+	})
+	return clients, tally, dropped
+}
+
 // closeClients closes the open clients, 64 at a time (each waits for its
 // connection's close).
 func closeClients(cs []*client.Client) {
@@ -45,33 +77,8 @@ func Idle(ctx context.Context, o load.Options, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(out, "node RSS before: %.1f MiB\n", rss0/(1<<20))
-	run := rand.Uint32()
 	start := time.Now()
-	// Each session is a client of the project's Go client, as a service
-	// or a bot that is present would be: it joins, then only reads
-	// (answering pings). Its view of the room costs this process, not
-	// the node; the room's events come during the fill, before the
-	// window measured.
-	clients := make([]*client.Client, o.Sessions)
-	held := make([]atomic.Bool, o.Sessions) // joined, not yet closed by this tool
-	var dropped atomic.Int64
-	tally := load.OpenEach(ctx, o.Sessions, 64, func(i int) error {
-		c, err := d.Client(ctx, fmt.Sprintf("u%d-%d", run, i), fmt.Sprintf("s%d", i), func(error) {
-			if held[i].Load() {
-				dropped.Add(1)
-			}
-		})
-		if err != nil {
-			return err
-		}
-		if _, err := c.Join(ctx, fmt.Sprintf("load%d-%d", run, i/o.PerRoom), client.JoinOptions{}); err != nil {
-			c.Close()
-			return err
-		}
-		clients[i] = c
-		held[i].Store(true)
-		return nil
-	})
+	clients, tally, dropped := openIdle(ctx, d, o)
 	defer closeClients(clients)
 	open, failed := tally.Opened, o.Sessions-tally.Opened
 	fmt.Fprintf(out, "opened %d sessions in %v (%d failed", open, time.Since(start).Round(time.Millisecond), failed)
@@ -146,7 +153,7 @@ func reportIdleCPU(out io.Writer, cpu []measure.Reading, window time.Duration, o
 	return nil
 }
 
-// storm fills a room with members, then has joiners join it all at once,
+// Storm fills a room with members, then has joiners join it all at once,
 // and reports each joiner's join -> snapshot time and how many snapshot
 // reads the node made for the storm (joiners of one room share reads).
 func Storm(ctx context.Context, o load.Options, out io.Writer) error {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/nats-io/nats.go"
+
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/churn"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/load"
@@ -472,7 +473,8 @@ func describeClose(err error) string {
 	return err.Error()
 }
 
-// latency runs one measurement at --rate, or a sweep with --sweep.
+// Run is the latency mode: one measurement at --rate, or a sweep with
+// --sweep.
 func Run(ctx context.Context, o load.Options, out io.Writer) error {
 	if o.Rate <= 0 || o.PerRoom < 1 || o.MaxConns < o.PerRoom+1 {
 		return errors.New("--rate must be positive, --per-room at least 1 and --max-conns above --per-room")
@@ -552,7 +554,7 @@ func report(out io.Writer, r stepResult, o load.Options) {
 	}
 }
 
-// sweep runs the latency measurement at increasing rates against the same
+// Sweep runs the latency measurement at increasing rates against the same
 // node, with fresh users, rooms and connections per step; each step's
 // connections are closed, and the node quiet again, before the next.
 // Sweep is the sweep mode: latency at each of --rates (default
@@ -701,6 +703,7 @@ func rateLabel(r stepResult) string {
 	return l
 }
 
+// ParseRates reads a comma-separated list of join rates.
 func ParseRates(s string) ([]float64, error) {
 	var rates []float64
 	for _, f := range strings.Split(s, ",") {

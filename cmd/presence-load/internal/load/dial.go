@@ -1,3 +1,6 @@
+// Package load is what the node-facing modes share: their flags
+// (Options), the dialer of their WebSockets, tokens, joins, the bounded
+// opener of many connections and the CPU meters the flags ask for.
 package load
 
 import (
@@ -17,10 +20,13 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/gorilla/websocket"
+
 	"github.com/presence-dev/presence/client"
 	"github.com/presence-dev/presence/protocol"
 )
 
+// Options are the flags the node-facing modes share (and cli reads), and
+// what follows from them (Finish).
 type Options struct {
 	Addr        string        `flag:"addr" default:"127.0.0.1:8080" help:"node address (host:port)"`
 	Metrics     string        `flag:"metrics" help:"node metrics URL (default http://ADDR/metrics)"`
@@ -73,7 +79,7 @@ func (o *Options) Finish(mode string, given map[string]bool) {
 	}
 }
 
-// raiseFileLimit lifts the soft open-files limit to the hard one and
+// RaiseFileLimit lifts the soft open-files limit to the hard one and
 // returns the soft limit in force.
 func RaiseFileLimit() uint64 {
 	var l syscall.Rlimit
@@ -127,13 +133,13 @@ func (d *Dialer) WebSocket() *websocket.Dialer {
 	}
 }
 
-// dial opens one WebSocket for user/session, from the next source address,
+// Dial opens one WebSocket for user/session, from the next source address,
 // with small buffers (the client side of the test must fit in RAM too).
 func (d *Dialer) Dial(ctx context.Context, user, session string) (*websocket.Conn, error) {
 	return d.DialToken(ctx, user, session, false)
 }
 
-// dialToken is dial with a token that carries "observe":true when observe
+// DialToken is dial with a token that carries "observe":true when observe
 // is set (a client that may follow a room without being in it).
 func (d *Dialer) DialToken(ctx context.Context, user, session string, observe bool) (*websocket.Conn, error) {
 	u := fmt.Sprintf("ws://%s%s?%s=%s", d.o.Addr, protocol.PathWebSocket, protocol.SessionQueryParam, session)
@@ -146,11 +152,12 @@ func (d *Dialer) DialToken(ctx context.Context, user, session string, observe bo
 		}
 		u += "&" + protocol.TokenQueryParam + "=" + tok
 	}
-	ws, _, err := d.WebSocket().DialContext(ctx, u, nil)
+	wd := d.WebSocket()
+	ws, _, err := wd.DialContext(ctx, u, nil)
 	return ws, err
 }
 
-// signToken mints a client token for user, granting every room for an
+// SignToken mints a client token for user, granting every room for an
 // hour.
 func SignToken(secret, user string, observe bool) (string, error) {
 	claims := jwt.MapClaims{"sub": user, "rooms": []string{"*"}, "exp": time.Now().Add(time.Hour).Unix()}
@@ -197,7 +204,7 @@ func JoinRoom(ws *websocket.Conn, room string) error {
 	}
 }
 
-// metric reads one sample of a Prometheus text-format metric.
+// Metric reads one sample of a Prometheus text-format metric.
 func Metric(url, name string) (float64, error) {
 	resp, err := http.Get(url)
 	if err != nil {
@@ -215,7 +222,7 @@ func Metric(url, name string) (float64, error) {
 	return 0, fmt.Errorf("%s not in %s", name, url)
 }
 
-// openAll opens n connections, 64 at a time; name gives connection i's
+// OpenAll opens n connections, 64 at a time; name gives connection i's
 // user, session and room ("" joins none). onOpen, if not nil, is called
 // with each open (and joined) connection; it must start reading it, as a
 // client does: one that does not read is closed as a slow consumer, and
@@ -249,7 +256,7 @@ func OpenAll(ctx context.Context, d *Dialer, n int, name func(i int) (user, sess
 	return conns, n - t.Opened, first
 }
 
-// drain reads and drops every frame of ws until it ends.
+// Drain reads and drops every frame of ws until it ends.
 func Drain(_ int, ws *websocket.Conn) {
 	go func() {
 		// NextReader reads the previous message's rest off the socket
@@ -262,6 +269,7 @@ func Drain(_ int, ws *websocket.Conn) {
 	}()
 }
 
+// CloseAll closes the connections (nil where one failed).
 func CloseAll(conns []*websocket.Conn) {
 	for _, c := range conns {
 		if c != nil {

@@ -3,12 +3,11 @@ package load
 import (
 	"errors"
 	"fmt"
-	"syscall"
 
 	"github.com/presence-dev/presence/cmd/presence-load/internal/measure"
 )
 
-// newMeters returns the meters the flags ask for: the node always (its
+// NewMeters returns the meters the flags ask for: the node always (its
 // /metrics), Redis with --redis (INFO cpu), nats-server with --nats-pid
 // (/proc, exact) or else --nats-monitor (/varz, sampled), and this process
 // with self.
@@ -43,15 +42,9 @@ func NewMeters(o Options, self bool) ([]measure.Meter, error) {
 		}
 		ms = append(ms, m)
 	}
-	ms = append(ms, measure.Meter{Name: "machine", Source: "every process in /proc, sampled every 250ms", Read: measure.NewAllProcs().Read})
+	ms = append(ms, measure.MachineMeter())
 	if self {
-		ms = append(ms, measure.Meter{Name: "load tool", Source: "getrusage", Read: func() (float64, error) {
-			var ru syscall.Rusage
-			if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-				return 0, err
-			}
-			return measure.TvSecs(ru.Utime) + measure.TvSecs(ru.Stime), nil
-		}})
+		ms = append(ms, measure.SelfMeter())
 	}
 	return ms, nil
 }

@@ -9,12 +9,14 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// refusal is an error frame answering the join or watch.
+// Refusal is an error frame answering a join or watch (or a command to
+// Centrifugo): its code, counted by code.
 type Refusal struct{ Code, Msg string }
 
+// Error is the refusal's code and message.
 func (r *Refusal) Error() string { return r.Code + ": " + r.Msg }
 
-// closeReason names how a connection ended, without its addresses (so
+// CloseReason names how a connection ended, without its addresses (so
 // that reasons can be counted).
 func CloseReason(err error) string {
 	var ce *websocket.CloseError

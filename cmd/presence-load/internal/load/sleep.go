@@ -5,6 +5,7 @@ import (
 	"time"
 )
 
+// SleepCtx sleeps for d; false if ctx ended first.
 func SleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()

@@ -1,3 +1,6 @@
+// Package measure is how the modes read and print their figures: CPU
+// meters (/proc, Redis INFO, nats-server's /varz), RSS, percentiles and
+// latency lines, frames per tick.
 package measure
 
 import (
@@ -27,6 +30,8 @@ type perTick struct {
 	over      int // connections above 1 frame per tick
 }
 
+// FramesPerTick is the frames each connection read per tick over the
+// window (-1: a connection never opened, left out).
 func FramesPerTick(frames []int64, window, tick time.Duration) perTick {
 	var p perTick
 	n := ticks(window, tick)
@@ -57,7 +62,7 @@ func (p perTick) String() string {
 		p.Mean, p.Max, p.conns, p.Total, p.over)
 }
 
-// ratio is a/b, or 0 when b is 0.
+// Ratio is a/b, or 0 when b is 0.
 func Ratio(a, b float64) float64 {
 	if b == 0 {
 		return 0
@@ -80,7 +85,7 @@ func latencies(sendUS, arriveUS []int64) []time.Duration {
 	return l
 }
 
-// latencyLine formats p50/p90/p99/max of sorted latencies, counting the
+// LatencyLine formats p50/p90/p99/max of sorted latencies, counting the
 // ones never seen as infinitely late (as the latency mode does).
 func LatencyLine(sorted []time.Duration, never int) string {
 	all := sorted

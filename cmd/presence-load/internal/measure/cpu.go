@@ -17,7 +17,7 @@ import (
 	"time"
 )
 
-// cpuMeter reads a process's cumulative CPU time in seconds. Every meter
+// Meter reads a process's cumulative CPU time in seconds. Every meter
 // is cumulative, so CPU over a window is the difference of two reads.
 type Meter struct {
 	Name   string // node, redis, nats, load tool, hog
@@ -25,18 +25,21 @@ type Meter struct {
 	Read   func() (float64, error)
 }
 
+// Reading is one read of a meter.
 type Reading struct {
 	Name, Source string
 	Secs         float64
 	Err          error
 }
 
-func TvSecs(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+func tvSecs(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
 
+// ProcMeter reads process pid's CPU from /proc.
 func ProcMeter(name string, pid int) Meter {
 	return Meter{Name: name, Source: fmt.Sprintf("/proc/%d/stat utime+stime", pid), Read: func() (float64, error) { return ProcCPU(pid) }}
 }
 
+// ReadMeters reads every meter once.
 func ReadMeters(ms []Meter) []Reading {
 	rs := make([]Reading, len(ms))
 	for i, m := range ms {
@@ -46,7 +49,7 @@ func ReadMeters(ms []Meter) []Reading {
 	return rs
 }
 
-// cpuDelta is b - a, meter by meter. A meter added after a was read (a
+// Delta is b - a, meter by meter. A meter added after a was read (a
 // process started meanwhile) counts from 0.
 func Delta(a, b []Reading) []Reading {
 	d := make([]Reading, len(b))
@@ -61,7 +64,7 @@ func Delta(a, b []Reading) []Reading {
 	return d
 }
 
-// otherCPU is the CPU, in % of one core over the window, of the processes
+// OtherCPU is the CPU, in % of one core over the window, of the processes
 // no meter names (machine minus the rest); false without a machine meter.
 func OtherCPU(rs []Reading, window time.Duration) (float64, bool) {
 	var known, machine float64
@@ -82,7 +85,7 @@ func OtherCPU(rs []Reading, window time.Duration) (float64, bool) {
 	return max(machine-known, 0) / window.Seconds() * 100, true
 }
 
-// fmtCPU prints each meter's CPU over the window as a percentage of one
+// FmtCPU prints each meter's CPU over the window as a percentage of one
 // core. The machine meter is followed by what the other meters do not
 // explain: other processes on the machine (tests, builds, a hog without a
 // meter), which disturb the figures.
@@ -120,17 +123,17 @@ func FmtCPU(rs []Reading, window time.Duration) string {
 // undercount bursty loads such as these, so they are not used either.)
 type allProcs struct {
 	mu    sync.Mutex
-	last  map[int]ProcTimes
+	last  map[int]procTimes
 	total float64
 	err   error
 }
 
-type ProcTimes struct {
+type procTimes struct {
 	Start     uint64  // start time in ticks since boot: tells a reused pid
 	Own, Kids float64 // seconds
 }
 
-func NewAllProcs() *allProcs {
+func newAllProcs() *allProcs {
 	a := &allProcs{}
 	a.sample()
 	go func() {
@@ -167,12 +170,12 @@ func (a *allProcs) Read() (float64, error) {
 	return a.total, a.err
 }
 
-func scanProcs() (map[int]ProcTimes, error) {
+func scanProcs() (map[int]procTimes, error) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil, err
 	}
-	m := make(map[int]ProcTimes, len(ents))
+	m := make(map[int]procTimes, len(ents))
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -182,7 +185,7 @@ func scanProcs() (map[int]ProcTimes, error) {
 		if err != nil {
 			continue // gone meanwhile
 		}
-		if t, err := ParseProcTimes(string(b)); err == nil {
+		if t, err := parseProcTimes(string(b)); err == nil {
 			m[pid] = t
 		}
 	}
@@ -191,25 +194,25 @@ func scanProcs() (map[int]ProcTimes, error) {
 
 // parseProcTimes reads utime+stime, cutime+cstime and the start time of
 // a /proc/<pid>/stat line.
-func ParseProcTimes(s string) (ProcTimes, error) {
+func parseProcTimes(s string) (procTimes, error) {
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return ProcTimes{}, errors.New("malformed /proc stat")
+		return procTimes{}, errors.New("malformed /proc stat")
 	}
 	f := strings.Fields(s[i+1:])
 	// f[0] is field 3 (state): utime..cstime are fields 14-17, starttime 22.
 	if len(f) < 20 {
-		return ProcTimes{}, errors.New("short /proc stat")
+		return procTimes{}, errors.New("short /proc stat")
 	}
 	var v [5]uint64
 	for j, k := range []int{11, 12, 13, 14, 19} {
 		n, err := strconv.ParseUint(f[k], 10, 64)
 		if err != nil {
-			return ProcTimes{}, err
+			return procTimes{}, err
 		}
 		v[j] = n
 	}
-	return ProcTimes{Start: v[4], Own: float64(v[0]+v[1]) / clkTck, Kids: float64(v[2]+v[3]) / clkTck}, nil
+	return procTimes{Start: v[4], Own: float64(v[0]+v[1]) / clkTck, Kids: float64(v[2]+v[3]) / clkTck}, nil
 }
 
 // clkTck is USER_HZ, the unit of /proc/<pid>/stat times: 100 on every
@@ -217,7 +220,7 @@ func ParseProcTimes(s string) (ProcTimes, error) {
 // assumes the same).
 const clkTck = 100
 
-// procCPU reads a process's utime+stime from /proc/<pid>/stat.
+// ProcCPU reads a process's utime+stime from /proc/<pid>/stat.
 func ProcCPU(pid int) (float64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -226,14 +229,14 @@ func ProcCPU(pid int) (float64, error) {
 	return ParseProcStat(string(b))
 }
 
-// parseProcStat returns utime+stime in seconds. The command name, in
+// ParseProcStat returns utime+stime in seconds. The command name, in
 // parentheses, may hold spaces: fields are counted after its last ')'.
 func ParseProcStat(s string) (float64, error) {
-	t, err := ParseProcTimes(s)
+	t, err := parseProcTimes(s)
 	return t.Own, err
 }
 
-// redisCPU reads used_cpu_sys + used_cpu_user from Redis's INFO cpu.
+// RedisCPU reads used_cpu_sys + used_cpu_user from Redis's INFO cpu.
 // addr is host:port or a redis:// URL (a password in it is sent with AUTH).
 func RedisCPU(addr string) (float64, error) {
 	var pass string
@@ -281,7 +284,7 @@ func RedisCPU(addr string) (float64, error) {
 	return ParseRedisCPU(string(body))
 }
 
-// parseRedisCPU sums used_cpu_sys and used_cpu_user of an INFO reply
+// ParseRedisCPU sums used_cpu_sys and used_cpu_user of an INFO reply
 // (the main thread's and children's are separate fields, not summed).
 func ParseRedisCPU(info string) (float64, error) {
 	var sum float64
@@ -304,7 +307,7 @@ func ParseRedisCPU(info string) (float64, error) {
 	return sum, nil
 }
 
-// varzMeter integrates nats-server's /varz "cpu" (a percentage the server
+// VarzMeter integrates nats-server's /varz "cpu" (a percentage the server
 // recomputes about once a second over the last second) into CPU seconds,
 // polling every second. It is an estimate; --nats-pid reads the exact
 // figure from /proc.
@@ -350,7 +353,7 @@ func VarzMeter(monitor string) (Meter, error) {
 	}}, nil
 }
 
-// scrape reads a Prometheus text page; each metric name maps to the sum
+// Scrape reads a Prometheus text page; each metric name maps to the sum
 // of its series (labels dropped).
 func Scrape(u string) (map[string]float64, error) {
 	resp, err := http.Get(u)
@@ -387,4 +390,20 @@ func Scrape(u string) (map[string]float64, error) {
 		}
 	}
 	return m, sc.Err()
+}
+
+// MachineMeter reads the CPU of every process on the machine (allProcs).
+func MachineMeter() Meter {
+	return Meter{Name: "machine", Source: "every process in /proc, sampled every 250ms", Read: newAllProcs().Read}
+}
+
+// SelfMeter reads this process's CPU.
+func SelfMeter() Meter {
+	return Meter{Name: "load tool", Source: "getrusage", Read: func() (float64, error) {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			return 0, err
+		}
+		return tvSecs(ru.Utime) + tvSecs(ru.Stime), nil
+	}}
 }

@@ -8,12 +8,12 @@ import (
 	"time"
 )
 
-// never ranks a join whose online never arrived on a path (missing, or
+// Never ranks a join whose online never arrived on a path (missing, or
 // replaced by a resync snapshot) above every measured latency, so that a
 // percentile covering it cannot look good.
 const Never = time.Duration(math.MaxInt64)
 
-// percentile is the nearest-rank percentile (q in (0,1]): the smallest
+// Percentile is the nearest-rank percentile (q in (0,1]): the smallest
 // value with at least q of the values at or below it. Empty: 0.
 func Percentile(sorted []time.Duration, q float64) time.Duration {
 	if len(sorted) == 0 {
@@ -23,7 +23,7 @@ func Percentile(sorted []time.Duration, q float64) time.Duration {
 	return sorted[min(max(rank, 1), len(sorted))-1]
 }
 
-// codes formats a count per code, sorted by code.
+// Codes formats a count per code, sorted by code.
 func Codes(m map[string]int) string {
 	if len(m) == 0 {
 		return "none"
@@ -40,7 +40,7 @@ func Codes(m map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
-// fmtDur prints a latency with a precision that suits its size.
+// FmtDur prints a latency with a precision that suits its size.
 func FmtDur(d time.Duration) string {
 	switch {
 	case d == Never:

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// rssWatch samples a process's RSS every second, keeping the peak.
+// RSSWatch samples a process's RSS every second, keeping the peak.
 type RSSWatch struct {
 	pid  int
 	mu   sync.Mutex
@@ -19,6 +19,7 @@ type RSSWatch struct {
 	done chan struct{}
 }
 
+// WatchRSS samples process pid's RSS until Stop, keeping the peak.
 func WatchRSS(pid int) *RSSWatch {
 	w := &RSSWatch{pid: pid, done: make(chan struct{})}
 	go func() {
@@ -47,7 +48,7 @@ func (w *RSSWatch) sample() int64 {
 	return v
 }
 
-// now samples and returns the RSS and the peak so far, and resets the peak.
+// Now samples and returns the RSS and the peak so far, and resets the peak.
 func (w *RSSWatch) Now() (cur, peak int64) {
 	if w == nil {
 		return 0, 0
@@ -59,6 +60,7 @@ func (w *RSSWatch) Now() (cur, peak int64) {
 	return cur, peak
 }
 
+// Stop stops the sampling.
 func (w *RSSWatch) Stop() { close(w.done) }
 
 // procRSS reads VmRSS of /proc/<pid>/status, in bytes.
@@ -84,6 +86,7 @@ func parseVMRSS(status string) (int64, error) {
 	return 0, errors.New("no VmRSS in /proc status")
 }
 
+// Codes64 is Codes for 64-bit counts.
 func Codes64(m map[string]int64) string {
 	c := map[string]int{}
 	for k, v := range m {
@@ -92,7 +95,7 @@ func Codes64(m map[string]int64) string {
 	return Codes(c)
 }
 
-// samples spreads k indices over 0..n-1.
+// Samples spreads k indices over 0..n-1.
 func Samples(n, k int) []int {
 	k = min(k, n)
 	s := make([]int, 0, k)
@@ -102,6 +105,7 @@ func Samples(n, k int) []int {
 	return s
 }
 
+// ToDurations turns µs into sorted durations.
 func ToDurations(us []int64) []time.Duration {
 	d := make([]time.Duration, len(us))
 	for i, v := range us {

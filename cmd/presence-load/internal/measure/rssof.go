@@ -1,6 +1,6 @@
 package measure
 
-// rssOf is procRSS as a float.
+// RSSOf is procRSS as a float.
 func RSSOf(pid int) (float64, error) {
 	b, err := procRSS(pid)
 	return float64(b), err

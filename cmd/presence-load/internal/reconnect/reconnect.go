@@ -1,3 +1,7 @@
+// Package reconnect is the reconnect storm (docs/BENCHMARKS.md): the
+// sessions of dead nodes back within a minute on one Redis, through
+// stand-ins for nodes that use the node's own join limiter and extender
+// on the store.
 package reconnect
 
 import (
@@ -16,13 +20,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/cli"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/measure"
 	"github.com/presence-dev/presence/node"
 	"github.com/presence-dev/presence/presence"
 	"github.com/presence-dev/presence/region"
-	"github.com/redis/go-redis/v9"
 )
 
 type reconnectOpts struct {
@@ -84,7 +89,7 @@ func (s *rstats) hint(d time.Duration) {
 	s.mu.Unlock()
 }
 
-// reconnect runs the storm and prints its figures.
+// Run is the reconnect mode: it runs the storm and prints its figures.
 func Run(ctx context.Context, args []string, out io.Writer) error {
 	// The stand-in nodes' defaults are the node's.
 	o := reconnectOpts{JoinRate: node.DefaultJoinRate, JoinLatency: node.DefaultJoinLatency, MaxInflight: node.DefaultMaxInflight, Batch: node.DefaultTouchBatch}

@@ -1,3 +1,6 @@
+// Package regionload is the region mode: a region on a Redis Cluster
+// driven directly on the store by region-driver child processes standing
+// in for nodes, with the region's global publisher and an aggregator.
 package regionload
 
 import (
@@ -16,6 +19,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/presence-dev/presence/cmd/presence-load/internal/cli"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/measure"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/worker"
@@ -23,7 +28,6 @@ import (
 	"github.com/presence-dev/presence/node"
 	"github.com/presence-dev/presence/presence"
 	"github.com/presence-dev/presence/region"
-	"github.com/redis/go-redis/v9"
 )
 
 // The region mode measures one region's store on a Redis Cluster, driven
@@ -130,6 +134,9 @@ func fmtMasterCPU(addrs []string, a, b []float64, window time.Duration) (string,
 	return strings.Join(parts, ", "), sum
 }
 
+// Run is the region mode: a region on a Redis Cluster driven by
+// region-driver children, seeded, refreshed flat out, then kept alive on
+// the node's heartbeat.
 func Run(ctx context.Context, args []string, out io.Writer) error {
 	o, err := parseRegionOpts(args)
 	if err != nil {

@@ -15,11 +15,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/presence-dev/presence/cmd/presence-load/internal/worker"
 	"github.com/presence-dev/presence/node"
 	"github.com/presence-dev/presence/presence"
 	"github.com/presence-dev/presence/region"
-	"github.com/redis/go-redis/v9"
 )
 
 // A region-driver child stands in for one node of the region mode: it
@@ -187,6 +188,9 @@ type regionDriver struct {
 	hb          *node.HeartbeatDriver
 }
 
+// DriverMain is a region-driver: one node's share of the region's
+// sessions, serving its parent's requests on in and out (package
+// worker), its spec the one argument.
 func DriverMain(ctx context.Context, args []string, in io.Reader, out io.Writer) error {
 	spec, err := parseDriverSpec(args)
 	if err != nil {
