@@ -15,8 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gorilla/websocket"
-
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/churn"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/load"
@@ -206,16 +204,14 @@ func newBigWorker() *bigWorker {
 
 // bconn is one connection of a worker.
 type bconn struct {
-	w      *bigWorker
-	spec   *openSpec
-	user   string
-	ws     *websocket.Conn
-	wmu    sync.Mutex
+	w    *bigWorker
+	spec *openSpec
+	user string
+	load.Conn
 	parse  bool // read and parse every frame (folding, counting, watching)
 	frames atomic.Int64
 	mark   int64
 	resync atomic.Int64
-	ending atomic.Bool
 
 	mu       sync.Mutex // guards the rest
 	fold     *folder
@@ -231,13 +227,6 @@ type bconn struct {
 	anom     anomalies
 	tokens   float64 // page requests: a token bucket under the node's frame rate
 	tokenAt  time.Time
-}
-
-func (c *bconn) write(b []byte) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	_ = c.ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	return c.ws.WriteMessage(websocket.TextMessage, b)
 }
 
 func (c *bconn) bad(format string, args ...any) {
@@ -341,7 +330,7 @@ func (c *bconn) again(ctx context.Context, frame, req []byte, retried int) error
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return c.write(req)
+	return c.Send(req)
 }
 
 // openRetries is how many times a join or watch is sent again after an
@@ -358,7 +347,7 @@ func (c *bconn) open(ctx context.Context, d *load.Dialer, users []string) (int, 
 	if err != nil {
 		return 0, "", 0, err
 	}
-	c.ws = ws
+	c.WS = ws
 	retried := 0
 	fail := func(err error) (int, string, int, error) { ws.Close(); return 0, "", retried, err }
 	_ = ws.SetReadDeadline(time.Now().Add(60 * time.Second))
@@ -394,7 +383,7 @@ func (c *bconn) open(ctx context.Context, d *load.Dialer, users []string) (int, 
 		}
 	}
 	frame := load.Encode(req)
-	if err := c.write(frame); err != nil {
+	if err := c.Send(frame); err != nil {
 		return fail(err)
 	}
 	for {
@@ -436,7 +425,7 @@ func (c *bconn) open(ctx context.Context, d *load.Dialer, users []string) (int, 
 // machine the node is measured on. Errors, and every frame of a parsing
 // connection, are read whole (data).
 func (c *bconn) readReply() (typ, ref string, data []byte, err error) {
-	_, r, err := c.ws.NextReader()
+	_, r, err := c.WS.NextReader()
 	if err != nil {
 		return "", "", nil, err
 	}
@@ -480,9 +469,9 @@ func (c *bconn) readLoop() {
 	var buf bytes.Buffer
 	head := make([]byte, 24)
 	for {
-		_, r, err := c.ws.NextReader()
+		_, r, err := c.WS.NextReader()
 		if err != nil {
-			if !c.ending.Load() {
+			if !c.Ending() {
 				c.w.gone(load.CloseReason(err))
 				c.mu.Lock()
 				c.lost = true
@@ -808,7 +797,7 @@ func (c *bconn) askPage() {
 
 func (c *bconn) sendPage() {
 	req := load.Encode(protocol.Request{Type: protocol.TypeMembers, Room: c.spec.Room, Offset: load.Ptr(c.fold.nextOff), Limit: load.Ptr(pageLimit), Ref: "p" + strconv.Itoa(c.fold.gen)})
-	go func() { _ = c.write(req) }()
+	go func() { _ = c.Send(req) }()
 }
 
 func (w *bigWorker) each(f func(c *bconn)) {
@@ -1031,8 +1020,7 @@ func diffTrans(want []trans, got []entry) string {
 
 func (w *bigWorker) closeAll() {
 	w.each(func(c *bconn) {
-		c.ending.Store(true)
-		c.ws.Close()
+		c.End()
 	})
 }
 

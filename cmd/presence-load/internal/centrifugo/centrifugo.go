@@ -102,12 +102,10 @@ type cfStatsResp struct {
 
 // cfConn is one subscriber of a worker.
 type cfConn struct {
-	w       *cfWorker
-	user    string
-	ws      *websocket.Conn
-	wmu     sync.Mutex
+	w    *cfWorker
+	user string
+	load.Conn
 	replies chan cfMsg
-	ending  atomic.Bool
 	frames  atomic.Int64
 	// Messages by kind, cumulative.
 	msgs, joins, leaves, pings, other atomic.Int64
@@ -133,21 +131,14 @@ type cfWorker struct {
 
 var cfBufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
-func (c *cfConn) write(b []byte) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	_ = c.ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	return c.ws.WriteMessage(websocket.TextMessage, b)
-}
-
 // readLoop reads every frame until the connection ends: each message is
 // counted by kind, pings answered, replies handed to the opener and, at a
 // sampled subscriber, join and leave pushes timed.
 func (c *cfConn) readLoop() {
 	for {
-		_, r, err := c.ws.NextReader()
+		_, r, err := c.WS.NextReader()
 		if err != nil {
-			if !c.ending.Load() {
+			if !c.Ending() {
 				c.w.gone(load.CloseReason(err))
 				c.mu.Lock()
 				c.lost = true
@@ -179,7 +170,7 @@ func (c *cfConn) frame(data []byte, at time.Time) {
 			pings++
 			// Answered at once, as a client does (else Centrifugo closes
 			// the connection after the pong timeout).
-			if c.write([]byte("{}")) == nil {
+			if c.Send([]byte("{}")) == nil {
 				c.w.pongs.Add(1)
 			}
 		case cfJoin, cfLeave:
@@ -335,14 +326,14 @@ func (c *cfConn) open(ctx context.Context, d *load.Dialer, spec *cfOpen) (string
 	if err != nil {
 		return "", err
 	}
-	c.ws = ws
+	c.WS = ws
 	go c.readLoop()
-	fail := func(err error) (string, error) { c.ending.Store(true); ws.Close(); return "", err }
+	fail := func(err error) (string, error) { c.End(); return "", err }
 	tok, err := load.SignToken(spec.Secret, c.user, false)
 	if err != nil {
 		return fail(err)
 	}
-	if err := c.write(cfConnectCmd(1, tok)); err != nil {
+	if err := c.Send(cfConnectCmd(1, tok)); err != nil {
 		return fail(err)
 	}
 	m, err := cfAwait(c.replies, 1, 60*time.Second)
@@ -353,7 +344,7 @@ func (c *cfConn) open(ctx context.Context, d *load.Dialer, spec *cfOpen) (string
 	if m.Connect != nil {
 		version = m.Connect.Version
 	}
-	if err := c.write(cfSubscribeCmd(2, spec.Channel, true)); err != nil {
+	if err := c.Send(cfSubscribeCmd(2, spec.Channel, true)); err != nil {
 		return fail(err)
 	}
 	if _, err := cfAwait(c.replies, 2, 60*time.Second); err != nil {
@@ -447,8 +438,7 @@ func (w *cfWorker) report(req *churn.Sent) cfReport {
 
 func (w *cfWorker) closeAll() {
 	w.each(func(c *cfConn) {
-		c.ending.Store(true)
-		c.ws.Close()
+		c.End()
 	})
 }
 
@@ -744,9 +734,8 @@ func (c *cfChurn) one(ctx context.Context, i int, at time.Time) {
 		})
 		return
 	}
-	conn := &cfConn{ws: ws, replies: make(chan cfMsg, 4), w: &cfWorker{closed: map[string]int{}, spec: &cfOpen{}}}
-	var ending atomic.Bool
-	defer func() { ending.Store(true); conn.ending.Store(true); ws.Close() }()
+	conn := &cfConn{Conn: load.Conn{WS: ws}, replies: make(chan cfMsg, 4), w: &cfWorker{closed: map[string]int{}, spec: &cfOpen{}}}
+	defer conn.End()
 	go func() {
 		conn.readLoop()
 		close(conn.replies)
@@ -754,7 +743,7 @@ func (c *cfChurn) one(ctx context.Context, i int, at time.Time) {
 	user := c.prefix + strconv.Itoa(i)
 	tok, err := load.SignToken(r.o.Secret, user, false)
 	if err == nil {
-		err = conn.write(cfConnectCmd(1, tok))
+		err = conn.Send(cfConnectCmd(1, tok))
 	}
 	if err == nil {
 		_, err = cfAwait(conn.replies, 1, 30*time.Second)
@@ -774,7 +763,7 @@ func (c *cfChurn) one(ctx context.Context, i int, at time.Time) {
 	now := time.Now()
 	c.note(func() { c.maxLag = max(c.maxLag, now.Sub(at)) })
 	send := now.UnixMicro() - r.baseUS
-	if conn.write(cfSubscribeCmd(2, r.channel, false)) != nil {
+	if conn.Send(cfSubscribeCmd(2, r.channel, false)) != nil {
 		c.note(func() { c.unanswered++ })
 		return
 	}
@@ -799,7 +788,7 @@ func (c *cfChurn) one(ctx context.Context, i int, at time.Time) {
 		time.Sleep(d)
 	}
 	c.leaveUS[i] = time.Now().UnixMicro() - r.baseUS
-	if conn.write(cfUnsubscribeCmd(3, r.channel)) == nil {
+	if conn.Send(cfUnsubscribeCmd(3, r.channel)) == nil {
 		if _, err := cfAwait(conn.replies, 3, 30*time.Second); err == nil {
 			return
 		}
@@ -934,22 +923,22 @@ func (r *cfRun) presenceStats(ctx context.Context) {
 		fmt.Fprintf(r.out, "presence_stats: %v\n", err)
 		return
 	}
-	conn := &cfConn{ws: ws, replies: make(chan cfMsg, 4), w: &cfWorker{closed: map[string]int{}, spec: &cfOpen{}}}
-	defer func() { conn.ending.Store(true); ws.Close() }()
+	conn := &cfConn{Conn: load.Conn{WS: ws}, replies: make(chan cfMsg, 4), w: &cfWorker{closed: map[string]int{}, spec: &cfOpen{}}}
+	defer conn.End()
 	go conn.readLoop()
 	tok, _ := load.SignToken(r.o.Secret, fmt.Sprintf("o%d", r.run), false)
-	_ = conn.write(cfConnectCmd(1, tok))
+	_ = conn.Send(cfConnectCmd(1, tok))
 	if _, err := cfAwait(conn.replies, 1, 30*time.Second); err != nil {
 		fmt.Fprintf(r.out, "presence_stats: connect: %v\n", err)
 		return
 	}
-	_ = conn.write(cfSubscribeCmd(2, r.channel, false))
+	_ = conn.Send(cfSubscribeCmd(2, r.channel, false))
 	if _, err := cfAwait(conn.replies, 2, 30*time.Second); err != nil {
 		fmt.Fprintf(r.out, "presence_stats: subscribe: %v\n", err)
 		return
 	}
 	ch, _ := json.Marshal(r.channel)
-	_ = conn.write([]byte(`{"id":3,"presence_stats":{"channel":` + string(ch) + `}}`))
+	_ = conn.Send([]byte(`{"id":3,"presence_stats":{"channel":` + string(ch) + `}}`))
 	m, err := cfAwait(conn.replies, 3, 30*time.Second)
 	if err != nil || m.PresenceStats == nil {
 		fmt.Fprintf(r.out, "presence_stats: %v\n", err)

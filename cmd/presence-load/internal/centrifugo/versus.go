@@ -17,8 +17,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gorilla/websocket"
-
 	"github.com/presence-dev/presence/cmd/presence-load/internal/churn"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/cli"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/load"
@@ -42,23 +40,15 @@ import (
 // cfClient is one Centrifugo connection: a reader that answers pings and
 // hands replies and join pushes on.
 type cfClient struct {
-	ws      *websocket.Conn
-	wmu     sync.Mutex
+	load.Conn
 	replies chan cfMsg
 	onJoin  func(channel, user string, at time.Time)
-}
-
-func (c *cfClient) write(b []byte) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	_ = c.ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	return c.ws.WriteMessage(websocket.TextMessage, b)
 }
 
 func (c *cfClient) read() {
 	defer close(c.replies)
 	for {
-		_, data, err := c.ws.ReadMessage()
+		_, data, err := c.WS.ReadMessage()
 		if err != nil {
 			return
 		}
@@ -70,7 +60,7 @@ func (c *cfClient) read() {
 func (c *cfClient) line(line []byte, at time.Time) {
 	switch cfClassify(line) {
 	case cfPing:
-		_ = c.write([]byte("{}"))
+		_ = c.Send([]byte("{}"))
 	case cfJoin:
 		if c.onJoin != nil {
 			if _, ch, user, err := cfJoinLeave(line); err == nil {
@@ -94,14 +84,14 @@ func cfOpenClient(ctx context.Context, d *load.Dialer, secret, user, channel str
 	if err != nil {
 		return nil, err
 	}
-	c := &cfClient{ws: ws, replies: make(chan cfMsg, 4), onJoin: onJoin}
+	c := &cfClient{Conn: load.Conn{WS: ws}, replies: make(chan cfMsg, 4), onJoin: onJoin}
 	go c.read()
 	fail := func(err error) (*cfClient, error) { ws.Close(); return nil, err }
 	tok, err := load.SignToken(secret, user, false)
 	if err != nil {
 		return fail(err)
 	}
-	if err := c.write(cfConnectCmd(1, tok)); err != nil {
+	if err := c.Send(cfConnectCmd(1, tok)); err != nil {
 		return fail(err)
 	}
 	if _, err := cfAwait(c.replies, 1, 60*time.Second); err != nil {
@@ -110,7 +100,7 @@ func cfOpenClient(ctx context.Context, d *load.Dialer, secret, user, channel str
 	if channel == "" {
 		return c, nil
 	}
-	if err := c.write(cfSubscribeCmd(2, channel, joinLeave)); err != nil {
+	if err := c.Send(cfSubscribeCmd(2, channel, joinLeave)); err != nil {
 		return fail(err)
 	}
 	if _, err := cfAwait(c.replies, 2, 60*time.Second); err != nil {
@@ -151,7 +141,7 @@ func cfOpenMany(n int, open func(i int) (*cfClient, error)) ([]*cfClient, int, e
 func cfCloseAll(cs []*cfClient) {
 	for _, c := range cs {
 		if c != nil {
-			c.ws.Close()
+			c.WS.Close()
 		}
 	}
 }
@@ -253,7 +243,7 @@ func Latency(ctx context.Context, o load.Options, out io.Writer) error {
 	sctx, stop := context.WithCancel(ctx)
 	churn.Pacer{Rate: o.Rate}.Run(sctx, len(js), func(i int, _ time.Time) {
 		sent[i].Store(time.Now().UnixNano())
-		if err := js[i].write(cfSubscribeCmd(2, channel(i/perChannel), false)); err != nil {
+		if err := js[i].Send(cfSubscribeCmd(2, channel(i/perChannel), false)); err != nil {
 			writeErr = fmt.Errorf("subscribe %s: %w", user(i), err)
 			stop()
 		}

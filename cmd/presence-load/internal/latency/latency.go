@@ -25,17 +25,9 @@ import (
 // wsConn is one WebSocket of a run. Writes are serialised: a retry may be
 // sent from a timer while the schedule is still sending.
 type wsConn struct {
-	ws   *websocket.Conn
-	wmu  sync.Mutex
+	load.Conn
 	user string
 	room string
-}
-
-func (c *wsConn) write(data []byte) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	_ = c.ws.SetWriteDeadline(time.Now().Add(10 * time.Second))
-	return c.ws.WriteMessage(websocket.TextMessage, data)
 }
 
 // router hands each NATS event to the ledger of the run its user belongs
@@ -316,7 +308,7 @@ func (r *stepRun) openJoiners(ctx context.Context) (failed int, err error) {
 		return r.joiners[i].user, "s", ""
 	}, func(i int, ws *websocket.Conn) {
 		c := r.joiners[i]
-		c.ws = ws
+		c.WS = ws
 		r.read(ws, func(data []byte, at time.Time) {
 			if d := r.l.joinerFrame(c.user, data, at); d > 0 {
 				r.retries.schedule(c, d)
@@ -356,13 +348,13 @@ func (r *stepRun) sendJoins(ctx context.Context, res *stepResult) time.Time {
 	var last time.Time
 	start := pacer.Run(ctx, len(r.joiners), func(i int, at time.Time) {
 		c := r.joiners[i]
-		if c.ws == nil {
+		if c.WS == nil {
 			return // its connection failed; counted as never sent
 		}
 		now := time.Now()
 		res.maxLag = max(res.maxLag, now.Sub(at))
 		r.l.send(c.user, now)
-		if err := c.write(joinFrame(c.room, 1)); err != nil {
+		if err := c.Send(joinFrame(c.room, 1)); err != nil {
 			res.writeErrs++
 		}
 		res.sent++
@@ -441,7 +433,7 @@ func (j *joinRetries) schedule(c *wsConn, d time.Duration) {
 		j.mu.Unlock()
 		if ok {
 			n := j.l.send(c.user, time.Now())
-			_ = c.write(joinFrame(c.room, n))
+			_ = c.Send(joinFrame(c.room, n))
 		}
 	})
 	j.timers[t] = c.user
