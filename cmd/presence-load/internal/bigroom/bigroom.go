@@ -125,19 +125,11 @@ func (r *bigRun) target(ok bool, format string, args ...any) {
 // Run is the bigroom mode: the scenario of --scenario against the node of
 // --addr, its population and churners on --pop-addr.
 func Run(ctx context.Context, o load.Options, b Options, out io.Writer) error {
-	switch b.Scenario {
-	case "members", "count", "watch":
-	default:
-		return fmt.Errorf("--scenario %q: members, count or watch", b.Scenario)
-	}
-	if b.ChurnView != "count" && b.ChurnView != "members" {
-		return fmt.Errorf("--churn-view %q: count or members", b.ChurnView)
+	if err := b.check(); err != nil {
+		return err
 	}
 	if b.PopAddr == "" {
 		b.PopAddr = o.Addr
-	}
-	if b.PerProcess < 1 || b.PerProcess > 19000 {
-		return errors.New("--per-process must be 1..19000 (the open-files limit per process is 20,000)")
 	}
 	r := &bigRun{o: o, b: b, out: out, run: rand.Uint32(), baseUS: time.Now().UnixMicro()}
 	r.room = fmt.Sprintf("big%d", r.run)
@@ -150,29 +142,16 @@ func Run(ctx context.Context, o load.Options, b Options, out io.Writer) error {
 	if r.dB, err = load.NewDialer(ob); err != nil {
 		return err
 	}
-	if r.nc, err = nats.Connect(o.NatsURL); err != nil {
-		return fmt.Errorf("NATS (the truth of the room's transitions): %w", err)
-	}
-	defer r.nc.Close()
-	r.truth = &natsTruth{room: r.room, on: map[string]int64{}, off: map[string]int64{}, onSeq: map[string]uint64{}, offSeq: map[string]uint64{}, seen: map[uint64]bool{}, base: r.baseUS}
-	sub, err := r.nc.Subscribe(bus.RoomFilter(o.Region, r.room), r.truth.handle)
+	sub, err := r.followTruth()
 	if err != nil {
 		return err
 	}
-	_ = sub.SetPendingLimits(-1, -1)
-	if err := r.nc.Flush(); err != nil {
+	defer r.nc.Close()
+	if err := r.startMeters(); err != nil {
 		return err
 	}
-	if r.meters, err = load.NewMeters(o, true); err != nil {
-		return err
-	}
-	if b.NodePID > 0 {
-		r.meters[0] = measure.ProcMeter("node", b.NodePID)
-		r.rss = measure.WatchRSS(b.NodePID)
+	if r.rss != nil {
 		defer r.rss.Stop()
-	}
-	if b.PopPID > 0 {
-		r.meters = append(r.meters, measure.ProcMeter("node B", b.PopPID))
 	}
 	defer func() {
 		for _, w := range r.workers {
@@ -201,6 +180,61 @@ func Run(ctx context.Context, o load.Options, b Options, out io.Writer) error {
 		return fmt.Errorf("FAIL: %s", strings.Join(r.fails, "; "))
 	}
 	fmt.Fprintln(out, "result: OK (nothing missing, repeated, refused or resynced; every view checked equals the truth)")
+	return nil
+}
+
+// check refuses flags that name no scenario or view, and more
+// connections per worker than its open files.
+func (b Options) check() error {
+	switch b.Scenario {
+	case "members", "count", "watch":
+	default:
+		return fmt.Errorf("--scenario %q: members, count or watch", b.Scenario)
+	}
+	if b.ChurnView != "count" && b.ChurnView != "members" {
+		return fmt.Errorf("--churn-view %q: count or members", b.ChurnView)
+	}
+	if b.PerProcess < 1 || b.PerProcess > 19000 {
+		return errors.New("--per-process must be 1..19000 (the open-files limit per process is 20,000)")
+	}
+	return nil
+}
+
+// followTruth subscribes to the room's transitions on NATS: the truth the
+// views are checked against.
+func (r *bigRun) followTruth() (*nats.Subscription, error) {
+	var err error
+	if r.nc, err = nats.Connect(r.o.NatsURL); err != nil {
+		return nil, fmt.Errorf("NATS (the truth of the room's transitions): %w", err)
+	}
+	r.truth = &natsTruth{room: r.room, on: map[string]int64{}, off: map[string]int64{}, onSeq: map[string]uint64{}, offSeq: map[string]uint64{}, seen: map[uint64]bool{}, base: r.baseUS}
+	sub, err := r.nc.Subscribe(bus.RoomFilter(r.o.Region, r.room), r.truth.handle)
+	if err != nil {
+		r.nc.Close()
+		return nil, err
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+	if err := r.nc.Flush(); err != nil {
+		r.nc.Close()
+		return nil, err
+	}
+	return sub, nil
+}
+
+// startMeters sets up the CPU meters (the nodes' from /proc with their
+// pids) and the measured node's RSS watch.
+func (r *bigRun) startMeters() error {
+	var err error
+	if r.meters, err = load.NewMeters(r.o, true); err != nil {
+		return err
+	}
+	if r.b.NodePID > 0 {
+		r.meters[0] = measure.ProcMeter("node", r.b.NodePID)
+		r.rss = measure.WatchRSS(r.b.NodePID)
+	}
+	if r.b.PopPID > 0 {
+		r.meters = append(r.meters, measure.ProcMeter("node B", r.b.PopPID))
+	}
 	return nil
 }
 

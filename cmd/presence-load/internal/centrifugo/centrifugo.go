@@ -544,27 +544,7 @@ func Run(ctx context.Context, o load.Options, b bigroom.Options, out io.Writer) 
 	if err := r.fill(ctx); err != nil {
 		r.fail("%v", err)
 	} else {
-		held, broke := 0.0, 0.0
-		for k, rate := range rates {
-			ok, err := r.step(ctx, k, rate)
-			if err != nil {
-				r.fail("step %v/s: %v", rate, err)
-				break
-			}
-			if !ok {
-				broke = rate
-				break
-			}
-			held = rate
-		}
-		switch {
-		case broke > 0 && held > 0:
-			fmt.Fprintf(out, "centrifugo: held %.0f joins/s + %.0f leaves/s; broke at %.0f/s\n", held, held, broke)
-		case broke > 0:
-			fmt.Fprintf(out, "centrifugo: broke at the first rate, %.0f/s\n", broke)
-		case held > 0:
-			fmt.Fprintf(out, "centrifugo: held every rate up to %.0f joins/s + %.0f leaves/s\n", held, held)
-		}
+		r.steps(ctx, rates)
 		r.presenceStats(ctx)
 	}
 	if len(r.fails) > 0 {
@@ -572,6 +552,32 @@ func Run(ctx context.Context, o load.Options, b bigroom.Options, out io.Writer) 
 	}
 	fmt.Fprintln(out, "result: OK (the run completed; see the steps for where Centrifugo broke)")
 	return nil
+}
+
+// steps churns at each rate in turn until one breaks Centrifugo, and says
+// which held.
+func (r *cfRun) steps(ctx context.Context, rates []float64) {
+	held, broke := 0.0, 0.0
+	for k, rate := range rates {
+		ok, err := r.step(ctx, k, rate)
+		if err != nil {
+			r.fail("step %v/s: %v", rate, err)
+			break
+		}
+		if !ok {
+			broke = rate
+			break
+		}
+		held = rate
+	}
+	switch {
+	case broke > 0 && held > 0:
+		fmt.Fprintf(r.out, "centrifugo: held %.0f joins/s + %.0f leaves/s; broke at %.0f/s\n", held, held, broke)
+	case broke > 0:
+		fmt.Fprintf(r.out, "centrifugo: broke at the first rate, %.0f/s\n", broke)
+	case held > 0:
+		fmt.Fprintf(r.out, "centrifugo: held every rate up to %.0f joins/s + %.0f leaves/s\n", held, held)
+	}
 }
 
 func (r *cfRun) rssLine(when string) {
@@ -834,6 +840,32 @@ func cfBroken(newClosed map[string]int, rep cfReport, answered, n int, on []time
 	return why
 }
 
+// arrivals asks every worker when the churners' pushes came to its
+// sampled subscribers, and sums their answers.
+func (r *cfRun) arrivals(c *cfChurn) (cfReport, error) {
+	var rep cfReport
+	req := churn.Sent{SendUS: c.sendUS, LeaveUS: c.leaveUS}
+	res := make([]cfReport, len(r.workers))
+	err := r.each(func(i int, w *worker.Proc) error { return w.Call("report", &req, &res[i]) })
+	for _, x := range res {
+		rep.add(x)
+	}
+	return rep, err
+}
+
+// replies counts the churners' subscribes that were answered, with their
+// subscribe -> reply times, sorted.
+func (c *cfChurn) replies() (int, []time.Duration) {
+	var reply []time.Duration
+	for i := range c.n {
+		if c.sendUS[i] > 0 {
+			reply = append(reply, time.Duration(c.replyUS[i]-c.sendUS[i])*time.Microsecond)
+		}
+	}
+	slices.Sort(reply)
+	return len(reply), reply
+}
+
 // step runs one churn step; false when Centrifugo broke in it.
 func (r *cfRun) step(ctx context.Context, k int, rate float64) (bool, error) {
 	b := r.b
@@ -862,26 +894,11 @@ func (r *cfRun) step(ctx context.Context, k int, rate float64) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	var rep cfReport
-	req := churn.Sent{SendUS: c.sendUS, LeaveUS: c.leaveUS}
-	res := make([]cfReport, len(r.workers))
-	if err := r.each(func(i int, w *worker.Proc) error {
-		return w.Call("report", &req, &res[i])
-	}); err != nil {
+	rep, err := r.arrivals(c)
+	if err != nil {
 		return false, err
 	}
-	for _, x := range res {
-		rep.add(x)
-	}
-	answered := 0
-	var reply []time.Duration
-	for i := range n {
-		if c.sendUS[i] > 0 {
-			answered++
-			reply = append(reply, time.Duration(c.replyUS[i]-c.sendUS[i])*time.Microsecond)
-		}
-	}
-	slices.Sort(reply)
+	answered, reply := c.replies()
 	fmt.Fprintf(r.out, "churn: sent in %v; %d subscribes answered of %d (refused %d: %s; unanswered %d; connect failed %d; dial failed %d; first error %s); unsubscribes unanswered %d; max send lag %v; peak churner connections %d\n",
 		sent.Round(time.Millisecond), answered, n, c.subRefused, measure.Codes(c.codes), c.unanswered, c.connectFailed, c.dialFailed, c.firstErr, c.leaveUnanswered, measure.FmtDur(c.maxLag), c.peak.Load())
 	fmt.Fprintf(r.out, "churner subscribe -> its reply: %s\n", measure.LatencyLine(reply, 0))
