@@ -633,7 +633,6 @@ type churners struct {
 	maxLag            time.Duration
 	closedByNode      map[string]int
 	leaveRefused      map[string]int
-	start, end        time.Time
 	retried           int
 	peak, live        atomic.Int64
 	refusedFinalCount int
@@ -651,8 +650,7 @@ func (c *churners) run(ctx context.Context) {
 		return
 	}
 	// Each churner dials and connects in the second before its join.
-	c.start = churn.Pacer{Rate: c.r.b.ChurnRate, Lead: time.Second}.Go(ctx, c.n, func(i int, at time.Time) { c.one(ctx, i, at) })
-	c.end = time.Now()
+	churn.Pacer{Rate: c.r.b.ChurnRate, Lead: time.Second}.Go(ctx, c.n, func(i int, at time.Time) { c.one(ctx, i, at) })
 }
 
 func (c *churners) note(f func()) {
