@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -109,33 +108,20 @@ func cfOpenClient(ctx context.Context, d *load.Dialer, secret, user, channel str
 	return c, nil
 }
 
-// cfOpenMany opens n clients, 64 at a time; open makes client i.
+// cfOpenMany opens n clients, 64 at a time; open makes client i. It
+// returns them (nil where one failed), the failures and the first error.
 func cfOpenMany(n int, open func(i int) (*cfClient, error)) ([]*cfClient, int, error) {
 	cs := make([]*cfClient, n)
-	var wg sync.WaitGroup
-	var failed atomic.Int64
-	var first atomic.Pointer[error]
-	sem := make(chan struct{}, 64)
-	for i := range n {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			c, err := open(i)
-			if err != nil {
-				failed.Add(1)
-				first.CompareAndSwap(nil, &err)
-				return
-			}
-			cs[i] = c
-		}()
-	}
-	wg.Wait()
+	t := load.OpenEach(context.Background(), n, 64, func(i int) error {
+		c, err := open(i)
+		cs[i] = c
+		return err
+	})
 	var err error
-	if e := first.Load(); e != nil {
-		err = *e
+	if t.FirstErr != "" {
+		err = errors.New(t.FirstErr)
 	}
-	return cs, int(failed.Load()), err
+	return cs, t.Failed, err
 }
 
 func cfCloseAll(cs []*cfClient) {
