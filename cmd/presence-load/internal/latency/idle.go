@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gorilla/websocket"
 	"github.com/presence-dev/presence/client"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/load"
 	"github.com/presence-dev/presence/cmd/presence-load/internal/measure"
@@ -153,6 +154,37 @@ func reportIdleCPU(out io.Writer, cpu []measure.Reading, window time.Duration, o
 	return nil
 }
 
+// joinAtOnce has every joiner join room at the same moment and returns
+// each one's join -> snapshot time (0 where it failed), the failures and
+// how long the storm took.
+func joinAtOnce(joiners []*websocket.Conn, room string) ([]time.Duration, int64, time.Duration) {
+	lat := make([]time.Duration, len(joiners))
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	gate := make(chan struct{})
+	for i, c := range joiners {
+		if c == nil {
+			failed.Add(1)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-gate
+			t0 := time.Now()
+			if load.JoinRoom(c, room) != nil {
+				failed.Add(1)
+				return
+			}
+			lat[i] = time.Since(t0)
+		}()
+	}
+	t0 := time.Now()
+	close(gate)
+	wg.Wait()
+	return lat, failed.Load(), time.Since(t0)
+}
+
 // Storm fills a room with members, then has joiners join it all at once,
 // and reports each joiner's join -> snapshot time and how many snapshot
 // reads the node made for the storm (joiners of one room share reads).
@@ -184,31 +216,7 @@ func Storm(ctx context.Context, o load.Options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	lat := make([]time.Duration, len(joiners))
-	failed := atomic.Int64{}
-	var wg sync.WaitGroup
-	gate := make(chan struct{})
-	for i, c := range joiners {
-		if c == nil {
-			failed.Add(1)
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			<-gate
-			t0 := time.Now()
-			if load.JoinRoom(c, room) != nil {
-				failed.Add(1)
-				return
-			}
-			lat[i] = time.Since(t0)
-		}()
-	}
-	t0 := time.Now()
-	close(gate)
-	wg.Wait()
-	elapsed := time.Since(t0)
+	lat, failed, elapsed := joinAtOnce(joiners, room)
 	after, err := load.Metric(o.Metrics, "presence_node_join_snapshot_reads_total")
 	if err != nil {
 		return err
@@ -220,7 +228,7 @@ func Storm(ctx context.Context, o load.Options, out io.Writer) error {
 	slices.Sort(lat)
 	q := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
 	fmt.Fprintf(out, "%d joins at once into a room of %d in %v (%d failed); %.0f snapshot reads\n",
-		len(lat), ok, elapsed.Round(time.Millisecond), failed.Load(), after-before)
+		len(lat), ok, elapsed.Round(time.Millisecond), failed, after-before)
 	fmt.Fprintf(out, "join -> snapshot: p50 %v  p90 %v  p99 %v  max %v\n",
 		q(0.50).Round(10*time.Microsecond), q(0.90).Round(10*time.Microsecond), q(0.99).Round(10*time.Microsecond), lat[len(lat)-1].Round(10*time.Microsecond))
 	return nil
