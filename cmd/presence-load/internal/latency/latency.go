@@ -88,9 +88,15 @@ type latencyEnv struct {
 	hog    *hogProcess
 }
 
+// newLatencyEnv sets up what every latency run uses: the dialer, the NATS
+// subscriber of the region, the meters, the hog if asked, and the node's
+// connections before this tool opened any.
 func newLatencyEnv(ctx context.Context, o load.Options) (*latencyEnv, func(), error) {
 	d, err := load.NewDialer(o)
 	if err != nil {
+		return nil, nil, err
+	}
+	if o.BaseConns, err = nodeConns(o.Metrics); err != nil {
 		return nil, nil, err
 	}
 	nc, err := nats.Connect(o.NatsURL)
@@ -485,9 +491,6 @@ func Run(ctx context.Context, o load.Options, out io.Writer) error {
 		return err
 	}
 	defer done()
-	if env.o.BaseConns, err = nodeConns(o.Metrics); err != nil {
-		return err
-	}
 	p := env.plan(0, o.Rate)
 	res, err := env.runStep(ctx, p)
 	if err != nil {
@@ -568,9 +571,6 @@ func sweep(ctx context.Context, o load.Options, out io.Writer) error {
 		return err
 	}
 	defer done()
-	if env.o.BaseConns, err = nodeConns(o.Metrics); err != nil {
-		return err
-	}
 	if env.o.Quiesce == 0 {
 		env.o.Quiesce = 90 * time.Second
 	}

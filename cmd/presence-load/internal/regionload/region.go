@@ -199,28 +199,48 @@ type regionRun struct {
 }
 
 func (r *regionRun) seed() error {
+	p, err := r.phase("seed", nil, 30*time.Minute)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(r.out, "seed: %d sessions claimed in %v (%.0f/s); Redis CPU %.1f s in all (%.2f µs/session): %s\n",
+		p.n, p.took.Round(time.Millisecond), float64(p.n)/p.took.Seconds(), p.sum, p.sum*1e6/float64(p.n), p.per)
+	return nil
+}
+
+// phaseResult is a phase the drivers ran: the sessions they counted, the
+// errors, how long it took, and the masters' CPU over it (per master,
+// and the sum in seconds).
+type phaseResult struct {
+	n, errs int64
+	took    time.Duration
+	per     string
+	sum     float64
+}
+
+// phase has every driver run op (body) and reads the masters' CPU around
+// it.
+func (r *regionRun) phase(op string, body any, timeout time.Duration) (phaseResult, error) {
+	var p phaseResult
 	c0, err := cpuOf(r.addrs)
 	if err != nil {
-		return err
+		return p, err
 	}
 	t0 := time.Now()
-	reps, err := ask(r.ds, "seed", nil, 30*time.Minute)
+	reps, err := ask(r.ds, op, body, timeout)
 	if err != nil {
-		return err
+		return p, err
 	}
-	took := time.Since(t0)
+	p.took = time.Since(t0)
 	c1, err := cpuOf(r.addrs)
 	if err != nil {
-		return err
+		return p, err
 	}
-	var n int64
 	for _, rep := range reps {
-		n += rep.N
+		p.n, p.errs = p.n+rep.N, p.errs+rep.Errors
 	}
-	per, sum := fmtMasterCPU(r.addrs, c0, c1, took)
-	fmt.Fprintf(r.out, "seed: %d sessions claimed in %v (%.0f/s); Redis CPU %.1f s in all (%.2f µs/session): %s\n",
-		n, took.Round(time.Millisecond), float64(n)/took.Seconds(), sum, sum*1e6/float64(n), per)
-	return nil
+	p.per, p.sum = fmtMasterCPU(r.addrs, c0, c1, p.took)
+	return p, nil
 }
 
 // settle sweeps until no room is overdue: the seed's rooms come due a
@@ -250,32 +270,17 @@ func (r *regionRun) settle(ctx context.Context) error {
 // flatOut runs a flat-out phase: the node's batches, or those of its
 // former round-robin schedule (see flatBatches).
 func (r *regionRun) flatOut(roundRobin bool) error {
-	c0, err := cpuOf(r.addrs)
-	if err != nil {
-		return err
-	}
 	name := "flat out, the node's batches"
 	if roundRobin {
 		name = "flat out, the former round-robin batches"
 	}
-	t0 := time.Now()
-	reps, err := ask(r.ds, "flat", flatReq{For: r.o.Flat, RoundRobin: roundRobin}, r.o.Flat+time.Minute)
+	p, err := r.phase("flat", flatReq{For: r.o.Flat, RoundRobin: roundRobin}, r.o.Flat+time.Minute)
 	if err != nil {
 		return err
 	}
-	took := time.Since(t0)
-	c1, err := cpuOf(r.addrs)
-	if err != nil {
-		return err
-	}
-	var n, errs int64
-	for _, rep := range reps {
-		n, errs = n+rep.N, errs+rep.Errors
-	}
-	per, sum := fmtMasterCPU(r.addrs, c0, c1, took)
-	rate := float64(n) / took.Seconds()
+	rate := float64(p.n) / p.took.Seconds()
 	fmt.Fprintf(r.out, "%s: %d refreshes in %v = %.0f sessions/s (%d batches in flight in all, %d errors); Redis %.2f µs/session; CPU per master: %s\n",
-		name, n, took.Round(time.Millisecond), rate, r.o.Drivers*r.o.Inflight, errs, sum*1e6/float64(n), per)
+		name, p.n, p.took.Round(time.Millisecond), rate, r.o.Drivers*r.o.Inflight, p.errs, p.sum*1e6/float64(p.n), p.per)
 	hb := presence.DefaultHeartbeat
 	fmt.Fprintf(r.out, "  at this rate one heartbeat (%v) refreshes %.0f sessions\n", hb, rate*hb.Seconds())
 	return nil
