@@ -3,6 +3,7 @@ package regionload
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -18,7 +19,7 @@ import (
 func TestMain(m *testing.M) {
 	if os.Getenv("REGIONLOAD_TEST_DRIVER") == "1" {
 		if err := DriverMain(context.Background(), os.Args[2:], os.Stdin, os.Stdout); err != nil {
-			os.Stderr.WriteString(err.Error() + "\n")
+			fmt.Fprintln(os.Stderr, err)
 			os.Exit(3)
 		}
 		os.Exit(0)
