@@ -163,7 +163,7 @@ wait_for() {
 }
 
 [[ $mode == cluster ]] || nice -n 10 go build -o "$bin/presenced" ./cmd/presenced
-nice -n 10 go build -o "$bin/presence-load" ./cmd/presence-load
+nice -n 10 go build -C cmd/presence-load -o "$bin/presence-load" .
 nice -n 10 go build -o "$bin/nats-server" github.com/nats-io/nats-server/v2
 if [[ $mode == centrifugo || $mode == versus ]]; then
 	# Centrifugo v6 from the Go module proxy, into this run's temp dir (not

@@ -1,0 +1,396 @@
+package centrifugo
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/presence-dev/presence/cmd/presence-load/internal/churn"
+	"github.com/presence-dev/presence/cmd/presence-load/internal/cli"
+	"github.com/presence-dev/presence/cmd/presence-load/internal/load"
+	"github.com/presence-dev/presence/cmd/presence-load/internal/measure"
+)
+
+// The side by side of scripts/load.sh versus: Centrifugo measured the way
+// the idle and latency modes measure a node (cf-idle, cf-latency), each
+// printing the same lines, and the versus mode reading the four logs into
+// one table.
+//
+//   - cf-idle: --sessions connections, each connected with its own HS256
+//     token and subscribed with "join_leave":true to one of the channels of
+//     --per-room; Centrifugo's RSS (/proc/PID/status) before and after, its
+//     CPU over the hold after a settle, as idle reads a node's.
+//   - cf-latency: one observer per channel of 50 (join_leave), --rate
+//     subscribes a second for --duration on an absolute schedule, from
+//     connections connected beforehand; each join push at its channel's
+//     observer is timed from the subscribe.
+
+// cfClient is one Centrifugo connection: a reader that answers pings and
+// hands replies and join pushes on.
+type cfClient struct {
+	load.Conn
+	replies chan cfMsg
+	onJoin  func(channel, user string, at time.Time)
+}
+
+func (c *cfClient) read() {
+	defer close(c.replies)
+	for {
+		_, data, err := c.WS.ReadMessage()
+		if err != nil {
+			return
+		}
+		at := time.Now()
+		cfLines(data, func(line []byte) { c.line(line, at) })
+	}
+}
+
+func (c *cfClient) line(line []byte, at time.Time) {
+	switch cfClassify(line) {
+	case cfPing:
+		_ = c.Send([]byte("{}"))
+	case cfJoin:
+		if c.onJoin != nil {
+			if _, ch, user, err := cfJoinLeave(line); err == nil {
+				c.onJoin(ch, user, at)
+			}
+		}
+	case cfReply, cfErrReply:
+		var m cfMsg
+		if json.Unmarshal(line, &m) == nil {
+			select {
+			case c.replies <- m:
+			default:
+			}
+		}
+	}
+}
+
+// cfOpenClient connects as user and, unless channel is empty, subscribes.
+func cfOpenClient(ctx context.Context, d *load.Dialer, secret, user, channel string, joinLeave bool, onJoin func(string, string, time.Time)) (*cfClient, error) {
+	ws, err := cfDial(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	c := &cfClient{Conn: load.Conn{WS: ws}, replies: make(chan cfMsg, 4), onJoin: onJoin}
+	go c.read()
+	fail := func(err error) (*cfClient, error) { ws.Close(); return nil, err }
+	tok, err := load.SignToken(secret, user, false)
+	if err != nil {
+		return fail(err)
+	}
+	if err := c.Send(cfConnectCmd(1, tok)); err != nil {
+		return fail(err)
+	}
+	if _, err := cfAwait(c.replies, 1, 60*time.Second); err != nil {
+		return fail(fmt.Errorf("connect: %w", err))
+	}
+	if channel == "" {
+		return c, nil
+	}
+	if err := c.Send(cfSubscribeCmd(2, channel, joinLeave)); err != nil {
+		return fail(err)
+	}
+	if _, err := cfAwait(c.replies, 2, 60*time.Second); err != nil {
+		return fail(fmt.Errorf("subscribe: %w", err))
+	}
+	return c, nil
+}
+
+// cfOpenMany opens n clients, 64 at a time; open makes client i. It
+// returns them (nil where one failed), the failures and the first error.
+func cfOpenMany(n int, open func(i int) (*cfClient, error)) ([]*cfClient, int, error) {
+	cs := make([]*cfClient, n)
+	t := load.OpenEach(context.Background(), n, 64, func(i int) error {
+		c, err := open(i)
+		cs[i] = c
+		return err
+	})
+	var err error
+	if t.FirstErr != "" {
+		err = errors.New(t.FirstErr)
+	}
+	return cs, t.Failed, err
+}
+
+func cfCloseAll(cs []*cfClient) {
+	for _, c := range cs {
+		if c != nil {
+			c.WS.Close()
+		}
+	}
+}
+
+// Idle is the cf-idle mode: Centrifugo's RSS and CPU (pid) with
+// --sessions idle subscribers.
+func Idle(ctx context.Context, o load.Options, pid int, out io.Writer) error {
+	if pid <= 0 {
+		return errors.New("cf-idle: --node-pid (Centrifugo's) is required")
+	}
+	d, err := load.NewDialer(o)
+	if err != nil {
+		return err
+	}
+	rss0, err := measure.RSSOf(pid)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "centrifugo RSS before: %.1f MiB\n", rss0/(1<<20))
+	run := rand.Uint32()
+	start := time.Now()
+	cs, failed, first := cfOpenMany(o.Sessions, func(i int) (*cfClient, error) {
+		return cfOpenClient(ctx, d, o.Secret, fmt.Sprintf("u%d-%d", run, i), fmt.Sprintf("load%d-%d", run, i/o.PerRoom), true, nil)
+	})
+	defer cfCloseAll(cs)
+	open := o.Sessions - failed
+	fmt.Fprintf(out, "opened %d sessions in %v (%d failed; first error: %v)\n", open, time.Since(start).Round(time.Millisecond), failed, first)
+	if open == 0 {
+		return errors.New("no session opened")
+	}
+	settle := min(o.Hold/3, 20*time.Second)
+	if !load.SleepCtx(ctx, settle) {
+		return ctx.Err()
+	}
+	cpu0, err := measure.ProcCPU(pid)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if !load.SleepCtx(ctx, o.Hold-settle) {
+		return ctx.Err()
+	}
+	cpu1, err := measure.ProcCPU(pid)
+	if err != nil {
+		return err
+	}
+	window := time.Since(t0)
+	rss1, err := measure.RSSOf(pid)
+	if err != nil {
+		return err
+	}
+	pct := (cpu1 - cpu0) / window.Seconds() * 100
+	fmt.Fprintf(out, "node RSS with %d sessions: %.1f MiB; per session: %.1f KiB\n", open, rss1/(1<<20), (rss1-rss0)/float64(open)/1024)
+	fmt.Fprintf(out, "CPU per 10k sessions, %% of one core: node %.2f%% (Centrifugo, /proc/%d/stat over %.0fs)\n", pct*10000/float64(open), pid, window.Seconds())
+	if failed > 0 {
+		return fmt.Errorf("FAIL: %d of %d sessions failed to open", failed, o.Sessions)
+	}
+	return nil
+}
+
+// Latency is the cf-latency mode: join pushes timed at an observer per
+// channel.
+func Latency(ctx context.Context, o load.Options, out io.Writer) error {
+	d, err := load.NewDialer(o)
+	if err != nil {
+		return err
+	}
+	run := rand.Uint32()
+	joins := int(o.Rate * o.Duration.Seconds())
+	const perChannel = 50
+	channels := (joins + perChannel - 1) / perChannel
+	channel := func(i int) string { return fmt.Sprintf("lat%d-%d", run, i) }
+	user := func(i int) string { return fmt.Sprintf("j%d-%d", run, i) }
+	sent := make([]atomic.Int64, joins) // unix ns of the subscribe, by joiner
+	seen := make([]atomic.Int64, joins) // ns from it to the observer's push
+	onJoin := func(_, u string, at time.Time) {
+		i, ok := strings.CutPrefix(u, fmt.Sprintf("j%d-", run))
+		if n, err := strconv.Atoi(i); ok && err == nil && n >= 0 && n < joins {
+			if s := sent[n].Load(); s > 0 {
+				seen[n].CompareAndSwap(0, at.UnixNano()-s)
+			}
+		}
+	}
+	start := time.Now()
+	obs, failedO, errO := cfOpenMany(channels, func(i int) (*cfClient, error) {
+		return cfOpenClient(ctx, d, o.Secret, fmt.Sprintf("w%d-%d", run, i), channel(i), true, onJoin)
+	})
+	defer cfCloseAll(obs)
+	js, failedJ, errJ := cfOpenMany(joins, func(i int) (*cfClient, error) {
+		return cfOpenClient(ctx, d, o.Secret, user(i), "", false, nil)
+	})
+	defer cfCloseAll(js)
+	if failedO+failedJ > 0 {
+		return fmt.Errorf("FAIL: %d observers and %d joiners failed to open (%v; %v)", failedO, failedJ, errO, errJ)
+	}
+	fmt.Fprintf(out, "%d joins at %.0f/s over %v into %d channels of %d, each with an observer; connections opened in %v\n",
+		joins, o.Rate, o.Duration, channels, perChannel, time.Since(start).Round(time.Millisecond))
+	var writeErr error
+	sctx, stop := context.WithCancel(ctx)
+	churn.Pacer{Rate: o.Rate}.Run(sctx, len(js), func(i int, _ time.Time) {
+		sent[i].Store(time.Now().UnixNano())
+		if err := js[i].Send(cfSubscribeCmd(2, channel(i/perChannel), false)); err != nil {
+			writeErr = fmt.Errorf("subscribe %s: %w", user(i), err)
+			stop()
+		}
+	})
+	stop()
+	if err := cmp.Or(writeErr, ctx.Err()); err != nil {
+		return err
+	}
+	waitFor := time.Now().Add(o.Straggle)
+	unseen := func() bool {
+		for i := range seen {
+			if seen[i].Load() == 0 {
+				return true
+			}
+		}
+		return false
+	}
+	for time.Now().Before(waitFor) && unseen() {
+		if !load.SleepCtx(ctx, 50*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+	lat, missing := rankSeen(seen)
+	fmt.Fprintf(out, "join -> %-22s p50 %-8s p90 %-8s p99 %-8s max %-8s seen %d/%d  missing %d\n", "online on WebSocket:",
+		measure.FmtDur(measure.Percentile(lat, .50)), measure.FmtDur(measure.Percentile(lat, .90)), measure.FmtDur(measure.Percentile(lat, .99)), measure.FmtDur(measure.Percentile(lat, 1)), joins-missing, joins, missing)
+	if missing > 0 {
+		return fmt.Errorf("FAIL: %d join pushes missing", missing)
+	}
+	return nil
+}
+
+// rankSeen sorts the latencies seen (ns, 0 for a push never seen), each
+// push never seen ranked as never, as latency ranks a node's missing
+// events, so that percentile reads both sides by the same rule.
+func rankSeen(seen []atomic.Int64) (lat []time.Duration, missing int) {
+	lat = make([]time.Duration, len(seen))
+	for i := range seen {
+		if lat[i] = time.Duration(seen[i].Load()); lat[i] == 0 {
+			lat[i] = measure.Never
+			missing++
+		}
+	}
+	slices.Sort(lat)
+	return lat, missing
+}
+
+// The versus mode's table.
+
+// sideFigures are one side's figures, read from its logs; a figure not
+// found is negative.
+type sideFigures struct {
+	p50, p99  time.Duration
+	rssKiB    float64
+	cpuPer10k float64
+	sessions  int
+}
+
+var (
+	reWSLine = regexp.MustCompile(`join -> online on WebSocket:\s+p50 (\S+)\s+p90 \S+\s+p99 (\S+)`)
+	reRSS    = regexp.MustCompile(`node RSS with (\d+) sessions: [\d.]+ MiB; per session: ([\d.]+) KiB`)
+	reCPU    = regexp.MustCompile(`CPU per 10k sessions, % of one core: node ([\d.]+)%`)
+)
+
+// parseFigures reads an idle log and a latency log.
+func parseFigures(idleLog, latencyLog string) sideFigures {
+	f := sideFigures{p50: -1, p99: -1, rssKiB: -1, cpuPer10k: -1}
+	if m := reRSS.FindStringSubmatch(idleLog); m != nil {
+		f.sessions, _ = strconv.Atoi(m[1])
+		f.rssKiB, _ = strconv.ParseFloat(m[2], 64)
+	}
+	if m := reCPU.FindStringSubmatch(idleLog); m != nil {
+		f.cpuPer10k, _ = strconv.ParseFloat(m[1], 64)
+	}
+	if m := reWSLine.FindStringSubmatch(latencyLog); m != nil {
+		f.p50, _ = parseFmtDur(m[1])
+		f.p99, _ = parseFmtDur(m[2])
+	}
+	return f
+}
+
+// parseFmtDur reads what fmtDur writes.
+func parseFmtDur(s string) (time.Duration, error) {
+	if s == "never" {
+		return -1, nil
+	}
+	return time.ParseDuration(s)
+}
+
+// versusTable is the side by side, Markdown: a row per figure, the
+// ratio presence / Centrifugo (below 1: presence is ahead).
+func versusTable(cf, pr sideFigures, rate float64) string {
+	var b strings.Builder
+	b.WriteString("| | Centrifugo | presence | ratio |\n|---|---|---|---|\n")
+	ms := func(d time.Duration) float64 {
+		if d < 0 {
+			return -1
+		}
+		return float64(d) / float64(time.Millisecond)
+	}
+	row := func(name string, c, p float64, unit string) {
+		cell := func(v float64) string {
+			if v < 0 {
+				return "n/a"
+			}
+			return strconv.FormatFloat(v, 'f', 2, 64) + unit
+		}
+		ratio := "n/a"
+		if c > 0 && p >= 0 {
+			ratio = strconv.FormatFloat(p/c, 'f', 2, 64) + "×"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", name, cell(c), cell(p), ratio)
+	}
+	r := strconv.FormatFloat(rate, 'f', -1, 64)
+	row("join → event at an observer WebSocket, "+r+" joins/s, p50", ms(cf.p50), ms(pr.p50), " ms")
+	row("same, p99", ms(cf.p99), ms(pr.p99), " ms")
+	row(fmt.Sprintf("RSS per idle WebSocket session, %s JWT clients", sessionsLabel(cf, pr)), cf.rssKiB, pr.rssKiB, " KiB")
+	row("node CPU per 10k idle sessions", cf.cpuPer10k, pr.cpuPer10k, " %")
+	return b.String()
+}
+
+func sessionsLabel(cf, pr sideFigures) string {
+	if cf.sessions == pr.sessions && cf.sessions > 0 {
+		return groupThousands(cf.sessions)
+	}
+	return groupThousands(cf.sessions) + " / " + groupThousands(pr.sessions)
+}
+
+func groupThousands(n int) string {
+	s := strconv.Itoa(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// Versus prints the table from the four logs named by its flags.
+func Versus(args []string, out io.Writer) error {
+	var o struct {
+		CfIdle    string  `flag:"cf-idle" help:"log of cf-idle"`
+		CfLatency string  `flag:"cf-latency" help:"log of cf-latency"`
+		Idle      string  `flag:"idle" help:"log of idle against the node"`
+		Latency   string  `flag:"latency" help:"log of latency against the node"`
+		Rate      float64 `flag:"rate" default:"1000" help:"the join rate of both latency runs"`
+	}
+	if _, err := cli.Parse("versus", args, &o); err != nil {
+		return err
+	}
+	read := func(p string) (string, error) {
+		if p == "" {
+			return "", errors.New("versus: --cf-idle, --cf-latency, --idle and --latency are all required")
+		}
+		b, err := os.ReadFile(p) // #nosec G304 -- a log path the caller gave
+		return string(b), err
+	}
+	var logs [4]string
+	for i, p := range []string{o.CfIdle, o.CfLatency, o.Idle, o.Latency} {
+		var err error
+		if logs[i], err = read(p); err != nil {
+			return err
+		}
+	}
+	fmt.Fprint(out, versusTable(parseFigures(logs[0], logs[1]), parseFigures(logs[2], logs[3]), o.Rate))
+	return nil
+}

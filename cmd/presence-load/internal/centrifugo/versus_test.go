@@ -1,0 +1,93 @@
+package centrifugo
+
+import (
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/presence-dev/presence/cmd/presence-load/internal/measure"
+)
+
+// Lines as idle, latency, cf-idle and cf-latency print them.
+const (
+	prIdleLog = `node RSS before: 23.7 MiB
+opened 15000 sessions in 30.712s (0 failed)
+node RSS with 15000 sessions: 207.9 MiB; per session: 12.6 KiB
+node idle CPU over 40s: 3.27% of one core (/metrics process_cpu_seconds_total)
+CPU per 10k sessions, % of one core: node 1.18%, redis 1.15%, nats 0.13%; sum 3.46%
+`
+	prLatLog = `join -> online on NATS:        p50 0.70ms   p90 1.2ms    p99 8.05ms   max 20.0ms   seen 10000/10000  late(>1s) 0  missing 0
+join -> online on WebSocket:   p50 0.92ms   p90 1.5ms    p99 11.9ms   max 25.1ms   seen 10000/10000  late(>1s) 0  missing 0  replaced by resync 0
+join -> own snapshot reply:    p50 0.50ms   p90 0.9ms    p99 3.00ms   max 9.0ms    seen 10000/10000  late(>1s) 0  missing 0
+`
+	cfIdleLog = `centrifugo RSS before: 30.0 MiB
+opened 15000 sessions in 20s (0 failed; first error: <nil>)
+node RSS with 15000 sessions: 740.0 MiB; per session: 48.5 KiB
+CPU per 10k sessions, % of one core: node 9.30% (Centrifugo, /proc/1/stat over 40s)
+`
+	cfLatLog = `join -> online on WebSocket:   p50 0.56ms   p90 1.0ms    p99 3.14ms   max 7.0ms    seen 10000/10000  missing 0
+`
+)
+
+func TestParseFigures(t *testing.T) {
+	pr := parseFigures(prIdleLog, prLatLog)
+	want := sideFigures{p50: 920 * time.Microsecond, p99: 11900 * time.Microsecond, rssKiB: 12.6, cpuPer10k: 1.18, sessions: 15000}
+	if pr != want {
+		t.Errorf("presence: got %+v, want %+v (the WebSocket line, not NATS or the reply)", pr, want)
+	}
+	cf := parseFigures(cfIdleLog, cfLatLog)
+	want = sideFigures{p50: 560 * time.Microsecond, p99: 3140 * time.Microsecond, rssKiB: 48.5, cpuPer10k: 9.3, sessions: 15000}
+	if cf != want {
+		t.Errorf("centrifugo: got %+v, want %+v", cf, want)
+	}
+	none := parseFigures("", "join -> online on WebSocket:   p50 never    p90 never    p99 never    max never")
+	if none.rssKiB >= 0 || none.cpuPer10k >= 0 || none.p50 >= 0 || none.p99 >= 0 {
+		t.Errorf("figures missing from the logs must read as missing: %+v", none)
+	}
+}
+
+func TestVersusTable(t *testing.T) {
+	got := versusTable(parseFigures(cfIdleLog, cfLatLog), parseFigures(prIdleLog, prLatLog), 1000)
+	want := `| | Centrifugo | presence | ratio |
+|---|---|---|---|
+| join → event at an observer WebSocket, 1000 joins/s, p50 | 0.56 ms | 0.92 ms | 1.64× |
+| same, p99 | 3.14 ms | 11.90 ms | 3.79× |
+| RSS per idle WebSocket session, 15,000 JWT clients | 48.50 KiB | 12.60 KiB | 0.26× |
+| node CPU per 10k idle sessions | 9.30 % | 1.18 % | 0.13× |
+`
+	if got != want {
+		t.Errorf("table:\n%s\nwant:\n%s", got, want)
+	}
+	// A side without figures (a run that failed) shows n/a, not zero.
+	got = versusTable(parseFigures("", ""), parseFigures(prIdleLog, prLatLog), 1000)
+	if !strings.Contains(got, "| same, p99 | n/a | 11.90 ms | n/a |") || strings.Contains(got, "0.00") {
+		t.Errorf("missing figures:\n%s", got)
+	}
+}
+
+func TestGroupThousands(t *testing.T) {
+	for n, want := range map[int]string{0: "0", 999: "999", 1000: "1,000", 15000: "15,000", 1234567: "1,234,567"} {
+		if got := groupThousands(n); got != want {
+			t.Errorf("groupThousands(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+// cf-latency ranks a push never seen as never, as latency ranks a node's
+// missing event: 1 of 4 missing makes p99 never, not the slowest seen.
+func TestRankSeenCountsTheMissing(t *testing.T) {
+	seen := make([]atomic.Int64, 4)
+	for i, ns := range []int64{3e6, 0, 1e6, 2e6} {
+		seen[i].Store(ns)
+	}
+	lat, missing := rankSeen(seen)
+	want := []time.Duration{time.Millisecond, 2 * time.Millisecond, 3 * time.Millisecond, measure.Never}
+	if missing != 1 || !slices.Equal(lat, want) {
+		t.Fatalf("rankSeen: %v, %d missing; want %v, 1", lat, missing, want)
+	}
+	if p50, p99 := measure.Percentile(lat, .5), measure.Percentile(lat, .99); p50 != 2*time.Millisecond || p99 != measure.Never {
+		t.Fatalf("p50 %v, p99 %v; want 2ms, never", p50, p99)
+	}
+}
