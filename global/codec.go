@@ -84,66 +84,83 @@ func decodePublication(subject string, data []byte) (*publication, error) {
 	if err := bus.ValidateRegion(p.Region); err != nil {
 		return nil, fmt.Errorf("global: decode publication: %w", err)
 	}
-	switch p.Kind {
-	case kindDelta:
-		if subject != bus.SyncDeltaSubject(p.Region) || p.Part != 0 || p.Parts != 0 {
-			return nil, fmt.Errorf("global: decode publication: delta of %s on %q", p.Region, subject)
-		}
-	case kindFull:
-		if p.Digest != "" {
-			return nil, errors.New("global: decode publication: a full carries no digest")
-		}
-		if subject != bus.SyncFullSubject(p.Region) {
-			return nil, fmt.Errorf("global: decode publication: full of %s on %q", p.Region, subject)
-		}
-		if p.Parts < 1 || p.Parts > maxParts || p.Part < 1 || p.Part > p.Parts {
-			return nil, fmt.Errorf("global: decode publication: part %d of %d", p.Part, p.Parts)
-		}
-	default:
-		return nil, fmt.Errorf("global: decode publication: unknown kind %q", p.Kind)
+	if err := checkEnvelope(subject, &p); err != nil {
+		return nil, err
 	}
-	if p.Gen == 0 || p.Seq == 0 || p.Inst == "" {
-		return nil, errors.New("global: decode publication: gen, seq and inst are required")
-	}
-	for _, r := range p.Rooms {
-		if err := presence.ValidateRoom(r.Room); err != nil {
-			return nil, fmt.Errorf("global: decode publication: %w", err)
-		}
-		for u, ss := range r.Set {
-			if err := presence.ValidateUser(u); err != nil {
-				return nil, fmt.Errorf("global: decode publication: %w", err)
-			}
-			for _, s := range ss {
-				if err := presence.ValidateSession(s); err != nil {
-					return nil, fmt.Errorf("global: decode publication: %w", err)
-				}
-			}
-		}
-		for u, states := range r.St {
-			ss, ok := r.Set[u]
-			if !ok {
-				return nil, fmt.Errorf("global: decode publication: state of %s, who is not in set", u)
-			}
-			for s, st := range states {
-				if !slices.Contains(ss, s) {
-					return nil, fmt.Errorf("global: decode publication: state of session %s/%s, which is not in set", u, s)
-				}
-				if len(st) == 0 || len(st) > presence.MaxStateBytes || !json.Valid(st) || string(st) == "null" {
-					return nil, fmt.Errorf("global: decode publication: state of %s/%s: not a JSON value of at most %d bytes", u, s, presence.MaxStateBytes)
-				}
-			}
-		}
-		if p.Kind == kindFull && len(r.Del) > 0 {
-			return nil, errors.New("global: decode publication: a full has no deletions")
-		}
-		for _, u := range r.Del {
-			if err := presence.ValidateUser(u); err != nil {
-				return nil, fmt.Errorf("global: decode publication: %w", err)
-			}
+	for i := range p.Rooms {
+		if err := checkRoomOps(p.Kind, &p.Rooms[i]); err != nil {
+			return nil, err
 		}
 	}
 	p.size = len(data)
 	return &p, nil
+}
+
+// checkEnvelope checks a publication's kind, subject, parts and ids.
+func checkEnvelope(subject string, p *publication) error {
+	switch p.Kind {
+	case kindDelta:
+		if subject != bus.SyncDeltaSubject(p.Region) || p.Part != 0 || p.Parts != 0 {
+			return fmt.Errorf("global: decode publication: delta of %s on %q", p.Region, subject)
+		}
+	case kindFull:
+		if p.Digest != "" {
+			return errors.New("global: decode publication: a full carries no digest")
+		}
+		if subject != bus.SyncFullSubject(p.Region) {
+			return fmt.Errorf("global: decode publication: full of %s on %q", p.Region, subject)
+		}
+		if p.Parts < 1 || p.Parts > maxParts || p.Part < 1 || p.Part > p.Parts {
+			return fmt.Errorf("global: decode publication: part %d of %d", p.Part, p.Parts)
+		}
+	default:
+		return fmt.Errorf("global: decode publication: unknown kind %q", p.Kind)
+	}
+	if p.Gen == 0 || p.Seq == 0 || p.Inst == "" {
+		return errors.New("global: decode publication: gen, seq and inst are required")
+	}
+	return nil
+}
+
+// checkRoomOps checks one room of a publication: valid ids, states only
+// of sessions in its set and valid JSON, deletions only in a delta.
+func checkRoomOps(kind string, r *roomOps) error {
+	if err := presence.ValidateRoom(r.Room); err != nil {
+		return fmt.Errorf("global: decode publication: %w", err)
+	}
+	for u, ss := range r.Set {
+		if err := presence.ValidateUser(u); err != nil {
+			return fmt.Errorf("global: decode publication: %w", err)
+		}
+		for _, s := range ss {
+			if err := presence.ValidateSession(s); err != nil {
+				return fmt.Errorf("global: decode publication: %w", err)
+			}
+		}
+	}
+	for u, states := range r.St {
+		ss, ok := r.Set[u]
+		if !ok {
+			return fmt.Errorf("global: decode publication: state of %s, who is not in set", u)
+		}
+		for s, st := range states {
+			if !slices.Contains(ss, s) {
+				return fmt.Errorf("global: decode publication: state of session %s/%s, which is not in set", u, s)
+			}
+			if len(st) == 0 || len(st) > presence.MaxStateBytes || !json.Valid(st) || string(st) == "null" {
+				return fmt.Errorf("global: decode publication: state of %s/%s: not a JSON value of at most %d bytes", u, s, presence.MaxStateBytes)
+			}
+		}
+	}
+	if kind == kindFull && len(r.Del) > 0 {
+		return errors.New("global: decode publication: a full has no deletions")
+	}
+	for _, u := range r.Del {
+		if err := presence.ValidateUser(u); err != nil {
+			return fmt.Errorf("global: decode publication: %w", err)
+		}
+	}
+	return nil
 }
 
 // chunkOps splits ops into groups whose JSON stays under budget bytes,

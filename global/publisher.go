@@ -248,14 +248,36 @@ func (p *RegionPublisher) cadence(ctx context.Context) {
 	if !p.active || p.term != term {
 		return
 	}
+	budget := p.payloadBudget()
+	p.cursor = rd.cursor
+	ops := p.applyReadLocked(rd)
+	var sendErr error
+	if full {
+		sendErr = p.sendFullLocked(budget)
+	} else {
+		sendErr = p.sendDeltasLocked(ops, budget)
+	}
+	if sendErr != nil {
+		// Aggregators see the gap and ask; send a full next time anyway.
+		p.stats.SendErrors.Add(1)
+		p.fullDue = true
+		p.log.Warn("global: publication failed", "err", sendErr)
+	}
+}
+
+// payloadBudget is the bytes a publication may hold: the server's
+// maximum payload less the envelope's slack.
+func (p *RegionPublisher) payloadBudget() int {
 	maxPayload := int(p.cfg.NATS.MaxPayload())
 	if maxPayload <= 0 {
 		maxPayload = 1 << 20 // not connected yet: the server default
 	}
-	budget := max(maxPayload-payloadSlack, 4096)
-	p.cursor = rd.cursor
-	// Bring last to what was read; a delta carries the difference.
-	var ops []roomOps
+	return max(maxPayload-payloadSlack, 4096)
+}
+
+// applyReadLocked brings last to what a cadence read and returns the
+// difference, which a delta carries.
+func (p *RegionPublisher) applyReadLocked(rd cadenceRead) (ops []roomOps) {
 	switch {
 	case rd.whole && p.last.Members == nil:
 		p.last, p.known = rd.view, rd.known
@@ -275,18 +297,7 @@ func (p *RegionPublisher) cadence(ctx context.Context) {
 		p.last.Members.Apply(ops)
 		p.last.States.Apply(ops)
 	}
-	var sendErr error
-	if full {
-		sendErr = p.sendFullLocked(budget)
-	} else {
-		sendErr = p.sendDeltasLocked(ops, budget)
-	}
-	if sendErr != nil {
-		// Aggregators see the gap and ask; send a full next time anyway.
-		p.stats.SendErrors.Add(1)
-		p.fullDue = true
-		p.log.Warn("global: publication failed", "err", sendErr)
-	}
+	return ops
 }
 
 // sendFullLocked publishes a full: what this publisher has published,
@@ -435,7 +446,24 @@ func (p *RegionPublisher) readChanges(ctx context.Context, last truth, known ent
 	// The entries the slice read are the freshest known; then each named
 	// user is looked up by the entries known and those the log added.
 	rd.known = entriesByUser(sliceNames)
-	named, want := map[string][]string{}, map[string][]string{}
+	named, want := namedUsers(changed, rd.known, known)
+	rd.patch.changed = named
+	if len(want) > 0 {
+		var live map[string][]string
+		if rd.patch.members, live, err = cs.MembersOf(rctx, want); err != nil {
+			return rd, fmt.Errorf("global: read region: %w", err)
+		}
+		rd.knownUsers = usersFound(named, entriesByUser(live))
+	}
+	return rd, nil
+}
+
+// namedUsers returns the users the change log named, by room, and the
+// entries to look each up by: those the slice read (fresh), else those
+// known, with those the log added; a user with none known is looked up
+// by name (the store scans for their entries).
+func namedUsers(changed map[string][]string, fresh, known entrySet) (named, want map[string][]string) {
+	named, want = map[string][]string{}, map[string][]string{}
 	for room, names := range changed {
 		added := entriesByUser(map[string][]string{room: names})[room]
 		seen := map[string]bool{}
@@ -446,34 +474,32 @@ func (p *RegionPublisher) readChanges(ctx context.Context, last truth, known ent
 			}
 			seen[u] = true
 			named[room] = append(named[room], u)
-			cands := rd.known[room][u]
-			if _, fresh := rd.known[room]; !fresh {
+			cands := fresh[room][u]
+			if _, ok := fresh[room]; !ok {
 				cands = known[room][u]
 			}
 			cands = dedupeStrings(append(slices.Clone(cands), added[u]...))
 			if len(cands) == 0 {
-				cands = []string{u} // no entry known: the store scans for them
+				cands = []string{u}
 			}
 			want[room] = append(want[room], cands...)
 		}
 	}
-	rd.patch.changed = named
-	if len(want) > 0 {
-		var live map[string][]string
-		if rd.patch.members, live, err = cs.MembersOf(rctx, want); err != nil {
-			return rd, fmt.Errorf("global: read region: %w", err)
+	return named, want
+}
+
+// usersFound is each named user's live entries, nil for one who is not a
+// member.
+func usersFound(named map[string][]string, got entrySet) map[string]map[string][]string {
+	out := map[string]map[string][]string{}
+	for room, users := range named {
+		m := map[string][]string{}
+		for _, u := range users {
+			m[u] = got[room][u]
 		}
-		got := entriesByUser(live)
-		rd.knownUsers = map[string]map[string][]string{}
-		for room, users := range named {
-			m := map[string][]string{}
-			for _, u := range users {
-				m[u] = got[room][u] // nil: not a member
-			}
-			rd.knownUsers[room] = m
-		}
+		out[room] = m
 	}
-	return rd, nil
+	return out
 }
 
 // entrySet holds the entries of the members a publisher has read:
