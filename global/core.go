@@ -462,28 +462,7 @@ func (c *core) evaluate(touched touchSet, now time.Time) []intent {
 }
 
 func (c *core) evaluateUser(room, user string, now time.Time) (intent, bool) {
-	liveHas, heldHas := false, false
-	var sessions map[string]struct{}
-	for _, r := range c.regions {
-		if r.dropped {
-			continue
-		}
-		ss, ok := r.rooms[room][user]
-		if !ok {
-			continue
-		}
-		if r.live(now, c.downAfter) {
-			liveHas = true
-		} else {
-			heldHas = true
-		}
-		if sessions == nil {
-			sessions = map[string]struct{}{}
-		}
-		for _, s := range ss {
-			sessions[s] = struct{}{}
-		}
-	}
+	liveHas, heldHas, sessions := c.holders(room, user, now)
 	member := c.ann.member(room, user)
 	if liveHas || heldHas {
 		d := c.decision(room, user)
@@ -525,6 +504,33 @@ func (c *core) evaluateUser(room, user string, now time.Time) (intent, bool) {
 		return intent{room: room, user: user, kind: presence.Offline, reason: presence.Left}, true
 	}
 	return intent{}, false
+}
+
+// holders reports whether a live region and whether a held one (silent
+// past downAfter, its last state kept) list the user in the room, and the
+// union of their session ids.
+func (c *core) holders(room, user string, now time.Time) (liveHas, heldHas bool, sessions map[string]struct{}) {
+	for _, r := range c.regions {
+		if r.dropped {
+			continue
+		}
+		ss, ok := r.rooms[room][user]
+		if !ok {
+			continue
+		}
+		if r.live(now, c.downAfter) {
+			liveHas = true
+		} else {
+			heldHas = true
+		}
+		if sessions == nil {
+			sessions = map[string]struct{}{}
+		}
+		for _, s := range ss {
+			sessions[s] = struct{}{}
+		}
+	}
+	return liveHas, heldHas, sessions
 }
 
 // stateIntents returns an update for each session of a member whose state

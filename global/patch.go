@@ -61,20 +61,7 @@ func (pt patch) ops(last truth) ([]roomOps, []string) {
 			st, prevSt := now.States[room][u], last.States[room][u]
 			switch {
 			case present && (!had || !equalStrings(prev, ss) || !maps.Equal(st, prevSt)):
-				if ops.Set == nil {
-					ops.Set = map[string][]string{}
-				}
-				ops.Set[u] = nonNil(ss)
-				if len(st) > 0 {
-					if ops.St == nil {
-						ops.St = map[string]map[string]json.RawMessage{}
-					}
-					raw := make(map[string]json.RawMessage, len(st))
-					for s, j := range st {
-						raw[s] = json.RawMessage(j)
-					}
-					ops.St[u] = raw
-				}
+				ops.set(u, ss, st)
 			case !present && had:
 				ops.Del = append(ops.Del, u)
 			default:
@@ -89,4 +76,24 @@ func (pt patch) ops(last truth) ([]roomOps, []string) {
 		}
 	}
 	return out, repaired
+}
+
+// set gives user u whole in o: their session ids and the states of those
+// that have one.
+func (o *roomOps) set(u string, ss []string, st map[string]string) {
+	if o.Set == nil {
+		o.Set = map[string][]string{}
+	}
+	o.Set[u] = nonNil(ss)
+	if len(st) == 0 {
+		return
+	}
+	if o.St == nil {
+		o.St = map[string]map[string]json.RawMessage{}
+	}
+	raw := make(map[string]json.RawMessage, len(st))
+	for s, j := range st {
+		raw[s] = json.RawMessage(j)
+	}
+	o.St[u] = raw
 }
