@@ -143,21 +143,9 @@ func (p *Publisher) publish(ctx context.Context, ts []presence.Transition) (uint
 	if nc := p.js.Conn(); nc != nil && !nc.IsConnected() {
 		return 0, errDisconnected
 	}
-	msgs := make([]*nats.Msg, len(ts))
-	for i, t := range ts {
-		// The subject must land in this region's stream, and every token
-		// must be one valid id.
-		if t.Region != p.region {
-			return 0, fmt.Errorf("bus: publish: transition %s is of region %q, publisher is for %q", t.ID, t.Region, p.region)
-		}
-		if err := errors.Join(presence.ValidateRoom(t.Room), presence.ValidateUser(t.User)); err != nil {
-			return 0, fmt.Errorf("bus: publish: transition %s: %w", t.ID, err)
-		}
-		data, err := EncodeEvent(t)
-		if err != nil {
-			return 0, fmt.Errorf("bus: publish: %w", err)
-		}
-		msgs[i] = &nats.Msg{Subject: IngestSubject(t), Data: data, Header: nats.Header{}}
+	msgs, err := p.messages(ts)
+	if err != nil {
+		return 0, err
 	}
 
 	ctx, cancel := context.WithTimeout(ctx, p.ackTimeout)
@@ -195,6 +183,28 @@ func (p *Publisher) publish(ctx context.Context, ts []presence.Transition) (uint
 		}
 	}
 	return last, nil
+}
+
+// messages encodes ts as the messages of this region's stream, refusing
+// a transition of another region or with an invalid id.
+func (p *Publisher) messages(ts []presence.Transition) ([]*nats.Msg, error) {
+	msgs := make([]*nats.Msg, len(ts))
+	for i, t := range ts {
+		// The subject must land in this region's stream, and every token
+		// must be one valid id.
+		if t.Region != p.region {
+			return nil, fmt.Errorf("bus: publish: transition %s is of region %q, publisher is for %q", t.ID, t.Region, p.region)
+		}
+		if err := errors.Join(presence.ValidateRoom(t.Room), presence.ValidateUser(t.User)); err != nil {
+			return nil, fmt.Errorf("bus: publish: transition %s: %w", t.ID, err)
+		}
+		data, err := EncodeEvent(t)
+		if err != nil {
+			return nil, fmt.Errorf("bus: publish: %w", err)
+		}
+		msgs[i] = &nats.Msg{Subject: IngestSubject(t), Data: data, Header: nats.Header{}}
+	}
+	return msgs, nil
 }
 
 // settle waits until every future has its answer or ctx ends, so that

@@ -135,9 +135,27 @@ func Replay(ctx context.Context, js jetstream.JetStream, region, room string, sn
 		}
 		r.apply(snap)
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{RoomFilter(region, room)}}
+	cfg := r.startAt(snap, info.State.LastSeq, info.Created)
+	if err := r.consume(ctx, cfg); err != nil {
+		return nil, err
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+			r.Stop()
+		case <-r.done:
+		}
+	}()
+	return r, nil
+}
+
+// startAt is where the replay's consumer starts after snap, in a stream
+// whose last seq is lastSeq and that was made at created, with the
+// sequencer reset to what the snapshot has.
+func (r *Replayer) startAt(snap presence.Snapshot, lastSeq uint64, created time.Time) jetstream.OrderedConsumerConfig {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{RoomFilter(r.region, r.room)}}
 	switch {
-	case snap.StreamSeq > info.State.LastSeq || (snap.StreamSeq > 0 && snap.Epoch < info.Created.UnixMilli()):
+	case snap.StreamSeq > lastSeq || (snap.StreamSeq > 0 && snap.Epoch < created.UnixMilli()):
 		// The snapshot's position is of an earlier stream (its
 		// JetStream store lost; the room, numbered before this stream
 		// was made, has not been renumbered yet). Read the room's part
@@ -154,17 +172,7 @@ func Replay(ctx context.Context, js jetstream.JetStream, region, room string, sn
 		r.notBefore = snap.At
 		r.seq.Reset(0, snap.RoomSeq) // the first transition's epoch is the room's
 	}
-	if err := r.consume(ctx, cfg); err != nil {
-		return nil, err
-	}
-	go func() {
-		select {
-		case <-ctx.Done():
-			r.Stop()
-		case <-r.done:
-		}
-	}()
-	return r, nil
+	return cfg
 }
 
 // consume starts an ordered consumer with cfg. Its errors make the
