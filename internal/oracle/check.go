@@ -158,9 +158,14 @@ func (c *checker) streamAndCore() {
 	for _, es := range c.byKey {
 		slices.SortFunc(es, order)
 	}
+	c.seqRuns()
+}
+
+// seqRuns checks class 6: per room and epoch, seq runs 1, 2, 3... with
+// no gap and no repeat.
+func (c *checker) seqRuns() {
 	for room, es := range c.byRoom {
 		slices.SortFunc(es, order)
-		// Class 6: per epoch, seq runs 1, 2, 3... with no gap and no repeat.
 		var epoch int64 = -1
 		var want uint64
 		for _, e := range es {

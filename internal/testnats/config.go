@@ -59,22 +59,7 @@ func StartConfigured(tb testing.TB, files ...string) *Configured {
 }
 
 func startConfigured(tb testing.TB, files []string) (*Configured, string) {
-	opts := map[string]*server.Options{}
-	var order []string
-	for _, f := range files {
-		o, err := server.ProcessConfigFile(f)
-		if err != nil {
-			tb.Fatalf("nats-server config %s: %v", f, err)
-		}
-		if o.Gateway.Name == "" || o.Cluster.Name != o.Gateway.Name {
-			tb.Fatalf("nats-server config %s: cluster %q and gateway %q must be named alike", f, o.Cluster.Name, o.Gateway.Name)
-		}
-		if _, dup := opts[o.Gateway.Name]; dup {
-			tb.Fatalf("nats-server config %s: cluster %q twice", f, o.Gateway.Name)
-		}
-		opts[o.Gateway.Name] = o
-		order = append(order, o.Gateway.Name)
-	}
+	opts, order := readConfigs(tb, files)
 	gwPort := map[string]int{}
 	for _, n := range order {
 		gwPort[n] = pickPort(tb)
@@ -128,6 +113,28 @@ func startConfigured(tb testing.TB, files []string) (*Configured, string) {
 	}
 	tb.Cleanup(stop)
 	return c, ""
+}
+
+// readConfigs parses the config files, one cluster each, named alike as
+// cluster and gateway; order is the files' order.
+func readConfigs(tb testing.TB, files []string) (map[string]*server.Options, []string) {
+	opts := map[string]*server.Options{}
+	var order []string
+	for _, f := range files {
+		o, err := server.ProcessConfigFile(f)
+		if err != nil {
+			tb.Fatalf("nats-server config %s: %v", f, err)
+		}
+		if o.Gateway.Name == "" || o.Cluster.Name != o.Gateway.Name {
+			tb.Fatalf("nats-server config %s: cluster %q and gateway %q must be named alike", f, o.Cluster.Name, o.Gateway.Name)
+		}
+		if _, dup := opts[o.Gateway.Name]; dup {
+			tb.Fatalf("nats-server config %s: cluster %q twice", f, o.Gateway.Name)
+		}
+		opts[o.Gateway.Name] = o
+		order = append(order, o.Gateway.Name)
+	}
+	return opts, order
 }
 
 // waitConfigured waits until every server has its gateways and every
