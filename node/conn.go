@@ -10,6 +10,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/presence-dev/presence/internal/storm"
 	"github.com/presence-dev/presence/presence"
 	"github.com/presence-dev/presence/protocol"
 )
@@ -74,7 +75,7 @@ type connDeps struct {
 	sessions     sessionHolder
 	tokens       tokenParser
 	admission    *admission
-	joins        *joinGate
+	joins        *storm.Gate
 	revoked      *revocations
 	registry     connRegistry
 	counts       *connCounts

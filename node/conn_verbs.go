@@ -53,7 +53,7 @@ func (c *conn) handle(mt int, data []byte) {
 	case protocol.TypeJoin, protocol.TypeLeave, protocol.TypeState, protocol.TypeMembers, protocol.TypeWatch:
 		if !c.d.admission.admit() {
 			if req.Type == protocol.TypeJoin {
-				c.refuseJoin(req, c.d.joins.refused(c.ref(req.Room)), "the node is at capacity")
+				c.refuseJoin(req, c.d.joins.Refused(c.ref(req.Room)), "the node is at capacity")
 				return
 			}
 			c.d.metrics.rejectedFrames.WithLabelValues(string(protocol.CodeUnavailable)).Inc()
@@ -197,7 +197,7 @@ func (c *conn) join(ctx context.Context, req protocol.Request) {
 	if err := c.d.sessions.hold(ctx, ref, c); err != nil {
 		c.d.rooms.remove(room, c)
 		c.d.log.Warn("node: join failed", "user", c.user, "session", c.session, "err", err)
-		c.refuseJoin(req, c.d.joins.refused(ref), "join failed")
+		c.refuseJoin(req, c.d.joins.Refused(ref), "join failed")
 		return
 	}
 	c.rooms = append(c.rooms, room)

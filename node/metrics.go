@@ -1,8 +1,10 @@
 package node
 
 import (
-	"github.com/presence-dev/presence/protocol"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/presence-dev/presence/internal/storm"
+	"github.com/presence-dev/presence/protocol"
 )
 
 // metrics are the node's Prometheus collectors, all named presence_node_*.
@@ -26,8 +28,8 @@ type metrics struct {
 	// off NATS until in room order (a gap holds it), then until its
 	// room's tick sends it, then from queued until written to a member.
 	reorder, fanWait, frameWrite prometheus.Histogram
-	join                         JoinMetrics
-	extend                       ExtendMetrics
+	join                         storm.JoinMetrics
+	extend                       storm.ExtendMetrics
 }
 
 // gauges are the readings behind the node's gauges, each from the part

@@ -23,6 +23,7 @@ import (
 
 	"github.com/presence-dev/presence/bus"
 	jsclient "github.com/presence-dev/presence/clients/js"
+	"github.com/presence-dev/presence/internal/storm"
 	"github.com/presence-dev/presence/presence"
 	"github.com/presence-dev/presence/protocol"
 )
@@ -63,7 +64,7 @@ type Node struct {
 	wheel     wheel
 	metrics   *metrics
 	admission *admission
-	joins     *joinGate
+	joins     *storm.Gate
 	drops     *dropper
 	conns     *connDeps // shared by every connection
 	counts    connCounts
@@ -160,14 +161,14 @@ func (n *Node) wire() error {
 		connections:     func() int { return int(n.counts.open.Load()) },
 		sessions:        n.keeper.held,
 		rooms:           func() int { return n.hub.count() },
-		joinRate:        n.joins.rate,
+		joinRate:        n.joins.Rate,
 	})
 	if err != nil {
 		return err
 	}
 	n.admission.overloaded = n.metrics.overloaded
 	n.wireStorm()
-	n.keeper.batcher.observe = n.joins.observe
+	n.keeper.batcher.observe = n.joins.Observe
 	n.keeper.moved = func(owners []owner) {
 		for _, o := range owners {
 			o.sessionMoved()
@@ -224,7 +225,7 @@ func (n *Node) Start(ctx context.Context) error {
 		func(ctx context.Context) { n.wheel.run(ctx, n.cfg.Limits.PingInterval) },
 		n.hub.dispatch,
 		n.hub.watch,
-		n.joins.extender.Run,
+		n.joins.Extender.Run,
 		n.drops.run,
 	} {
 		n.wg.Add(1)

@@ -7,9 +7,9 @@ package main
 // each); this machine's two cores cannot run 28 processes of WebSockets
 // and still measure Redis, so the sessions' clients are goroutines and
 // each stand-in node is what a node does with a join, in process, with
-// the node package's own code: node.JoinLimiter admits or refuses (and
+// the node package's own code: nodestorm.JoinLimiter admits or refuses (and
 // gives the retry hint the client honours, with its own ±25 % jitter),
-// node.Extender keeps the sessions of refused clients, and a
+// nodestorm.Extender keeps the sessions of refused clients, and a
 // region.Store (one holder per stand-in, its own reaper, publishing to
 // the region's JetStream stream like presenced) claims, reads the
 // room's snapshot and refreshes every heartbeat. Nothing of Redis,
@@ -59,7 +59,7 @@ type reconnectOpts struct {
 	batch                  int
 	greedy                 float64       // share of clients that ignore the hint
 	greedyEvery            time.Duration // how often they resend
-	fair                   bool          // node.Appointments hold refused joins to their hints
+	fair                   bool          // nodestorm.Appointments hold refused joins to their hints
 }
 
 func reconnectFlags(fs *flag.FlagSet, o *reconnectOpts) {
@@ -81,7 +81,7 @@ func reconnectFlags(fs *flag.FlagSet, o *reconnectOpts) {
 	fs.IntVar(&o.batch, "batch", node.DefaultTouchBatch, "sessions per claim and refresh call (the node's TouchBatch)")
 	fs.Float64Var(&o.greedy, "greedy", 0, "share of clients (0..1) that resend their join every --greedy-every whatever retry_after_ms says")
 	fs.DurationVar(&o.greedyEvery, "greedy-every", 120*time.Millisecond, "how often a greedy client resends a refused join")
-	fs.BoolVar(&o.fair, "fair", true, "hold refused joins to their hints, as the node does (node.Appointments; false: the code before)")
+	fs.BoolVar(&o.fair, "fair", true, "hold refused joins to their hints, as the node does (nodestorm.Appointments; false: the code before)")
 }
 
 // rclient is one reconnecting client.
