@@ -72,6 +72,7 @@ type connDeps struct {
 	storeTimeout time.Duration
 	global       bool // clients see the cross-region view (Config.Global)
 	rooms        roomSet
+	watches      watchSet
 	sessions     sessionHolder
 	tokens       tokenParser
 	admission    *admission
@@ -105,6 +106,10 @@ type roomSet interface {
 	// page reads one page of room's members, from where snapshots come,
 	// at c's detail.
 	page(ctx context.Context, room string, c *conn, offset, limit int) (presence.Snapshot, error)
+}
+
+// watchSet is what the watch lists offer a connection.
+type watchSet interface {
 	// watchUsers replaces c's watch of room by users (none: ends it) and
 	// sends the watching reply; on error c no longer watches room.
 	watchUsers(ctx context.Context, room string, c *conn, ref string, users []string) error
@@ -133,6 +138,7 @@ type connRegistry interface {
 
 var (
 	_ roomSet       = (*hub)(nil)
+	_ watchSet      = (*watches)(nil)
 	_ sessionHolder = (*sessionKeeper)(nil)
 	_ tokenParser   = (*authenticator)(nil)
 	_ connRegistry  = (*wheel)(nil)

@@ -306,7 +306,7 @@ func (c *conn) cleanup(err error) {
 		d.rooms.remove(room, c)
 	}
 	for _, room := range c.watches {
-		d.rooms.unwatch(room, c)
+		d.watches.unwatch(room, c)
 	}
 	c.follows, c.watches = nil, nil
 	c.mu.Lock()

@@ -391,7 +391,7 @@ func (c *conn) refresh(ctx context.Context, req protocol.Request) {
 	for i := len(c.watches) - 1; i >= 0; i-- {
 		if room := c.watches[i]; !id.allowed(room) {
 			c.watches = slices.Delete(c.watches, i, i+1)
-			c.d.rooms.unwatch(room, c)
+			c.d.watches.unwatch(room, c)
 			c.send(encodeWatching("", protocol.ReasonRevoked, room, []string{}, nil))
 		}
 	}
@@ -440,7 +440,7 @@ func (c *conn) watch(ctx context.Context, req protocol.Request) {
 		c.reject(protocol.CodeTooManyRooms, fmt.Sprintf("at most %d watched rooms per connection", lim.MaxWatches), req.Ref)
 		return
 	}
-	err := c.d.rooms.watchUsers(ctx, room, c, req.Ref, users)
+	err := c.d.watches.watchUsers(ctx, room, c, req.Ref, users)
 	switch {
 	case (err != nil || len(users) == 0) && i >= 0:
 		c.watches = slices.Delete(c.watches, i, i+1)

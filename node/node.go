@@ -184,7 +184,7 @@ func (n *Node) wire() error {
 	n.hub = newHub(n.ctx, cfg, views, n.log, n.metrics, &n.wg)
 	n.drops = &dropper{region: cfg.Region, nc: cfg.NATS, store: cfg.Revocations, revs: newRevocations(), wheel: &n.wheel, hub: n.hub,
 		every: cfg.heartbeat, timeout: cfg.StoreTimeout, log: n.log}
-	n.conns = &connDeps{lim: cfg.Limits, storeTimeout: cfg.StoreTimeout, global: cfg.Global != nil, rooms: n.hub, sessions: n.keeper, tokens: n.auth,
+	n.conns = &connDeps{lim: cfg.Limits, storeTimeout: cfg.StoreTimeout, global: cfg.Global != nil, rooms: n.hub, watches: n.hub.watches, sessions: n.keeper, tokens: n.auth,
 		admission: n.admission, joins: n.joins, revoked: n.drops.revs, registry: &n.wheel, counts: &n.counts, metrics: n.metrics, log: n.log, ctx: n.ctx,
 		wg: &n.connWG, mono: n.mono, joined: func() {
 			n.metrics.joins.Inc()

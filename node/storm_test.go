@@ -62,19 +62,7 @@ func TestJoinStormSharesSnapshotReads(t *testing.T) {
 	wg.Wait()
 	// The first read is held: every joiner waits on it or on the next.
 	waitFor(t, 10*time.Second, "40 joiners waiting for snapshot reads", func() bool {
-		n.hub.mu.Lock()
-		defer n.hub.mu.Unlock()
-		r := n.hub.rooms["storm"]
-		if r == nil {
-			return false
-		}
-		waiting := 0
-		for _, f := range []*flight{r.reading, r.queued} {
-			if f != nil {
-				waiting += f.waiters
-			}
-		}
-		return waiting == joiners
+		return n.hub.flights.waiting("storm") == joiners
 	})
 	close(cs.gate)
 	for i, c := range clients {
