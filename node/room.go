@@ -45,7 +45,7 @@ type room struct {
 	early     []event               // received before the first snapshot
 	lost      bool                  // early overflowed
 	resyncing bool
-	gone      bool // out of hub.rooms: a late tick, count read or resync leaves it
+	gone      bool // out of hub.rooms: a late tick or resync leaves it
 }
 
 // member is one connection in a room. Until its snapshot is sent it is
