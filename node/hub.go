@@ -349,27 +349,7 @@ func (h *hub) readyLocked(r *room, snap presence.Snapshot, ref, reason string, m
 		return false
 	}
 	for c, m := range ms {
-		d := m.in.detail
-		c.send(r.joinFrames.snapshot(ref, reason, snap, d, r.bodies.get(snap, d)))
-		m.after, m.live, m.resync = snap.RoomSeq, true, false
-		if m.in.batch {
-			// What arrived during the read, as one frame: a storm's
-			// joiner would otherwise get an event frame per joiner.
-			if f := r.joinFrames.events(r, m.after, d); f != nil {
-				c.send(f)
-				h.metrics.batches.Inc()
-			}
-			if n := len(r.buffered); n > 0 {
-				m.after = max(m.after, r.buffered[n-1].seq)
-			}
-			continue
-		}
-		for _, e := range r.buffered {
-			if e.seq > m.after && (!e.sessionsOnly || d == detailSessions) {
-				c.send(e.frame)
-				m.after = e.seq
-			}
-		}
+		h.replayLocked(r, snap, ref, reason, c, m)
 	}
 	for c, m := range ms { // after every replay: the last one out drops the buffer
 		r.noteLocked(c, m)
@@ -384,6 +364,32 @@ func (h *hub) readyLocked(r *room, snap presence.Snapshot, ref, reason string, m
 		}
 	}
 	return true
+}
+
+// replayLocked queues c its snapshot, then the buffered events above it:
+// m is live from then on.
+func (h *hub) replayLocked(r *room, snap presence.Snapshot, ref, reason string, c *conn, m *member) {
+	d := m.in.detail
+	c.send(r.joinFrames.snapshot(ref, reason, snap, d, r.bodies.get(snap, d)))
+	m.after, m.live, m.resync = snap.RoomSeq, true, false
+	if m.in.batch {
+		// What arrived during the read, as one frame: a storm's
+		// joiner would otherwise get an event frame per joiner.
+		if f := r.joinFrames.events(r, m.after, d); f != nil {
+			c.send(f)
+			h.metrics.batches.Inc()
+		}
+		if n := len(r.buffered); n > 0 {
+			m.after = max(m.after, r.buffered[n-1].seq)
+		}
+		return
+	}
+	for _, e := range r.buffered {
+		if e.seq > m.after && (!e.sessionsOnly || d == detailSessions) {
+			c.send(e.frame)
+			m.after = e.seq
+		}
+	}
 }
 
 // resetLocked forgets the room's position and puts every member on a

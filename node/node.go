@@ -319,24 +319,7 @@ func (n *Node) refuse(w http.ResponseWriter, status int, reason, msg string) {
 }
 
 func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
-	switch n.state.Load() {
-	case stateNew:
-		n.refuse(w, http.StatusServiceUnavailable, "draining", "node: not started")
-		return
-	case stateDraining, stateClosed:
-		n.refuse(w, http.StatusServiceUnavailable, "draining", "node: draining; connect to another node")
-		return
-	}
-	if !websocket.IsWebSocketUpgrade(r) {
-		n.refuse(w, http.StatusBadRequest, "bad_request", "node: expected a WebSocket upgrade (GET with Upgrade: websocket)")
-		return
-	}
-	if ps := websocketSubprotocols(r); len(ps) > 0 && !slices.Contains(ps, Subprotocol) {
-		n.refuse(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("node: Sec-WebSocket-Protocol must offer %q", Subprotocol))
-		return
-	}
-	if !n.auth.originAllowed(r) {
-		n.refuse(w, http.StatusForbidden, "origin", "node: origin "+strconv.Quote(r.Header.Get("Origin"))+" is not allowed")
+	if !n.upgradable(w, r) {
 		return
 	}
 	max := int64(n.cfg.Limits.MaxConnections)
@@ -387,6 +370,39 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 	reserved = false
 	c.armExpiry()
 	n.counts.open.Add(1)
+	c.send(mustJSON(n.hello(id, session)))
+	go c.readLoop()
+}
+
+// upgradable refuses a handshake the node takes no connection from (not
+// started or draining, not a WebSocket upgrade of the protocol, an origin
+// not allowed); false: it was answered.
+func (n *Node) upgradable(w http.ResponseWriter, r *http.Request) bool {
+	switch n.state.Load() {
+	case stateNew:
+		n.refuse(w, http.StatusServiceUnavailable, "draining", "node: not started")
+		return false
+	case stateDraining, stateClosed:
+		n.refuse(w, http.StatusServiceUnavailable, "draining", "node: draining; connect to another node")
+		return false
+	}
+	if !websocket.IsWebSocketUpgrade(r) {
+		n.refuse(w, http.StatusBadRequest, "bad_request", "node: expected a WebSocket upgrade (GET with Upgrade: websocket)")
+		return false
+	}
+	if ps := websocketSubprotocols(r); len(ps) > 0 && !slices.Contains(ps, Subprotocol) {
+		n.refuse(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("node: Sec-WebSocket-Protocol must offer %q", Subprotocol))
+		return false
+	}
+	if !n.auth.originAllowed(r) {
+		n.refuse(w, http.StatusForbidden, "origin", "node: origin "+strconv.Quote(r.Header.Get("Origin"))+" is not allowed")
+		return false
+	}
+	return true
+}
+
+// hello is a new connection's first frame.
+func (n *Node) hello(id *identity, session string) protocol.Hello {
 	lim := &n.cfg.Limits
 	hello := protocol.Hello{Type: protocol.TypeHello, V: protocol.Version, Region: n.cfg.Region, User: id.user, Session: session,
 		Limits: protocol.Limits{MaxRooms: lim.MaxRooms, MaxFrameBytes: lim.MaxFrameBytes, MaxStateBytes: presence.MaxStateBytes,
@@ -396,8 +412,7 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 	if !id.until.IsZero() {
 		hello.TokenExpires = &id.until
 	}
-	c.send(mustJSON(hello))
-	go c.readLoop()
+	return hello
 }
 
 // refuseAuth answers a handshake that failed authentication: 401, or for
