@@ -14,7 +14,7 @@
 // Parts: Node (node.go) wires them and runs their loops; none reaches
 // another through it. A connection (conn*.go) gets its dependencies as
 // narrow interfaces declared in conn.go: the rooms the hub offers
-// (hub.go, room.go, view.go; its parts: the snapshot flights in
+// (hub.go, room.go, resync.go, view.go; its parts: the snapshot flights in
 // flight.go, the tick's fan-out in fanout.go, wave.go and count.go), the
 // watch lists (watch.go), the sessions the session keeper holds for it
 // (heartbeat.go), token checks (auth.go), admission (admission.go; the
