@@ -51,7 +51,13 @@ var errNATSDown = errors.New("node: NATS is not connected")
 // publish), a NATS reconnect, or a later epoch (the store restarted the
 // room's numbering) makes the hub resync the room: it takes a new
 // snapshot and sends it to every member with reason "resync", and the
-// live stream continues from it.
+// live stream continues from it (resync.go).
+//
+// Its parts keep their own state: the joiners' snapshot reads (flights,
+// its own lock), the watch lists (watches, its own lock) and the tick's
+// fan-out (out, under hub.mu with the rooms: fanout.go says why). The
+// dispatcher, the one goroutine that runs the tick, hands each NATS
+// message to the watch lists or to the rooms, one lock at a time.
 type hub struct {
 	nc       *nats.Conn
 	region   string      // region token of the watched subjects: the node's, or bus.GlobalRegion
