@@ -304,12 +304,15 @@ func TestAWatchListSeesExactlyItsUsers(t *testing.T) {
 	}
 	// The node follows the two users' subjects, not the room's.
 	n.hub.mu.Lock()
-	rooms, subs := len(n.hub.rooms), len(n.hub.watched[room].subs)
+	rooms := len(n.hub.rooms)
+	n.hub.mu.Unlock()
+	n.hub.watches.mu.Lock()
+	subs := len(n.hub.watches.watched[room].subs)
 	var subjects []string
-	for s := range n.hub.watched[room].subs {
+	for s := range n.hub.watches.watched[room].subs {
 		subjects = append(subjects, s.Subject)
 	}
-	n.hub.mu.Unlock()
+	n.hub.watches.mu.Unlock()
 	slices.Sort(subjects)
 	if rooms != 0 || subs != 2 || !slices.Equal(subjects, []string{bus.UserFilter("eu", room, "ann"), bus.UserFilter("eu", room, "bob")}) {
 		t.Fatalf("node subscriptions: %d rooms, watch subjects %v", rooms, subjects)
@@ -351,9 +354,9 @@ func TestAWatchListSeesExactlyItsUsers(t *testing.T) {
 	users["cat"].send(map[string]any{"type": "state", "room": room, "state": map[string]string{"s": "back"}, "ref": "s"})
 	e.quiesce(room)
 	w.ping()
-	n.hub.mu.Lock()
-	left := len(n.hub.watched)
-	n.hub.mu.Unlock()
+	n.hub.watches.mu.Lock()
+	left := len(n.hub.watches.watched)
+	n.hub.watches.mu.Unlock()
 	if left != 0 {
 		t.Fatalf("%d watched rooms after the watch ended", left)
 	}

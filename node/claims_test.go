@@ -87,11 +87,11 @@ func TestSlowClaimsCutTheJoinRate(t *testing.T) {
 		c.Store = slowClaimStore{Store: c.Store, delay: 150 * time.Millisecond}
 		c.Limits.JoinRate, c.Limits.JoinRateMin, c.Limits.JoinLatency = 1000, 10, 100*time.Millisecond
 	})
-	before := n.joins.rate()
+	before := n.joins.Rate()
 	c := n.dial(t, token(t, "amy", []string{"*"}, time.Hour), "s")
 	c.send(map[string]any{"type": "join", "room": "slow", "ref": "j"})
 	c.expect("snapshot")
-	if after := n.joins.rate(); after >= before {
+	if after := n.joins.Rate(); after >= before {
 		t.Fatalf("join rate %v after a claim of 150ms (limit 100ms), want below %v", after, before)
 	}
 }

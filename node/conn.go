@@ -10,6 +10,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/presence-dev/presence/internal/storm"
 	"github.com/presence-dev/presence/presence"
 	"github.com/presence-dev/presence/protocol"
 )
@@ -71,10 +72,11 @@ type connDeps struct {
 	storeTimeout time.Duration
 	global       bool // clients see the cross-region view (Config.Global)
 	rooms        roomSet
+	watches      watchSet
 	sessions     sessionHolder
 	tokens       tokenParser
 	admission    *admission
-	joins        *joinGate
+	joins        *storm.Gate
 	revoked      *revocations
 	registry     connRegistry
 	counts       *connCounts
@@ -104,6 +106,10 @@ type roomSet interface {
 	// page reads one page of room's members, from where snapshots come,
 	// at c's detail.
 	page(ctx context.Context, room string, c *conn, offset, limit int) (presence.Snapshot, error)
+}
+
+// watchSet is what the watch lists offer a connection.
+type watchSet interface {
 	// watchUsers replaces c's watch of room by users (none: ends it) and
 	// sends the watching reply; on error c no longer watches room.
 	watchUsers(ctx context.Context, room string, c *conn, ref string, users []string) error
@@ -132,6 +138,7 @@ type connRegistry interface {
 
 var (
 	_ roomSet       = (*hub)(nil)
+	_ watchSet      = (*watches)(nil)
 	_ sessionHolder = (*sessionKeeper)(nil)
 	_ tokenParser   = (*authenticator)(nil)
 	_ connRegistry  = (*wheel)(nil)

@@ -142,7 +142,6 @@ func (c *conn) kill() { _ = c.ws.NetConn().Close() }
 // the connection's writing for good: writing stays set.
 func (c *conn) write() {
 	defer c.d.wg.Done()
-	lim := &c.d.lim
 	for {
 		c.mu.Lock()
 		q, ping, code, text, done := c.queue, c.ping, c.closeCode, c.closeText, c.done
@@ -155,63 +154,77 @@ func (c *conn) write() {
 		}
 		c.mu.Unlock()
 		if code != 0 {
-			now := time.Now()
-			_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text), now.Add(lim.WriteTimeout))
-			// The reader waits for the client's answer, but not forever.
-			c.mu.Lock()
-			_ = c.ws.SetReadDeadline(now.Add(lim.CloseTimeout))
-			c.mu.Unlock()
-			c.d.metrics.closes.WithLabelValues(strconv.Itoa(code)).Inc()
+			c.writeClose(code, text)
 			return
 		}
-		if ping {
-			// The deadline is set by the first unanswered ping only, so
-			// later pings do not push it back. The pong is read between
-			// frames, and a frame may wait on the store for StoreTimeout.
-			c.mu.Lock()
-			if !c.awaiting && c.closeCode == 0 {
-				c.awaiting = true
-				_ = c.ws.SetReadDeadline(time.Now().Add(lim.PongTimeout + c.d.storeTimeout))
-			}
-			c.mu.Unlock()
-			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(lim.WriteTimeout)); err != nil {
-				c.kill()
-				return
-			}
-		}
-		// On a batching connection all queued frames go out in one write.
-		// (Not a single large frame: gorilla writes it as two, but copying
-		// it into a batch would hold a frame-sized buffer per writer while
-		// a slow client blocks it: 1.4 GB at 15,000 members of a churning
-		// room.)
-		bc, _ := c.ws.NetConn().(*batchConn)
-		if bc != nil && len(q) > 1 {
-			bc.begin()
-		} else {
-			bc = nil
-		}
-		// One deadline for what was queued: setting it is a timer update,
-		// a tenth of the cost of a frame when a tick writes to every member.
-		_ = c.ws.SetWriteDeadline(time.Now().Add(lim.WriteTimeout))
-		for _, f := range q {
-			if err := c.writeFrame(f); err != nil {
-				if bc != nil {
-					_ = bc.flush()
-				}
-				c.kill()
-				return
-			}
-		}
-		if bc != nil && bc.flush() != nil {
+		if ping && !c.writePing() || !c.writeQueue(q) {
 			c.kill()
 			return
 		}
-		for _, f := range q {
-			if !f.at.IsZero() {
-				c.d.metrics.frameWrite.Observe(time.Since(f.at).Seconds())
+	}
+}
+
+// writeClose writes the close frame; the reader then waits for the
+// client's answer, but not forever.
+func (c *conn) writeClose(code int, text string) {
+	lim := &c.d.lim
+	now := time.Now()
+	_ = c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text), now.Add(lim.WriteTimeout))
+	c.mu.Lock()
+	_ = c.ws.SetReadDeadline(now.Add(lim.CloseTimeout))
+	c.mu.Unlock()
+	c.d.metrics.closes.WithLabelValues(strconv.Itoa(code)).Inc()
+}
+
+// writePing writes a ping; false: the connection failed.
+func (c *conn) writePing() bool {
+	lim := &c.d.lim
+	// The deadline is set by the first unanswered ping only, so later
+	// pings do not push it back. The pong is read between frames, and a
+	// frame may wait on the store for StoreTimeout.
+	c.mu.Lock()
+	if !c.awaiting && c.closeCode == 0 {
+		c.awaiting = true
+		_ = c.ws.SetReadDeadline(time.Now().Add(lim.PongTimeout + c.d.storeTimeout))
+	}
+	c.mu.Unlock()
+	return c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.d.lim.WriteTimeout)) == nil
+}
+
+// writeQueue writes the frames taken off the queue; false: the
+// connection failed.
+func (c *conn) writeQueue(q []outFrame) bool {
+	// On a batching connection all queued frames go out in one write.
+	// (Not a single large frame: gorilla writes it as two, but copying
+	// it into a batch would hold a frame-sized buffer per writer while
+	// a slow client blocks it: 1.4 GB at 15,000 members of a churning
+	// room.)
+	bc, _ := c.ws.NetConn().(*batchConn)
+	if bc != nil && len(q) > 1 {
+		bc.begin()
+	} else {
+		bc = nil
+	}
+	// One deadline for what was queued: setting it is a timer update,
+	// a tenth of the cost of a frame when a tick writes to every member.
+	_ = c.ws.SetWriteDeadline(time.Now().Add(c.d.lim.WriteTimeout))
+	for _, f := range q {
+		if err := c.writeFrame(f); err != nil {
+			if bc != nil {
+				_ = bc.flush()
 			}
+			return false
 		}
 	}
+	if bc != nil && bc.flush() != nil {
+		return false
+	}
+	for _, f := range q {
+		if !f.at.IsZero() {
+			c.d.metrics.frameWrite.Observe(time.Since(f.at).Seconds())
+		}
+	}
+	return true
 }
 
 // writeFrame writes one frame; a prepared one compressed (write
@@ -306,7 +319,7 @@ func (c *conn) cleanup(err error) {
 		d.rooms.remove(room, c)
 	}
 	for _, room := range c.watches {
-		d.rooms.unwatch(room, c)
+		d.watches.unwatch(room, c)
 	}
 	c.follows, c.watches = nil, nil
 	c.mu.Lock()

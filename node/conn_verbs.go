@@ -21,45 +21,13 @@ import (
 // handle processes one client frame. Malformed input gets an error frame
 // and writes nothing; it never ends the connection.
 func (c *conn) handle(mt int, data []byte) {
-	if c.closing() {
-		return
-	}
-	if !c.allow() {
-		if c.strikes.refuse(c.d.mono(), c.d.lim.RateStrikes, c.d.lim.RateWindow) {
-			// The close frame says why: error frames queued before it
-			// are dropped with the close.
-			c.d.metrics.rejectedFrames.WithLabelValues(string(protocol.CodeRateLimited)).Inc()
-			c.shutdown(protocol.ClosePolicy, policyReason(&c.d.lim), false)
-			return
-		}
-		c.reject(protocol.CodeRateLimited, fmt.Sprintf("more than %g frames per second (burst %d); frame dropped; %d refused within %v close the connection (1008)",
-			c.d.lim.FrameRate, c.d.lim.FrameBurst, c.d.lim.RateStrikes, c.d.lim.RateWindow), "")
-		return
-	}
-	if mt != websocket.TextMessage {
-		c.reject(protocol.CodeBadFrame, "binary frames are not part of the protocol: send JSON text frames", "")
-		return
-	}
-	var req protocol.Request
-	if err := json.Unmarshal(data, &req); err != nil {
-		c.reject(protocol.CodeBadFrame, "frame is not a JSON object of the protocol: "+err.Error(), "")
-		return
-	}
-	if len(req.Ref) > protocol.MaxRefLen {
-		c.reject(protocol.CodeBadFrame, fmt.Sprintf("ref is longer than %d bytes", protocol.MaxRefLen), "")
+	req, ok := c.request(mt, data)
+	if !ok {
 		return
 	}
 	switch req.Type {
 	case protocol.TypeJoin, protocol.TypeLeave, protocol.TypeState, protocol.TypeMembers, protocol.TypeWatch:
-		if !c.d.admission.admit() {
-			if req.Type == protocol.TypeJoin {
-				c.refuseJoin(req, c.d.joins.refused(c.ref(req.Room)), "the node is at capacity")
-				return
-			}
-			c.d.metrics.rejectedFrames.WithLabelValues(string(protocol.CodeUnavailable)).Inc()
-			c.send(mustJSON(protocol.Error{Type: protocol.TypeError, Code: protocol.CodeUnavailable, Ref: req.Ref,
-				Message:      "the node is at capacity; nothing changed, retry after retry_after_ms",
-				RetryAfterMS: c.d.admission.retryAfter().Milliseconds()}))
+		if !c.admitRequest(req) {
 			return
 		}
 		defer c.d.admission.release()
@@ -86,6 +54,58 @@ func (c *conn) handle(mt int, data []byte) {
 	default:
 		c.reject(protocol.CodeUnknownType, fmt.Sprintf("unknown frame type %.40q (protocol v%d knows join, leave, state, ping, refresh, members, watch)", req.Type, protocol.Version), req.Ref)
 	}
+}
+
+// request decodes a client frame within the rate limit; false: it was
+// refused (answered, or the connection closed).
+func (c *conn) request(mt int, data []byte) (protocol.Request, bool) {
+	var req protocol.Request
+	if c.closing() {
+		return req, false
+	}
+	if !c.allow() {
+		if c.strikes.refuse(c.d.mono(), c.d.lim.RateStrikes, c.d.lim.RateWindow) {
+			// The close frame says why: error frames queued before it
+			// are dropped with the close.
+			c.d.metrics.rejectedFrames.WithLabelValues(string(protocol.CodeRateLimited)).Inc()
+			c.shutdown(protocol.ClosePolicy, policyReason(&c.d.lim), false)
+			return req, false
+		}
+		c.reject(protocol.CodeRateLimited, fmt.Sprintf("more than %g frames per second (burst %d); frame dropped; %d refused within %v close the connection (1008)",
+			c.d.lim.FrameRate, c.d.lim.FrameBurst, c.d.lim.RateStrikes, c.d.lim.RateWindow), "")
+		return req, false
+	}
+	if mt != websocket.TextMessage {
+		c.reject(protocol.CodeBadFrame, "binary frames are not part of the protocol: send JSON text frames", "")
+		return req, false
+	}
+	if err := json.Unmarshal(data, &req); err != nil {
+		c.reject(protocol.CodeBadFrame, "frame is not a JSON object of the protocol: "+err.Error(), "")
+		return req, false
+	}
+	if len(req.Ref) > protocol.MaxRefLen {
+		c.reject(protocol.CodeBadFrame, fmt.Sprintf("ref is longer than %d bytes", protocol.MaxRefLen), "")
+		return req, false
+	}
+	return req, true
+}
+
+// admitRequest takes an admission slot for a request that waits on the
+// store, or refuses it (a join through the storm gate); the caller gives
+// the slot back.
+func (c *conn) admitRequest(req protocol.Request) bool {
+	if c.d.admission.admit() {
+		return true
+	}
+	if req.Type == protocol.TypeJoin {
+		c.refuseJoin(req, c.d.joins.Refused(c.ref(req.Room)), "the node is at capacity")
+		return false
+	}
+	c.d.metrics.rejectedFrames.WithLabelValues(string(protocol.CodeUnavailable)).Inc()
+	c.send(mustJSON(protocol.Error{Type: protocol.TypeError, Code: protocol.CodeUnavailable, Ref: req.Ref,
+		Message:      "the node is at capacity; nothing changed, retry after retry_after_ms",
+		RetryAfterMS: c.d.admission.retryAfter().Milliseconds()}))
+	return false
 }
 
 func (c *conn) closing() bool {
@@ -139,25 +159,9 @@ func (c *conn) joinedRoom(req protocol.Request) (int, bool) {
 // no transition after the snapshot is missed; joining a joined room sends
 // a fresh snapshot.
 func (c *conn) join(ctx context.Context, req protocol.Request) {
-	if !c.checkRoom(req) {
-		return
-	}
 	room := req.Room
-	in, ok := c.interestOf(req)
+	in, present, ok := c.joinAllowed(req)
 	if !ok {
-		return
-	}
-	present := req.Present == nil || *req.Present
-	if !c.grant.allowed(room) {
-		c.reject(protocol.CodeForbidden, fmt.Sprintf("the token does not grant room %q", room), req.Ref)
-		return
-	}
-	if until, revoked := c.d.revoked.join(c.user, room); revoked {
-		c.reject(protocol.CodeRevoked, fmt.Sprintf("revoked from room %q until %s", room, until.UTC().Format(time.RFC3339)), req.Ref)
-		return
-	}
-	if !present && !c.grant.observe {
-		c.reject(protocol.CodeForbidden, `joining without presence ("present":false) needs the token's observe claim`, req.Ref)
 		return
 	}
 	joined, following := slices.Contains(c.rooms, room), slices.Contains(c.follows, room)
@@ -182,22 +186,57 @@ func (c *conn) join(ctx context.Context, req protocol.Request) {
 		c.unavailable("subscribe", err, req.Ref)
 		return
 	}
-	if !present {
-		c.follows = append(c.follows, room)
-		if err := c.d.rooms.snapshot(ctx, room, c, req.Ref, in); err != nil {
-			c.follows = c.follows[:len(c.follows)-1]
-			c.d.rooms.remove(room, c)
-			c.unavailable("snapshot", err, req.Ref)
-			return
-		}
-		c.d.joined()
+	if present {
+		c.joinPresent(ctx, req, in)
 		return
 	}
+	c.follows = append(c.follows, room)
+	if err := c.d.rooms.snapshot(ctx, room, c, req.Ref, in); err != nil {
+		c.follows = c.follows[:len(c.follows)-1]
+		c.d.rooms.remove(room, c)
+		c.unavailable("snapshot", err, req.Ref)
+		return
+	}
+	c.d.joined()
+}
+
+// joinAllowed checks a join's room, view, grant and revocations, and
+// returns its interest and whether it is with presence; false: it was
+// refused.
+func (c *conn) joinAllowed(req protocol.Request) (interest, bool, bool) {
+	if !c.checkRoom(req) {
+		return interest{}, false, false
+	}
+	room := req.Room
+	in, ok := c.interestOf(req)
+	if !ok {
+		return in, false, false
+	}
+	present := req.Present == nil || *req.Present
+	if !c.grant.allowed(room) {
+		c.reject(protocol.CodeForbidden, fmt.Sprintf("the token does not grant room %q", room), req.Ref)
+		return in, present, false
+	}
+	if until, revoked := c.d.revoked.join(c.user, room); revoked {
+		c.reject(protocol.CodeRevoked, fmt.Sprintf("revoked from room %q until %s", room, until.UTC().Format(time.RFC3339)), req.Ref)
+		return in, present, false
+	}
+	if !present && !c.grant.observe {
+		c.reject(protocol.CodeForbidden, `joining without presence ("present":false) needs the token's observe claim`, req.Ref)
+		return in, present, false
+	}
+	return in, present, true
+}
+
+// joinPresent claims the session of a join with presence, c already a
+// member of the room, then sends the snapshot; a failure undoes both.
+func (c *conn) joinPresent(ctx context.Context, req protocol.Request, in interest) {
+	room := req.Room
 	ref := c.ref(room)
 	if err := c.d.sessions.hold(ctx, ref, c); err != nil {
 		c.d.rooms.remove(room, c)
 		c.d.log.Warn("node: join failed", "user", c.user, "session", c.session, "err", err)
-		c.refuseJoin(req, c.d.joins.refused(ref), "join failed")
+		c.refuseJoin(req, c.d.joins.Refused(ref), "join failed")
 		return
 	}
 	c.rooms = append(c.rooms, room)
@@ -391,7 +430,7 @@ func (c *conn) refresh(ctx context.Context, req protocol.Request) {
 	for i := len(c.watches) - 1; i >= 0; i-- {
 		if room := c.watches[i]; !id.allowed(room) {
 			c.watches = slices.Delete(c.watches, i, i+1)
-			c.d.rooms.unwatch(room, c)
+			c.d.watches.unwatch(room, c)
 			c.send(encodeWatching("", protocol.ReasonRevoked, room, []string{}, nil))
 		}
 	}
@@ -440,7 +479,7 @@ func (c *conn) watch(ctx context.Context, req protocol.Request) {
 		c.reject(protocol.CodeTooManyRooms, fmt.Sprintf("at most %d watched rooms per connection", lim.MaxWatches), req.Ref)
 		return
 	}
-	err := c.d.rooms.watchUsers(ctx, room, c, req.Ref, users)
+	err := c.d.watches.watchUsers(ctx, room, c, req.Ref, users)
 	switch {
 	case (err != nil || len(users) == 0) && i >= 0:
 		c.watches = slices.Delete(c.watches, i, i+1)

@@ -14,9 +14,12 @@
 // Parts: Node (node.go) wires them and runs their loops; none reaches
 // another through it. A connection (conn*.go) gets its dependencies as
 // narrow interfaces declared in conn.go: the rooms the hub offers
-// (hub.go, view.go), the sessions the session keeper holds for it
-// (heartbeat.go), token checks (auth.go), admission (admission.go),
-// metrics and a logger. The lock order is in locksordering.txt.
+// (hub.go, room.go, resync.go, view.go; its parts: the snapshot flights in
+// flight.go, the tick's fan-out in fanout.go, wave.go and count.go), the
+// watch lists (watch.go), the sessions the session keeper holds for it
+// (heartbeat.go), token checks (auth.go), admission (admission.go; the
+// reconnect storm's gate, package internal/storm, in storm.go), metrics
+// and a logger. The lock order is in locksordering.txt.
 //
 // Goroutines: per connection one reader and one writer. Per node the
 // session keeper's heartbeat, one ping wheel, one NATS event dispatcher,

@@ -3,9 +3,9 @@ package node
 import (
 	"cmp"
 	"context"
-	"errors"
-	"github.com/presence-dev/presence/protocol"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gorilla/websocket"
@@ -13,19 +13,8 @@ import (
 
 // The tick's work (docs/PROTOCOL.md, "Big rooms"): each room's batch of
 // events goes out as one events frame per member, encoded once per detail;
-// count members get the room's count when it changed; members whose queue
-// has drained after falling behind get a resync snapshot.
-
-// Counter reads a room's member count without listing it: the regional
-// store (*region.Store), the global view's client, and the node's views
-// all have it. Count frames come from it.
-type Counter interface {
-	Count(ctx context.Context, room string) (int, error)
-}
-
-// errNoCounts refuses view count where the snapshots' source has no
-// Counter.
-var errNoCounts = errors.New("node: the store does not count rooms")
+// count members get the room's count when it changed (count.go); members
+// whose queue has drained after falling behind get a resync snapshot.
 
 // turnSplit is how many turns of a busy room fit in a tick: its members
 // take turns every quarter tick (25 ms at the default tick), so that each
@@ -41,21 +30,86 @@ func splitOf(tick time.Duration) int {
 	return int(min(turnSplit, max(1, tick/minGrain)))
 }
 
+// fanout is the tick's fan-out: which rooms have frames due, which have
+// members waiting for their queue to drain, the busy rooms' turns, and
+// the writers to wake.
+//
+// It has no lock of its own: dirty, behind and every room's fan-out
+// fields (roomFan) are guarded by hub.mu. The tick, a joiner's replay
+// (hub.readyLocked) and an event passed on at once (hub.deliverLocked)
+// all move a member's high-water mark (member.after) and queue frames to
+// the same connection; one lock over the three is what makes a member's
+// frames its snapshot, then the events above it, once each and in order.
+// The waker runs on the dispatcher only, the one goroutine that runs the
+// tick; counting is atomic.
+type fanout struct {
+	// Batching: rooms with at least batchFrom local members send members
+	// taking events frames one per tick; counts go out at most once per
+	// tick.
+	tick      time.Duration
+	split     int              // grains per tick: busy rooms' turns go out every tick/split
+	clock     func() time.Time // the fan-out's clock; nil: time.Now (tests script it)
+	batchFrom int
+	budget    int // Config.FanoutBudget
+	metrics   *metrics
+
+	dirty  map[*room]struct{} // a batch or a count to send at a tick
+	behind map[*room]struct{} // rooms with members waiting for their queue to drain
+	// Count reads (count.go): counting while one goroutine reads; gen
+	// numbers the reads, so a member is never sent a count read before
+	// the one it has.
+	counting atomic.Bool
+	gen      atomic.Uint64
+	waker    waker // wave.go: the dispatcher's only
+}
+
+// roomFan is a room's part of the fan-out, under hub.mu.
+type roomFan struct {
+	next    time.Time // the tick's frames go out no sooner (FanoutBudget)
+	pending []event   // events not yet sent to every live member taking events frames
+	turn    int       // the next turn of a room whose members take turns,
+	turns   int       // of the turns of its round
+	turned  time.Time // its last turn
+	slots   uint32    // numbers its members' turns
+}
+
+func newFanout(tick time.Duration, batchFrom, budget int, m *metrics, ctx context.Context, wg *sync.WaitGroup) *fanout {
+	return &fanout{tick: tick, split: splitOf(tick), batchFrom: batchFrom, budget: budget, metrics: m,
+		dirty: map[*room]struct{}{}, behind: map[*room]struct{}{}, waker: waker{ctx: ctx, wg: wg}}
+}
+
 // fanOut runs once per tick on the dispatcher: every room's due frames.
 func (h *hub) fanOut() { h.fan(true) }
 
-// fan runs once per grain (a tick / h.split) on the dispatcher: at a tick
+// fan runs once per grain (a tick / split) on the dispatcher: at a tick
 // (full) every room whose frames are due, between ticks only the turns of
 // rooms whose members take turns. A room that does not take turns keeps
 // to the tick, so its events of one tick still go out as one frame.
 func (h *hub) fan(full bool) {
 	h.mu.Lock()
-	now := h.now()
-	every := h.intervalLocked()
+	reads := h.out.turnLocked(full)
+	h.out.waker.wake()
+	for _, r := range h.out.drainedLocked() {
+		h.startResyncLocked(r)
+	}
+	if len(reads) > 0 {
+		h.out.counting.Store(true)
+		h.wg.Add(1)
+		go h.readCounts(reads)
+	}
+	h.mu.Unlock()
+	h.watches.release(time.Now())
+}
+
+// turnLocked queues the frames due now, and returns the rooms whose
+// count is to be read.
+func (f *fanout) turnLocked(full bool) []*room {
+	now := f.now()
+	every := f.intervalLocked()
 	var reads []*room
-	for r := range h.dirty {
-		if h.rooms[r.name] != r {
-			delete(h.dirty, r)
+	for r := range f.dirty {
+		if r.gone {
+			delete(f.dirty, r)
 			continue
 		}
 		if now.Before(r.next) {
@@ -65,10 +119,10 @@ func (h *hub) fan(full bool) {
 			// A round's turns are fixed when it begins, so that each
 			// member gets exactly one turn a round however the room's
 			// size moves meanwhile.
-			r.turns = h.turnsLocked(every)
+			r.turns = f.turnsLocked(every)
 		}
 		taking := r.turns > 1 && len(r.pending) > 0
-		if !taking && (!full || now.Sub(r.turned) < h.tick-h.grain()/2) {
+		if !taking && (!full || now.Sub(r.turned) < f.tick-f.grain()/2) {
 			// Not taking turns, it goes at a tick, and a tick after its
 			// last turn: the members of that turn have had one frame of
 			// this tick.
@@ -78,46 +132,38 @@ func (h *hub) fan(full bool) {
 		if taking {
 			// A room whose members take turns gets a turn every grain;
 			// its count members a count once a round.
-			r.next, r.turned = now.Add(h.grain()/2), now
+			r.next, r.turned = now.Add(f.grain()/2), now
 			turn := r.turn
-			h.flushLocked(r, r.turns, turn, now)
+			f.flushLocked(r, r.turns, turn, now)
 			r.turn = (turn + 1) % r.turns
 			counts = turn == 0
 		} else {
 			r.turn = 0
 			// Half a tick early, so that ticks arriving a little late do
 			// not skip one more.
-			r.next = now.Add(every - h.tick/2)
-			h.flushLocked(r, 1, 0, now)
+			r.next = now.Add(every - f.tick/2)
+			f.flushLocked(r, 1, 0, now)
 		}
-		if counts && r.countDirty && !h.counting {
+		if counts && r.countDirty && !f.counting.Load() {
 			r.countDirty = false
 			reads = append(reads, r)
 		}
 		if !r.countDirty && len(r.pending) == 0 {
-			delete(h.dirty, r)
+			delete(f.dirty, r)
 		}
 	}
-	h.wakeLocked()
-	h.checkBehindLocked()
-	h.releaseWatchEventsLocked(time.Now())
-	if len(reads) > 0 {
-		h.counting = true
-		h.wg.Add(1)
-		go h.readCounts(reads)
-	}
-	h.mu.Unlock()
+	return reads
 }
 
 // intervalLocked is how often a busy room's frames go out: every tick,
 // unless the busy rooms' members at one frame per tick would take more
 // than the budget.
-func (h *hub) intervalLocked() time.Duration {
-	if h.budget <= 0 {
-		return h.tick
+func (f *fanout) intervalLocked() time.Duration {
+	if f.budget <= 0 {
+		return f.tick
 	}
 	n := 0
-	for r := range h.dirty {
+	for r := range f.dirty {
 		switch {
 		case len(r.pending) > 0:
 			n += len(r.members)
@@ -125,7 +171,7 @@ func (h *hub) intervalLocked() time.Duration {
 			n += r.counters
 		}
 	}
-	return max(h.tick, time.Duration(float64(n)/float64(h.budget)*float64(time.Second)))
+	return max(f.tick, time.Duration(float64(n)/float64(f.budget)*float64(time.Second)))
 }
 
 // turnsLocked is how many turns a busy room's members take at the
@@ -135,85 +181,100 @@ func (h *hub) intervalLocked() time.Duration {
 // per second are the same; a turn's burst of writes, and so the wait of
 // the members written last, is a twelfth. A room sent to every tick
 // does not take turns.
-func (h *hub) turnsLocked(every time.Duration) int {
-	if h.tick <= 0 || (every+h.tick/2)/h.tick <= 1 {
+func (f *fanout) turnsLocked(every time.Duration) int {
+	if f.tick <= 0 || (every+f.tick/2)/f.tick <= 1 {
 		return 1
 	}
-	g := h.grain()
+	g := f.grain()
 	return max(1, int((every+g/2)/g))
 }
 
 // now is the fan-out's clock.
-func (h *hub) now() time.Time {
-	if h.clock != nil {
-		return h.clock()
+func (f *fanout) now() time.Time {
+	if f.clock != nil {
+		return f.clock()
 	}
 	return time.Now()
 }
 
 // grain is the dispatcher's fan-out period: a tick, or a share of it.
-func (h *hub) grain() time.Duration {
-	return h.tick / time.Duration(max(1, h.split))
+func (f *fanout) grain() time.Duration {
+	return f.tick / time.Duration(max(1, f.split))
+}
+
+// turnFrames are the events frames of one turn of a room: one per after
+// and detail, encoded once for all members at the same after and detail
+// (all of a turn but those that joined in between), compressed once for
+// those that negotiated deflate.
+type turnFrames struct {
+	r      *room
+	queued time.Time
+	frames map[turnKey]*turnFrame
+}
+
+type turnKey struct {
+	after uint64
+	d     detail
+}
+
+type turnFrame struct {
+	b  []byte
+	pm *websocket.PreparedMessage
+}
+
+// frame is the events frame of the room's pending events above m's after,
+// at its detail, and the form to queue to c (nil b: none to send).
+func (t *turnFrames) frame(c *conn, m *member) outFrame {
+	k := turnKey{m.after, m.in.detail}
+	f := t.frames[k]
+	if f == nil {
+		f = &turnFrame{b: encodeEvents(t.r.view, t.r.name, t.r.pending, m.after, m.in.detail)}
+		t.frames[k] = f
+	}
+	var pm *websocket.PreparedMessage
+	if f.b != nil && c.deflate {
+		if f.pm == nil {
+			f.pm = mustPrepare(f.b) // once, for every member taking it
+		}
+		pm = f.pm
+	}
+	return outFrame{b: f.b, pm: pm, at: t.queued}
 }
 
 // flushLocked sends r's pending events to the live members taking events
 // frames whose turn it is (member.slot mod turns; every member when turns
-// is 1): each gets those above its after, one frame encoded once for all
-// members at the same after and detail (all of a turn but those that
-// joined in between), compressed once for those that negotiated deflate.
-// Pending keeps what members of other turns still need. A member with
-// behindFrames frames queued gets nothing: it falls behind
-// (checkBehindLocked). A member whose turn comes within a tick of its
-// last one (the room's turns changed between rounds: slot 6 is the last
-// of 7 turns and the first of 6) waits for its next turn, so that it
-// never gets two frames within a tick.
-func (h *hub) flushLocked(r *room, turns, turn int, now time.Time) {
+// is 1): each gets those above its after (turnFrames). Pending keeps what
+// members of other turns still need. A member with behindFrames frames
+// queued gets nothing: it falls behind (drainedLocked). A member whose
+// turn comes within a tick of its last one (the room's turns changed
+// between rounds: slot 6 is the last of 7 turns and the first of 6)
+// waits for its next turn, so that it never gets two frames within a
+// tick.
+func (f *fanout) flushLocked(r *room, turns, turn int, now time.Time) {
 	if len(r.pending) == 0 {
 		return
 	}
 	last := r.pending[len(r.pending)-1].seq
-	queued := time.Now()
-	type frameKey struct {
-		after uint64
-		d     detail
-	}
-	type shared struct {
-		b  []byte
-		pm *websocket.PreparedMessage
-	}
-	frames := map[frameKey]*shared{}
+	t := turnFrames{r: r, queued: time.Now(), frames: map[turnKey]*turnFrame{}}
 	keep, sentFrom := last, last // lowest after of the others; of this turn
 	for c, m := range r.members {
 		if !m.live || !m.in.batch || m.in.count || m.after >= last {
 			continue
 		}
-		if turns > 1 && (int(m.slot%uint32(turns)) != turn || now.Sub(m.framed) < h.tick-h.grain()/2) {
+		if turns > 1 && (int(m.slot%uint32(turns)) != turn || now.Sub(m.framed) < f.tick-f.grain()/2) {
 			keep = min(keep, m.after)
 			continue
 		}
 		if c.queued() >= behindFrames {
 			m.live, m.behind = false, true
 			r.noteLocked(c, m)
-			h.behind[r] = struct{}{}
-			h.metrics.behind.Inc()
+			f.behind[r] = struct{}{}
+			f.metrics.behind.Inc()
 			continue
 		}
-		k := frameKey{m.after, m.in.detail}
-		f := frames[k]
-		if f == nil {
-			f = &shared{b: encodeEvents(r.view, r.name, r.pending, m.after, m.in.detail)}
-			frames[k] = f
-		}
-		if f.b != nil {
-			var pm *websocket.PreparedMessage
-			if c.deflate {
-				if f.pm == nil {
-					f.pm = mustPrepare(f.b) // once, for every member taking it
-				}
-				pm = f.pm
-			}
-			h.holdSharedLocked(c, outFrame{b: f.b, pm: pm, at: queued})
-			h.metrics.batches.Inc()
+		if of := t.frame(c, m); of.b != nil {
+			f.waker.hold(c, of)
+			f.metrics.batches.Inc()
 			m.framed = now
 		}
 		sentFrom = min(sentFrom, m.after)
@@ -221,8 +282,14 @@ func (h *hub) flushLocked(r *room, turns, turn int, now time.Time) {
 	}
 	// The oldest event sent, and how long it waited for this turn.
 	if i := firstAbove(r.pending, sentFrom); i < len(r.pending) && !r.pending[i].at.IsZero() {
-		h.metrics.fanWait.Observe(time.Since(r.pending[i].at).Seconds())
+		f.metrics.fanWait.Observe(time.Since(r.pending[i].at).Seconds())
 	}
+	r.dropPendingLocked(keep)
+}
+
+// dropPendingLocked drops the pending events at or below keep, which
+// every member taking events frames has.
+func (r *room) dropPendingLocked(keep uint64) {
 	n := firstAbove(r.pending, keep)
 	switch {
 	case n == len(r.pending) && cap(r.pending) > 1024:
@@ -241,12 +308,13 @@ func firstAbove(es []event, after uint64) int {
 	return i
 }
 
-// checkBehindLocked puts members that fell behind on a resync once their
-// queue has drained.
-func (h *hub) checkBehindLocked() {
-	for r := range h.behind {
+// drainedLocked puts members that fell behind on a resync once their
+// queue has drained, and returns the rooms to resync.
+func (f *fanout) drainedLocked() []*room {
+	var resync []*room
+	for r := range f.behind {
 		waiting, ready := false, false
-		if h.rooms[r.name] == r {
+		if !r.gone {
 			for c, m := range r.members {
 				if !m.behind {
 					continue
@@ -260,99 +328,13 @@ func (h *hub) checkBehindLocked() {
 			}
 		}
 		if ready {
-			h.startResyncLocked(r)
+			resync = append(resync, r)
 		}
 		if !waiting {
-			delete(h.behind, r)
+			delete(f.behind, r)
 		}
 	}
-}
-
-// readCounts reads the count of each room and sends it to its count
-// members that have an older one. A failed read is retried at the next
-// tick.
-func (h *hub) readCounts(rooms []*room) {
-	defer h.wg.Done()
-	for _, r := range rooms {
-		h.mu.Lock()
-		h.gen++
-		gen := h.gen
-		h.mu.Unlock()
-		ctx, cancel := context.WithTimeout(h.ctx, h.timeout)
-		n, err := h.counter.Count(ctx, r.name)
-		cancel()
-		h.mu.Lock()
-		if err != nil {
-			r.countDirty = true
-			h.dirty[r] = struct{}{}
-		} else {
-			r.readN, r.readGen = n, gen
-			h.sendCountLocked(r, n, gen)
-		}
-		h.mu.Unlock()
-		if err != nil {
-			h.log.Warn("node: count read failed; retried at the next tick", "room", r.name, "err", err)
-		}
-	}
-	h.mu.Lock()
-	h.counting = false
-	h.mu.Unlock()
-}
-
-// sendCountLocked sends count n, read by read gen, to r's live count
-// members whose count is older and different. A member whose queue is
-// full is skipped and the room read again at the next tick: counts are
-// whole, so only the latest matters.
-func (h *hub) sendCountLocked(r *room, n int, gen uint64) {
-	var f []byte
-	for c, m := range r.members {
-		if !m.in.count || !m.live || m.gen >= gen {
-			continue
-		}
-		if m.sent != n {
-			if c.queued() >= behindFrames {
-				r.countDirty = true
-				h.dirty[r] = struct{}{}
-				continue
-			}
-			if f == nil {
-				f = encodeCount("", "", r.name, n)
-			}
-			c.send(f)
-			m.sent = n
-		}
-		m.gen = gen
-	}
-}
-
-// countReply answers a join with view count: the room's count, read now.
-// The member is live from then on.
-func (h *hub) countReply(ctx context.Context, name string, c *conn, ref string) error {
-	if h.counter == nil {
-		return errNoCounts
-	}
-	h.mu.Lock()
-	h.gen++
-	gen := h.gen
-	h.mu.Unlock()
-	n, err := h.counter.Count(ctx, name)
-	if err != nil {
-		return err
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	r := h.rooms[name]
-	m := r.memberOf(c)
-	if m == nil || !m.in.count {
-		return nil // left, or joined again with another view, meanwhile
-	}
-	if r.readGen > gen {
-		n, gen = r.readN, r.readGen // a tick's read, newer, skipped this member
-	}
-	c.send(encodeCount(ref, protocol.ReasonJoin, name, n))
-	m.live, m.sent, m.gen = true, n, gen
-	r.noteLocked(c, m)
-	return nil
+	return resync
 }
 
 // mustPrepare makes a shared frame. Preparing writes to memory only, so

@@ -27,8 +27,9 @@ func fanoutHub(t *testing.T, batchFrom int) (*hub, *room) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &hub{log: quiet, metrics: m, batchFrom: batchFrom, rooms: map[string]*room{}, gappy: map[*room]struct{}{},
-		dirty: map[*room]struct{}{}, behind: map[*room]struct{}{}, watched: map[string]*wroom{}, reorder: map[*wuser]*wroom{}}
+	h := &hub{log: quiet, metrics: m, rooms: map[string]*room{}, gappy: map[*room]struct{}{},
+		out:     newFanout(0, batchFrom, 0, m, nil, nil),
+		watches: &watches{log: quiet, metrics: m, watched: map[string]*wroom{}, reorder: map[*wuser]*wroom{}}}
 	r := &room{name: "r", view: "eu", members: map[*conn]*member{}, resyncing: true, // no resync goroutine: the test looks at who waits
 		seq: bus.NewSequencer[event](bus.SeqLimits{GapTimeout: time.Second, MaxAhead: maxHeld})}
 	h.rooms["r"] = r
@@ -203,33 +204,34 @@ func TestWatchedEventsAreReorderedOrTheWatcherIsReadAgain(t *testing.T) {
 	var wg sync.WaitGroup
 	ctx, cancel := context.WithCancel(context.Background())
 	defer func() { cancel(); wg.Wait() }()
-	h.ctx, h.wg, h.timeout, h.store = ctx, &wg, time.Second, usersAt{seq: 20}
+	ws := h.watches
+	ws.ctx, ws.wg, ws.timeout, ws.reader = ctx, &wg, time.Second, usersAt{seq: 20}
 	c := queuedConn("w")
 	wt := &watcher{users: []string{"u"}, epoch: 7, after: 10, live: true, last: map[string]uint64{}}
 	wu := &wuser{user: "u", ready: make(chan struct{}), watchers: map[*conn]*watcher{c: wt}}
 	w := &wroom{name: "r", users: map[string]*wuser{"u": wu}, watchers: map[*conn]*watcher{c: wt}}
-	h.watched["r"] = w
+	ws.watched["r"] = w
 	ev := func(seq uint64) event {
 		e := fanEvent(seq, presence.Update, presence.State)
 		e.user, e.frame = "u", watchFrame(e.frame)
 		return e
 	}
 	t0 := time.Now()
-	h.mu.Lock()
-	h.holdWatchEventLocked(w, ev(12), t0)
-	h.holdWatchEventLocked(w, ev(11), t0.Add(50*time.Millisecond))
-	h.releaseWatchEventsLocked(t0.Add(watchReorder)) // 12 is due, 11 not: 12 waits for it
-	h.mu.Unlock()
+	ws.mu.Lock()
+	ws.holdWatchEventLocked(w, ev(12), t0)
+	ws.holdWatchEventLocked(w, ev(11), t0.Add(50*time.Millisecond))
+	ws.releaseWatchEventsLocked(t0.Add(watchReorder)) // 12 is due, 11 not: 12 waits for it
+	ws.mu.Unlock()
 	if got := c.takeQueue(); len(got) != 0 {
 		t.Fatalf("sent %q before the lower seq's window ended", got)
 	}
-	h.mu.Lock()
-	h.releaseWatchEventsLocked(t0.Add(50*time.Millisecond + watchReorder))
-	h.holdWatchEventLocked(w, ev(14), t0.Add(time.Second))
-	h.releaseWatchEventsLocked(t0.Add(time.Second + watchReorder))
-	h.holdWatchEventLocked(w, ev(13), t0.Add(2*time.Second)) // far too late
-	h.releaseWatchEventsLocked(t0.Add(2*time.Second + watchReorder))
-	h.mu.Unlock()
+	ws.mu.Lock()
+	ws.releaseWatchEventsLocked(t0.Add(50*time.Millisecond + watchReorder))
+	ws.holdWatchEventLocked(w, ev(14), t0.Add(time.Second))
+	ws.releaseWatchEventsLocked(t0.Add(time.Second + watchReorder))
+	ws.holdWatchEventLocked(w, ev(13), t0.Add(2*time.Second)) // far too late
+	ws.releaseWatchEventsLocked(t0.Add(2*time.Second + watchReorder))
+	ws.mu.Unlock()
 	// 13 came past its window: the watcher is read again, in a goroutine
 	// of its own, so the resync frame may be queued before this reads the
 	// queue or after; either way it comes after 11, 12 and 14, and last.
@@ -247,9 +249,9 @@ func TestWatchedEventsAreReorderedOrTheWatcherIsReadAgain(t *testing.T) {
 // more events; every event still arrives, in order, once.
 func TestTheBudgetSpacesABusyRoomsFrames(t *testing.T) {
 	h, r := fanoutHub(t, 1)
-	h.tick, h.budget = 100*time.Millisecond, 20 // 4 members at 20 frames/s: a frame each 200 ms
+	h.out.tick, h.out.budget = 100*time.Millisecond, 20 // 4 members at 20 frames/s: a frame each 200 ms
 	clock := time.Unix(1000, 0)
-	h.clock = func() time.Time { return clock }
+	h.out.clock = func() time.Time { return clock }
 	var cs []*conn
 	for i := range 4 {
 		c := queuedConn(fmt.Sprint(i))
@@ -267,7 +269,7 @@ func TestTheBudgetSpacesABusyRoomsFrames(t *testing.T) {
 	for seq := uint64(1); seq <= 10; seq++ { // ten ticks, an event in each
 		h.mu.Lock()
 		h.eventLocked(r, fanEvent(seq, presence.Online, presence.Joined))
-		clock = clock.Add(h.tick) // a tick's time passes
+		clock = clock.Add(h.out.tick) // a tick's time passes
 		h.mu.Unlock()
 		h.fanOut()
 		for _, f := range cs[0].takeQueue() {
@@ -369,9 +371,9 @@ func TestEventsDuringASnapshotReadFollowItAsOneFrame(t *testing.T) {
 // other turns still need and empties once every member has it.
 func TestABusyRoomsMembersTakeTurns(t *testing.T) {
 	h, r := fanoutHub(t, 1)
-	h.tick, h.budget = 100*time.Millisecond, 30 // 9 members at 30 frames/s: every 300 ms, 3 turns
+	h.out.tick, h.out.budget = 100*time.Millisecond, 30 // 9 members at 30 frames/s: every 300 ms, 3 turns
 	clock := time.Unix(1000, 0)
-	h.clock = func() time.Time { return clock }
+	h.out.clock = func() time.Time { return clock }
 	var conns []*conn
 	h.mu.Lock()
 	for i := range 9 {
@@ -402,7 +404,7 @@ func TestABusyRoomsMembersTakeTurns(t *testing.T) {
 		for _, s := range seqs {
 			h.eventLocked(r, fanEvent(s, presence.Online, presence.Joined))
 		}
-		clock = clock.Add(h.tick) // the next tick is due
+		clock = clock.Add(h.out.tick) // the next tick is due
 		h.mu.Unlock()
 		h.fanOut()
 		take()
@@ -455,7 +457,7 @@ func TestABusyRoomsMembersTakeTurns(t *testing.T) {
 	if len(r.pending) != 0 {
 		t.Errorf("pending still holds %d events every member has", len(r.pending))
 	}
-	if _, dirty := h.dirty[r]; dirty {
+	if _, dirty := h.out.dirty[r]; dirty {
 		t.Error("the room stays dirty with nothing to send")
 	}
 }
@@ -475,7 +477,7 @@ func TestTurnsGoEveryGrainAndOtherRoomsAtTheTick(t *testing.T) {
 		return who
 	}
 	grain := func(full bool) {
-		*clock = clock.Add(h.tick / 4) // the next grain is due
+		*clock = clock.Add(h.out.tick / 4) // the next grain is due
 		h.fan(full)
 	}
 	// Between ticks, the turns go on: one member a grain, each once.
@@ -491,7 +493,7 @@ func TestTurnsGoEveryGrainAndOtherRoomsAtTheTick(t *testing.T) {
 	}
 	// The budget no longer binds: the room goes at the tick, as one
 	// frame to every member, and not between ticks.
-	h.budget = 0
+	h.out.budget = 0
 	h.eventLocked(r, fanEvent(12, presence.Online, presence.Joined))
 	h.mu.Unlock()
 	grain(false)
@@ -536,11 +538,11 @@ func TestNoTurnSendsAMemberTwoFramesWithinATick(t *testing.T) {
 	h, r, conns, clock := grainHub(t, 69)
 	last := map[int]time.Time{}
 	grain := func() {
-		*clock = clock.Add(h.tick / 4)
+		*clock = clock.Add(h.out.tick / 4)
 		h.fan(false)
 		for i, c := range conns {
 			for range c.takeQueue() {
-				if at, ok := last[i]; ok && clock.Sub(at) < h.tick {
+				if at, ok := last[i]; ok && clock.Sub(at) < h.out.tick {
 					t.Fatalf("member %d got a frame %v after its last", i, clock.Sub(at))
 				}
 				last[i] = *clock
@@ -554,7 +556,7 @@ func TestNoTurnSendsAMemberTwoFramesWithinATick(t *testing.T) {
 		t.Fatalf("a round of 7 turns sent to %d of 12 members", len(last))
 	}
 	h.mu.Lock()
-	h.budget = 80
+	h.out.budget = 80
 	h.eventLocked(r, fanEvent(12, presence.Online, presence.Joined))
 	h.mu.Unlock()
 	first := *clock
@@ -574,10 +576,10 @@ func TestNoTurnSendsAMemberTwoFramesWithinATick(t *testing.T) {
 func grainHub(t *testing.T, budget int) (*hub, *room, []*conn, *time.Time) {
 	t.Helper()
 	h, r := fanoutHub(t, 1)
-	h.tick, h.split, h.budget = 100*time.Millisecond, 4, budget
+	h.out.tick, h.out.split, h.out.budget = 100*time.Millisecond, 4, budget
 	clock := new(time.Time)
 	*clock = time.Unix(1000, 0)
-	h.clock = func() time.Time { return *clock }
+	h.out.clock = func() time.Time { return *clock }
 	conns := liveTurnMembers(t, h, r, 12)
 	h.mu.Lock()
 	h.eventLocked(r, fanEvent(11, presence.Online, presence.Joined))

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -52,7 +51,13 @@ var errNATSDown = errors.New("node: NATS is not connected")
 // publish), a NATS reconnect, or a later epoch (the store restarted the
 // room's numbering) makes the hub resync the room: it takes a new
 // snapshot and sends it to every member with reason "resync", and the
-// live stream continues from it.
+// live stream continues from it (resync.go).
+//
+// Its parts keep their own state: the joiners' snapshot reads (flights,
+// its own lock), the watch lists (watches, its own lock) and the tick's
+// fan-out (out, under hub.mu with the rooms: fanout.go says why). The
+// dispatcher, the one goroutine that runs the tick, hands each NATS
+// message to the watch lists or to the rooms, one lock at a time.
 type hub struct {
 	nc       *nats.Conn
 	region   string      // region token of the watched subjects: the node's, or bus.GlobalRegion
@@ -66,129 +71,17 @@ type hub struct {
 	msgs     chan *nats.Msg
 	wg       *sync.WaitGroup
 	gapAfter time.Duration
+	counter  Counter // where count frames come from; nil: view count refused
 
-	// Batching (docs/PROTOCOL.md, "Big rooms"): rooms with at least
-	// batchFrom local members send members taking events frames one per
-	// tick; counts go out at most once per tick.
-	tick      time.Duration
-	split     int              // grains per tick: busy rooms' turns go out every tick/split (fanout.go)
-	clock     func() time.Time // the fan-out's clock; nil: time.Now (tests script it)
-	batchFrom int
-	budget    int     // Config.FanoutBudget
-	counter   Counter // where count frames come from; nil: view count refused
+	flights *flights // joiners' shared snapshot reads (flight.go)
+	watches *watches // watch lists (watch.go)
+	out     *fanout  // the tick's fan-out (fanout.go), under mu
 
-	mu     sync.Mutex
-	rooms  map[string]*room
-	gappy  map[*room]struct{}
-	dirty  map[*room]struct{} // a batch or a count to send at the next tick
-	behind map[*room]struct{} // rooms with members waiting for their queue to drain
-	// Count reads: one goroutine at a time; gen numbers the reads, so a
-	// member is never sent a count read before the one it has.
-	counting bool
-	gen      uint64
-	// The tick's writers to start, in waves (wave.go): waking[i] is in
-	// waves[i/wakeChunk].
-	waking []*conn
-	waves  []*wave
-
-	watched map[string]*wroom // watch.go
-	// reorder holds the watched users with events waiting for their
-	// reorder window (watch.go).
-	reorder map[*wuser]*wroom
-}
-
-type room struct {
-	name    string
-	view    string // region token of sub's subjects
-	sub     *nats.Subscription
-	ready   chan struct{} // closed once subscribed, or failed (err set)
-	err     error
-	members map[*conn]*member
-	// special holds the members an event must visit one by one while the
-	// room batches: the live ones that take no events frames. In a room of
-	// 15,000 nearly all are batched: an event then costs the node one
-	// append, not a pass over every member (noteLocked keeps it).
-	special map[*conn]*member
-	// waiting holds the members waiting for a snapshot (a join, a resync);
-	// buffered the events passed on since the first of them began to wait,
-	// once for all of them (not per member: a resync of 15,000 would hold
-	// every event 15,000 times). A member's snapshot at S takes the
-	// buffered events above S. dropped is the highest seq dropped from
-	// buffered: a snapshot below it cannot serve.
-	waiting  map[*conn]*member
-	buffered []event
-	dropped  uint64
-	// counters is how many members have view count; countDirty that the
-	// room's membership changed since its count was last read.
-	counters   int
-	countDirty bool
-	next       time.Time // the tick's frames go out no sooner (FanoutBudget)
-	readN      int       // the latest count read, and its read
-	readGen    uint64
-	pending    []event   // events not yet sent to every live member taking events frames
-	turn       int       // the next turn of a room whose members take turns (fanout.go),
-	turns      int       // of the turns of its round
-	turned     time.Time // its last turn
-	slots      uint32    // numbers its members' turns
-	bodies     snapBodies
-	joinFrames joinFrames
-
-	seq       *bus.Sequencer[event] // (epoch, base): every Seq <= base is passed on or in a snapshot
-	start     uint64                // the RoomSeq the room's position started from (the last Reset)
-	early     []event               // received before the first snapshot
-	lost      bool                  // early overflowed
-	resyncing bool
-
-	// Joiners' snapshot reads (see freshSnapshot).
-	reading *flight // under way
-	queued  *flight // the next one, for joiners who asked after it began
-}
-
-// flight is one snapshot read shared by the joiners waiting for it.
-type flight struct {
-	done    chan struct{}
-	snap    presence.Snapshot
-	err     error
-	waiters int // joiners waiting for it, under hub.mu
-}
-
-// member is one connection in a room. Until its snapshot is sent it is
-// not live and its transitions are buffered; after, it gets those with a
-// Seq above its snapshot's.
-//
-// after is a high-water mark: every event at or below it was sent to the
-// member or is in its snapshot, so nothing is ever sent twice, whether
-// alone, batched or buffered.
-type member struct {
-	in     interest // what the member is kept up to date with
-	after  uint64
-	live   bool
-	resync bool // waiting for the room's resync snapshot
-	behind bool // its queue was full: nothing until it drains, then a resync
-	// floor: the room's position when it began to wait. Its snapshot is
-	// read later, so at or above it: buffered events at or below every
-	// waiting member's floor serve no one.
-	floor uint64
-	slot  uint32 // its turn is slot mod the room's turns (turnsLocked)
-	// framed: when its last turn's events frame was queued (the hub's
-	// clock): no turn sends it a second frame within a tick.
-	framed time.Time
-	// View count: the count last sent and the read it came from.
-	sent int
-	gen  uint64
-}
-
-type event struct {
-	epoch int64 // 0: not known
-	seq   uint64
-	frame []byte // the event frame
-	entry []byte // the entry of an events frame
-	delta int8   // +1 online, -1 offline
-	user  string
-	// sessionsOnly: a new session of a member (update, joined), sent only
-	// to members kept at detailSessions.
-	sessionsOnly bool
-	at           time.Time // off NATS
+	// mu guards rooms, gappy, every room and member, and out's state
+	// (fanout.go says why the tick shares it).
+	mu    sync.Mutex
+	rooms map[string]*room
+	gappy map[*room]struct{}
 }
 
 // newHub makes the hub of a node configured by cfg. ctx bounds its store
@@ -200,15 +93,20 @@ func newHub(ctx context.Context, cfg Config, views *views, log *slog.Logger, m *
 		log: log, metrics: m, ctx: ctx, timeout: cfg.StoreTimeout, wg: wg,
 		msgs:     make(chan *nats.Msg, msgQueue),
 		gapAfter: cmp.Or(cfg.gapTimeout, gapTimeout),
-		tick:     cfg.FanoutTick, split: splitOf(cfg.FanoutTick), batchFrom: cfg.BatchFrom, budget: cfg.FanoutBudget,
-		rooms: map[string]*room{}, gappy: map[*room]struct{}{},
-		dirty: map[*room]struct{}{}, behind: map[*room]struct{}{}, watched: map[string]*wroom{}, reorder: map[*wuser]*wroom{},
+		rooms:    map[string]*room{}, gappy: map[*room]struct{}{},
 	}
 	if views != nil {
 		h.views = views
 		h.store = views
 	}
 	h.counter, _ = h.store.(Counter)
+	reader, _ := h.store.(UsersReader)
+	if views != nil {
+		reader = nil // watch lists follow the region's subjects only
+	}
+	h.flights = newFlights(h.store, h.limit, ctx, h.timeout, wg, m.snapshotReads)
+	h.watches = newWatches(h, reader)
+	h.out = newFanout(cfg.FanoutTick, cfg.BatchFrom, cfg.FanoutBudget, m, ctx, wg)
 	return h
 }
 
@@ -262,6 +160,7 @@ func (h *hub) add(ctx context.Context, name string, c *conn, in interest) error 
 		r.sub, r.err = sub, err
 		if err != nil && h.rooms[name] == r {
 			delete(h.rooms, name)
+			r.gone = true
 		}
 		close(r.ready)
 		h.mu.Unlock()
@@ -313,6 +212,7 @@ func (h *hub) removeLocked(r *room, c *conn) *nats.Subscription {
 	case <-r.ready:
 		delete(h.rooms, r.name)
 		delete(h.gappy, r)
+		r.gone = true
 		return r.sub
 	default: // the creator is still subscribing, and is a member
 		return nil
@@ -400,97 +300,15 @@ func (h *hub) snapshot(ctx context.Context, name string, c *conn, ref string, in
 }
 
 // freshSnapshot returns a snapshot of the room read after the call began,
-// so it includes the caller's own join. Joiners who ask while a read is
-// under way share the next one: a join storm costs the store one read at a
-// time per room, not one per joiner.
+// so it includes the caller's own join; joiners share reads (flight.go).
 func (h *hub) freshSnapshot(ctx context.Context, name string) (presence.Snapshot, error) {
 	h.mu.Lock()
 	r := h.rooms[name]
+	h.mu.Unlock()
 	if r == nil {
-		h.mu.Unlock()
 		return presence.Snapshot{}, errors.New("node: room left during its join")
 	}
-	f := r.queued
-	if f == nil {
-		f = &flight{done: make(chan struct{})}
-		if r.reading == nil {
-			r.reading = f
-			h.wg.Add(1)
-			go h.fly(r, f)
-		} else {
-			r.queued = f
-		}
-	}
-	f.waiters++
-	h.mu.Unlock()
-	select {
-	case <-f.done:
-		return f.snap, f.err
-	case <-ctx.Done():
-		return presence.Snapshot{}, ctx.Err()
-	}
-}
-
-// fly reads f's snapshot, then each queued one, until none is queued. A
-// read is bounded by the store timeout, never by a joiner's context, so
-// one joiner giving up fails no other.
-func (h *hub) fly(r *room, f *flight) {
-	defer h.wg.Done()
-	for f != nil {
-		ctx, cancel := context.WithTimeout(h.ctx, h.timeout)
-		f.snap, f.err = h.store.Snapshot(ctx, r.name, 0, h.limit)
-		cancel()
-		h.metrics.snapshotReads.Inc()
-		close(f.done)
-		h.mu.Lock()
-		f, r.queued = r.queued, nil
-		r.reading = f
-		h.mu.Unlock()
-	}
-}
-
-// noteLocked files m in r.special and r.waiting, or out of them, after a
-// change of its interest, liveness or lag.
-func (r *room) noteLocked(c *conn, m *member) {
-	if m.live && !m.in.batch && !m.in.count && !m.behind {
-		if r.special == nil {
-			r.special = map[*conn]*member{}
-		}
-		r.special[c] = m
-	} else {
-		delete(r.special, c)
-	}
-	if m.live || m.in.count || m.behind {
-		r.unwaitLocked(c)
-		return
-	}
-	if _, ok := r.waiting[c]; !ok {
-		if r.waiting == nil {
-			r.waiting = map[*conn]*member{}
-		}
-		_, base, synced := r.seq.Position()
-		m.floor = 0
-		if synced {
-			m.floor = base
-		}
-		r.waiting[c] = m
-	}
-}
-
-// unwaitLocked takes c off the members waiting for a snapshot; the last
-// one off drops the buffer.
-func (r *room) unwaitLocked(c *conn) {
-	delete(r.waiting, c)
-	if len(r.waiting) == 0 {
-		r.buffered = nil
-	}
-}
-
-func (r *room) memberOf(c *conn) *member {
-	if r == nil {
-		return nil
-	}
-	return r.members[c]
+	return h.flights.read(ctx, name)
 }
 
 // readyLocked makes the given members live from snap, or reports false
@@ -537,27 +355,7 @@ func (h *hub) readyLocked(r *room, snap presence.Snapshot, ref, reason string, m
 		return false
 	}
 	for c, m := range ms {
-		d := m.in.detail
-		c.send(r.joinFrames.snapshot(ref, reason, snap, d, r.bodies.get(snap, d)))
-		m.after, m.live, m.resync = snap.RoomSeq, true, false
-		if m.in.batch {
-			// What arrived during the read, as one frame: a storm's
-			// joiner would otherwise get an event frame per joiner.
-			if f := r.joinFrames.events(r, m.after, d); f != nil {
-				c.send(f)
-				h.metrics.batches.Inc()
-			}
-			if n := len(r.buffered); n > 0 {
-				m.after = max(m.after, r.buffered[n-1].seq)
-			}
-			continue
-		}
-		for _, e := range r.buffered {
-			if e.seq > m.after && (!e.sessionsOnly || d == detailSessions) {
-				c.send(e.frame)
-				m.after = e.seq
-			}
-		}
+		h.replayLocked(r, snap, ref, reason, c, m)
 	}
 	for c, m := range ms { // after every replay: the last one out drops the buffer
 		r.noteLocked(c, m)
@@ -574,199 +372,28 @@ func (h *hub) readyLocked(r *room, snap presence.Snapshot, ref, reason string, m
 	return true
 }
 
-// joinFrames keeps the last snapshot frame and the last frame of events
-// after a snapshot that joiners were sent: the joiners served by one read
-// (a fill, a storm) mostly get the same bytes, a snapshot frame of up to
-// SnapshotMembers members differing only by its ref, which clients
-// mostly number alike. Frames are never changed once sent, so they are
-// shared.
-type joinFrames struct {
-	snapKey  joinSnapKey
-	snap     []byte
-	evKey    joinEventsKey
-	evFrame  []byte
-	evEncode bool
-}
-
-type joinSnapKey struct {
-	ref, reason, room string
-	truncated         bool
-	body              *byte // the body's array: one per read and detail
-	n                 int
-}
-
-type joinEventsKey struct {
-	view               string
-	after, first, last uint64
-	n                  int
-	d                  detail
-}
-
-func (j *joinFrames) snapshot(ref, reason string, snap presence.Snapshot, d detail, body []byte) []byte {
-	k := joinSnapKey{ref, reason, snap.Room, snap.Total > len(snap.Members), nil, len(body)}
-	if len(body) > 0 {
-		k.body = &body[0]
-	}
-	if j.snap == nil || k != j.snapKey {
-		j.snapKey, j.snap = k, encodeSnapshotBody(ref, reason, snap.Room, k.truncated, body)
-	}
-	return j.snap
-}
-
-// events is the events frame of r.buffered above after (nil: none).
-func (j *joinFrames) events(r *room, after uint64, d detail) []byte {
-	n := len(r.buffered)
-	if n == 0 {
-		return nil
-	}
-	k := joinEventsKey{r.view, after, r.buffered[0].seq, r.buffered[n-1].seq, n, d}
-	if !j.evEncode || k != j.evKey {
-		j.evKey, j.evFrame, j.evEncode = k, encodeEvents(r.view, r.name, r.buffered, after, d), true
-	}
-	return j.evFrame
-}
-
-// snapBodies keeps the encoded body of a room's latest snapshot per
-// detail: the joiners of a storm share a few reads, and each read's body
-// (up to SnapshotMembers members) is encoded once, not once per joiner.
-type snapBodies struct {
-	key  snapKey
-	body [detailSessions + 1][]byte
-}
-
-// snapKey tells snapshots apart: one read of the room at a room_seq and a
-// millisecond has one content.
-type snapKey struct {
-	region        string
-	epoch         int64
-	seq           uint64
-	at            time.Time
-	offset, total int
-	members       int
-}
-
-func (b *snapBodies) get(s presence.Snapshot, d detail) []byte {
-	k := snapKey{s.Region, s.Epoch, s.RoomSeq, s.At, s.Offset, s.Total, len(s.Members)}
-	if k != b.key {
-		*b = snapBodies{key: k}
-	}
-	if b.body[d] == nil {
-		fs := forDetail(s, d)
-		b.body[d] = appendSnapshotBody(make([]byte, 0, 256+len(fs.Members)*160), fs)
-	}
-	return b.body[d]
-}
-
-// resetLocked forgets the room's position and puts every member on a
-// resync.
-func (h *hub) resetLocked(r *room) {
-	r.seq.Forget()
-	r.early, r.lost, r.pending, r.buffered, r.dropped = nil, false, nil, nil, 0
-	delete(h.gappy, r)
-	for c, m := range r.members {
-		m.floor = 0 // the numbering starts over
-		switch {
-		case m.in.count:
-			// Counts are read, not folded: read again, as events may
-			// have been lost.
-		case m.behind:
-			// Served once its queue has drained (checkBehind).
-		default:
-			m.live, m.resync = false, true
-			r.noteLocked(c, m)
+// replayLocked queues c its snapshot, then the buffered events above it:
+// m is live from then on.
+func (h *hub) replayLocked(r *room, snap presence.Snapshot, ref, reason string, c *conn, m *member) {
+	d := m.in.detail
+	c.send(r.joinFrames.snapshot(ref, reason, snap, d, r.bodies.get(snap, d)))
+	m.after, m.live, m.resync = snap.RoomSeq, true, false
+	if m.in.batch {
+		// What arrived during the read, as one frame: a storm's
+		// joiner would otherwise get an event frame per joiner.
+		if f := r.joinFrames.events(r, m.after, d); f != nil {
+			c.send(f)
+			h.metrics.batches.Inc()
 		}
-	}
-	if r.counters > 0 {
-		r.countDirty = true
-		h.dirty[r] = struct{}{}
-	}
-	h.metrics.resyncs.Inc()
-	h.startResyncLocked(r)
-}
-
-// startResyncLocked runs a resync of r unless one is running.
-func (h *hub) startResyncLocked(r *room) {
-	if !r.resyncing {
-		r.resyncing = true
-		h.wg.Add(1)
-		go h.runResync(r)
-	}
-}
-
-// runResync takes snapshots until no member waits on a resync, retrying
-// while the store fails.
-func (h *hub) runResync(r *room) {
-	defer h.wg.Done()
-	for {
-		if len(h.waiting(r)) == 0 {
-			return
+		if n := len(r.buffered); n > 0 {
+			m.after = max(m.after, r.buffered[n-1].seq)
 		}
-		ctx, cancel := context.WithTimeout(h.ctx, h.timeout)
-		snap, err := h.store.Snapshot(ctx, r.name, 0, h.limit)
-		cancel()
-		var moved bool
-		if err == nil {
-			moved, err = h.moveRoom(r.name, snap.Region)
-		}
-		if moved {
-			continue // read it again, on the view's subscription
-		}
-		if err == nil {
-			h.mu.Lock()
-			// Readying may start the room over, putting members back on a
-			// resync: the loop then looks again with a fresh count.
-			if ms := h.waitingLocked(r); len(ms) > 0 {
-				h.readyLocked(r, snap, "", protocol.ReasonResync, ms)
-			}
-			h.mu.Unlock()
-			continue
-		}
-		h.log.Warn("node: resync snapshot failed; retrying", "room", r.name, "err", err)
-		select {
-		case <-h.ctx.Done():
-			h.mu.Lock()
-			r.resyncing = false
-			h.mu.Unlock()
-			return
-		case <-time.After(resyncPause):
-		}
+		return
 	}
-}
-
-// waiting returns the members waiting on a resync of r; when there are
-// none, the resync is over.
-func (h *hub) waiting(r *room) map[*conn]*member {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.waitingLocked(r)
-}
-
-func (h *hub) waitingLocked(r *room) map[*conn]*member {
-	ms := map[*conn]*member{}
-	if h.rooms[r.name] == r {
-		for c, m := range r.members {
-			if m.resync {
-				ms[c] = m
-			}
-		}
-	}
-	if len(ms) == 0 {
-		r.resyncing = false
-	}
-	return ms
-}
-
-// resyncAll starts every room over; after a NATS reconnect, transitions
-// sent while disconnected are lost.
-func (h *hub) resyncAll() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.resyncWatchesLocked()
-	for _, r := range h.rooms {
-		select {
-		case <-r.ready:
-			h.resetLocked(r)
-		default:
+	for _, e := range r.buffered {
+		if e.seq > m.after && (!e.sessionsOnly || d == detailSessions) {
+			c.send(e.frame)
+			m.after = e.seq
 		}
 	}
 }
@@ -822,14 +449,14 @@ func (h *hub) deliverLocked(r *room, e event) {
 		e.at = now // in order: from now on its wait is the tick's
 	}
 	r.bufferLocked(e)
-	batching := len(r.pending) > 0 || h.batchFrom > 0 && len(r.members) >= h.batchFrom
+	batching := len(r.pending) > 0 || h.out.batchFrom > 0 && len(r.members) >= h.out.batchFrom
 	visit := r.members
 	if batching {
 		// The live members taking events frames, all of them in a big
 		// room, get it from pending at the tick.
 		visit = r.special
 		r.pending = append(r.pending, e)
-		h.dirty[r] = struct{}{}
+		h.out.dirty[r] = struct{}{}
 	}
 	for c, m := range visit {
 		switch {
@@ -841,32 +468,6 @@ func (h *hub) deliverLocked(r *room, e event) {
 			h.metrics.forwarded.Inc()
 		}
 	}
-}
-
-// bufferLocked keeps e for the members waiting for a snapshot. Full, the
-// buffer first drops what no waiting member can need (at or below every
-// floor), then, if that is not enough, everything: their snapshots are
-// then read again (readyLocked refuses one below dropped).
-func (r *room) bufferLocked(e event) {
-	if len(r.waiting) == 0 {
-		return
-	}
-	if len(r.buffered) >= maxBuffered {
-		floor := e.seq
-		for _, m := range r.waiting {
-			floor = min(floor, m.floor)
-		}
-		n := 0
-		for n < len(r.buffered) && r.buffered[n].seq <= floor {
-			n++
-		}
-		if n == 0 {
-			n = len(r.buffered)
-		}
-		r.dropped = max(r.dropped, r.buffered[n-1].seq)
-		r.buffered = slices.Delete(r.buffered, 0, n)
-	}
-	r.buffered = append(r.buffered, e)
 }
 
 // onMsg handles one message from a room subscription.
@@ -892,13 +493,11 @@ func (h *hub) onMsg(msg *nats.Msg) {
 		return
 	}
 	e := event{epoch: t.Epoch, seq: t.Seq, frame: frame, entry: encodeEntry(t), delta: delta, user: t.User, sessionsOnly: sessionsOnly(t), at: time.Now()}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if w := h.watched[t.Room]; w != nil && w.subs[msg.Sub] {
-		e.frame = watchFrame(e.frame)
-		h.holdWatchEventLocked(w, e, time.Now())
+	if msg.Sub != nil && h.watches.offer(t.Room, msg.Sub, e, time.Now()) {
 		return
 	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	// A room takes the events of the view it follows; the other view's,
 	// queued before it moved, are dropped.
 	if r := h.rooms[t.Room]; r != nil && t.Region == r.view && (msg.Sub == nil || msg.Sub == r.sub) {
@@ -906,22 +505,9 @@ func (h *hub) onMsg(msg *nats.Msg) {
 			// Counts are read at the tick, whatever the room's position:
 			// a room of count members only never takes a snapshot.
 			r.countDirty = true
-			h.dirty[r] = struct{}{}
+			h.out.dirty[r] = struct{}{}
 		}
 		h.eventLocked(r, e)
-	}
-}
-
-// checkGaps resyncs rooms whose gap stayed open too long.
-func (h *hub) checkGaps(now time.Time) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for r := range h.gappy {
-		if r.seq.Overdue(now) {
-			_, base, _ := r.seq.Position()
-			h.log.Info("node: transitions missing; resyncing the room", "room", r.name, "base", base)
-			h.resetLocked(r)
-		}
 	}
 }
 
@@ -929,7 +515,7 @@ func (h *hub) checkGaps(now time.Time) {
 func (h *hub) dispatch(ctx context.Context) {
 	t := time.NewTicker(h.gapAfter / 4)
 	defer t.Stop()
-	fan := time.NewTicker(h.grain())
+	fan := time.NewTicker(h.out.grain())
 	defer fan.Stop()
 	for n := 0; ; {
 		select {
@@ -941,7 +527,7 @@ func (h *hub) dispatch(ctx context.Context) {
 			h.checkGaps(now)
 		case <-fan.C:
 			h.fan(n == 0)
-			n = (n + 1) % max(1, h.split)
+			n = (n + 1) % max(1, h.out.split)
 		}
 	}
 }
@@ -996,15 +582,9 @@ func (h *hub) close() {
 		default:
 		}
 		delete(h.rooms, name)
-	}
-	for name, w := range h.watched {
-		for sub := range w.subs {
-			subs = append(subs, sub)
-		}
-		delete(h.watched, name)
+		r.gone = true
 	}
 	h.mu.Unlock()
-	for _, s := range subs {
-		_ = s.Unsubscribe()
-	}
+	unsubscribeAll(subs)
+	unsubscribeAll(h.watches.close())
 }

@@ -24,7 +24,7 @@ func TestASnapshotOlderThanTheRoomsStartIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &hub{log: quiet, metrics: m, rooms: map[string]*room{}, gappy: map[*room]struct{}{}}
+	h := &hub{log: quiet, metrics: m, rooms: map[string]*room{}, gappy: map[*room]struct{}{}, out: newFanout(0, 0, 0, m, nil, nil)}
 	r := &room{name: "r", members: map[*conn]*member{},
 		seq: bus.NewSequencer[event](bus.SeqLimits{GapTimeout: time.Second, MaxAhead: maxHeld})}
 	h.rooms["r"] = r

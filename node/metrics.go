@@ -1,8 +1,10 @@
 package node
 
 import (
-	"github.com/presence-dev/presence/protocol"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/presence-dev/presence/internal/storm"
+	"github.com/presence-dev/presence/protocol"
 )
 
 // metrics are the node's Prometheus collectors, all named presence_node_*.
@@ -26,8 +28,8 @@ type metrics struct {
 	// off NATS until in room order (a gap holds it), then until its
 	// room's tick sends it, then from queued until written to a member.
 	reorder, fanWait, frameWrite prometheus.Histogram
-	join                         JoinMetrics
-	extend                       ExtendMetrics
+	join                         storm.JoinMetrics
+	extend                       storm.ExtendMetrics
 }
 
 // gauges are the readings behind the node's gauges, each from the part
@@ -105,6 +107,21 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 		m.reorder, m.fanWait, m.frameWrite,
 		m.joins, m.leaves, m.touchSeconds, m.touchErrors, m.rejectedFrames, m.rejectedConns, m.closes,
 		m.resyncs, m.snapshotReads, m.forwarded, m.batches, m.behind, m.watchSubs, m.badEvents, m.overloaded,
+	}
+	cs = append(cs, gaugeCollectors(g)...)
+	for _, c := range append(cs, m.stormCollectors(g)...) {
+		if err := reg.Register(c); err != nil {
+			return nil, configError("metrics", "registering: "+err.Error())
+		}
+	}
+	m.initLabels()
+	return m, nil
+}
+
+// gaugeCollectors are the node's gauges, read from g.
+func gaugeCollectors(g gauges) []prometheus.Collector {
+	const ns, sub = "presence", "node"
+	return []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "pending_releases",
 			Help: "Releases that failed (the store out of reach) and are retried until it answers."}, func() float64 { return float64(g.pendingReleases()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "inflight_requests",
@@ -116,13 +133,11 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "rooms",
 			Help: "Rooms with local members, each one NATS subscription."}, func() float64 { return float64(g.rooms()) }),
 	}
-	for _, c := range append(cs, m.stormCollectors(g)...) {
-		if err := reg.Register(c); err != nil {
-			return nil, configError("metrics", "registering: "+err.Error())
-		}
-	}
-	// Codes and reasons exist from the start, so rates work before the
-	// first rejection.
+}
+
+// initLabels makes every code and reason exist from the start, so rates
+// work before the first rejection.
+func (m *metrics) initLabels() {
 	for _, c := range []protocol.ErrorCode{protocol.CodeBadFrame, protocol.CodeUnknownType, protocol.CodeInvalidRoom, protocol.CodeInvalidState, protocol.CodeForbidden,
 		protocol.CodeTooManyRooms, protocol.CodeNotJoined, protocol.CodeRateLimited, protocol.CodeUnavailable, protocol.CodeInvalidToken, protocol.CodeInvalidPage, "too_big"} {
 		m.rejectedFrames.WithLabelValues(string(c))
@@ -130,5 +145,4 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 	for _, r := range []string{"auth", "capacity", "draining", "bad_request", "origin"} {
 		m.rejectedConns.WithLabelValues(r)
 	}
-	return m, nil
 }

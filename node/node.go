@@ -23,6 +23,7 @@ import (
 
 	"github.com/presence-dev/presence/bus"
 	jsclient "github.com/presence-dev/presence/clients/js"
+	"github.com/presence-dev/presence/internal/storm"
 	"github.com/presence-dev/presence/presence"
 	"github.com/presence-dev/presence/protocol"
 )
@@ -63,7 +64,7 @@ type Node struct {
 	wheel     wheel
 	metrics   *metrics
 	admission *admission
-	joins     *joinGate
+	joins     *storm.Gate
 	drops     *dropper
 	conns     *connDeps // shared by every connection
 	counts    connCounts
@@ -160,14 +161,14 @@ func (n *Node) wire() error {
 		connections:     func() int { return int(n.counts.open.Load()) },
 		sessions:        n.keeper.held,
 		rooms:           func() int { return n.hub.count() },
-		joinRate:        n.joins.rate,
+		joinRate:        n.joins.Rate,
 	})
 	if err != nil {
 		return err
 	}
 	n.admission.overloaded = n.metrics.overloaded
 	n.wireStorm()
-	n.keeper.batcher.observe = n.joins.observe
+	n.keeper.batcher.observe = n.joins.Observe
 	n.keeper.moved = func(owners []owner) {
 		for _, o := range owners {
 			o.sessionMoved()
@@ -183,7 +184,7 @@ func (n *Node) wire() error {
 	n.hub = newHub(n.ctx, cfg, views, n.log, n.metrics, &n.wg)
 	n.drops = &dropper{region: cfg.Region, nc: cfg.NATS, store: cfg.Revocations, revs: newRevocations(), wheel: &n.wheel, hub: n.hub,
 		every: cfg.heartbeat, timeout: cfg.StoreTimeout, log: n.log}
-	n.conns = &connDeps{lim: cfg.Limits, storeTimeout: cfg.StoreTimeout, global: cfg.Global != nil, rooms: n.hub, sessions: n.keeper, tokens: n.auth,
+	n.conns = &connDeps{lim: cfg.Limits, storeTimeout: cfg.StoreTimeout, global: cfg.Global != nil, rooms: n.hub, watches: n.hub.watches, sessions: n.keeper, tokens: n.auth,
 		admission: n.admission, joins: n.joins, revoked: n.drops.revs, registry: &n.wheel, counts: &n.counts, metrics: n.metrics, log: n.log, ctx: n.ctx,
 		wg: &n.connWG, mono: n.mono, joined: func() {
 			n.metrics.joins.Inc()
@@ -224,7 +225,7 @@ func (n *Node) Start(ctx context.Context) error {
 		func(ctx context.Context) { n.wheel.run(ctx, n.cfg.Limits.PingInterval) },
 		n.hub.dispatch,
 		n.hub.watch,
-		n.joins.extender.Run,
+		n.joins.Extender.Run,
 		n.drops.run,
 	} {
 		n.wg.Add(1)
@@ -318,24 +319,7 @@ func (n *Node) refuse(w http.ResponseWriter, status int, reason, msg string) {
 }
 
 func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
-	switch n.state.Load() {
-	case stateNew:
-		n.refuse(w, http.StatusServiceUnavailable, "draining", "node: not started")
-		return
-	case stateDraining, stateClosed:
-		n.refuse(w, http.StatusServiceUnavailable, "draining", "node: draining; connect to another node")
-		return
-	}
-	if !websocket.IsWebSocketUpgrade(r) {
-		n.refuse(w, http.StatusBadRequest, "bad_request", "node: expected a WebSocket upgrade (GET with Upgrade: websocket)")
-		return
-	}
-	if ps := websocketSubprotocols(r); len(ps) > 0 && !slices.Contains(ps, Subprotocol) {
-		n.refuse(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("node: Sec-WebSocket-Protocol must offer %q", Subprotocol))
-		return
-	}
-	if !n.auth.originAllowed(r) {
-		n.refuse(w, http.StatusForbidden, "origin", "node: origin "+strconv.Quote(r.Header.Get("Origin"))+" is not allowed")
+	if !n.upgradable(w, r) {
 		return
 	}
 	max := int64(n.cfg.Limits.MaxConnections)
@@ -386,6 +370,39 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 	reserved = false
 	c.armExpiry()
 	n.counts.open.Add(1)
+	c.send(mustJSON(n.hello(id, session)))
+	go c.readLoop()
+}
+
+// upgradable refuses a handshake the node takes no connection from (not
+// started or draining, not a WebSocket upgrade of the protocol, an origin
+// not allowed); false: it was answered.
+func (n *Node) upgradable(w http.ResponseWriter, r *http.Request) bool {
+	switch n.state.Load() {
+	case stateNew:
+		n.refuse(w, http.StatusServiceUnavailable, "draining", "node: not started")
+		return false
+	case stateDraining, stateClosed:
+		n.refuse(w, http.StatusServiceUnavailable, "draining", "node: draining; connect to another node")
+		return false
+	}
+	if !websocket.IsWebSocketUpgrade(r) {
+		n.refuse(w, http.StatusBadRequest, "bad_request", "node: expected a WebSocket upgrade (GET with Upgrade: websocket)")
+		return false
+	}
+	if ps := websocketSubprotocols(r); len(ps) > 0 && !slices.Contains(ps, Subprotocol) {
+		n.refuse(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("node: Sec-WebSocket-Protocol must offer %q", Subprotocol))
+		return false
+	}
+	if !n.auth.originAllowed(r) {
+		n.refuse(w, http.StatusForbidden, "origin", "node: origin "+strconv.Quote(r.Header.Get("Origin"))+" is not allowed")
+		return false
+	}
+	return true
+}
+
+// hello is a new connection's first frame.
+func (n *Node) hello(id *identity, session string) protocol.Hello {
 	lim := &n.cfg.Limits
 	hello := protocol.Hello{Type: protocol.TypeHello, V: protocol.Version, Region: n.cfg.Region, User: id.user, Session: session,
 		Limits: protocol.Limits{MaxRooms: lim.MaxRooms, MaxFrameBytes: lim.MaxFrameBytes, MaxStateBytes: presence.MaxStateBytes,
@@ -395,8 +412,7 @@ func (n *Node) serveWS(w http.ResponseWriter, r *http.Request) {
 	if !id.until.IsZero() {
 		hello.TokenExpires = &id.until
 	}
-	c.send(mustJSON(hello))
-	go c.readLoop()
+	return hello
 }
 
 // refuseAuth answers a handshake that failed authentication: 401, or for

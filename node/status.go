@@ -33,7 +33,7 @@ func (n *Node) Status() Status {
 	now := time.Now()
 	st := Status{State: "closed", Connections: n.counts.open.Load(), Sessions: n.keeper.held(), Rooms: n.hub.count(),
 		Heartbeat: time.Duration(n.beats.value(now, false)), HeartbeatBudget: n.cfg.heartbeat / time.Duration(n.cfg.HeartbeatSlots),
-		Joins: n.joinMeter.value(now, true), JoinLimit: n.joins.rate(), Started: n.epoch}
+		Joins: n.joinMeter.value(now, true), JoinLimit: n.joins.Rate(), Started: n.epoch}
 	switch n.state.Load() {
 	case stateNew:
 		st.State = "starting"

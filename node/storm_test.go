@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/presence-dev/presence/presence"
 	"github.com/presence-dev/presence/protocol"
+	"github.com/presence-dev/presence/region"
 )
 
 // countingStore counts the snapshot reads of a real store; the first
@@ -59,19 +62,7 @@ func TestJoinStormSharesSnapshotReads(t *testing.T) {
 	wg.Wait()
 	// The first read is held: every joiner waits on it or on the next.
 	waitFor(t, 10*time.Second, "40 joiners waiting for snapshot reads", func() bool {
-		n.hub.mu.Lock()
-		defer n.hub.mu.Unlock()
-		r := n.hub.rooms["storm"]
-		if r == nil {
-			return false
-		}
-		waiting := 0
-		for _, f := range []*flight{r.reading, r.queued} {
-			if f != nil {
-				waiting += f.waiters
-			}
-		}
-		return waiting == joiners
+		return n.hub.flights.waiting("storm") == joiners
 	})
 	close(cs.gate)
 	for i, c := range clients {
@@ -240,5 +231,111 @@ func TestRefusedJoinsKeepTheirSessions(t *testing.T) {
 	}
 	if got := counterValue(t, n.metrics.extend.Extended); got < 2 {
 		t.Fatalf("extended_sessions_total %v, want both waiting sessions extended", got)
+	}
+}
+
+// A reconnect storm on a real node whose join limiter admits 20 joins a
+// second: half the clients resend their join every 120 ms whatever
+// retry_after_ms says, half honour it with ±25 % jitter. The greedy ones
+// are refused until their appointment and do not get in sooner.
+func TestAStormDoesNotFavourClientsThatRetryEarly(t *testing.T) {
+	slow(t)
+	e := newEnv(t)
+	// Hints of up to 4 s need a longer TTL than the tests' (a refused
+	// client's session must outlive its hint).
+	st, err := region.New(e.rdb, region.Options{Region: "eu", Sink: e.sink, Logger: quiet, Timing: presence.Timing{
+		SessionTTL: 12 * time.Second, Heartbeat: 4 * time.Second, OfflineGrace: 5 * time.Second,
+		ReapInterval: time.Second, LastSeenInterval: 10 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.runReaper(st)
+	n := e.newNode(func(c *Config) {
+		c.Store = st
+		c.Limits.JoinRate, c.Limits.JoinRateMin = 10, 10
+		// 150 clients on a loaded machine: pings the test's short pong
+		// timeout would drop are not what this test is about.
+		c.Limits.PingInterval, c.Limits.PongTimeout = 5*time.Second, 5*time.Second
+	})
+	const clients = 150
+	cs := make([]*client, clients)
+	for i := range cs {
+		cs[i] = n.dial(t, token(t, fmt.Sprintf("u%d", i), []string{"*"}, time.Hour), "s")
+	}
+	type result struct {
+		took  time.Duration
+		tries int
+		err   error
+	}
+	results := make(chan [2]any, clients)
+	start := time.Now()
+	for i, c := range cs {
+		greedy := i%2 == 0
+		answers := make(chan frame, 64)
+		go func() { // read every frame, so pings are answered meanwhile
+			for f := range c.frames {
+				if f.Ref == "j" {
+					answers <- f
+				}
+			}
+			close(answers)
+		}()
+		go func() {
+			var r result
+			join := []byte(`{"type":"join","room":"storm","ref":"j"}`)
+			for r.err == nil {
+				r.tries++
+				if r.err = c.ws.WriteMessage(1, join); r.err != nil {
+					break
+				}
+				var f frame
+				var ok bool
+				select {
+				case f, ok = <-answers:
+				case <-time.After(30 * time.Second):
+				}
+				if !ok {
+					r.err = fmt.Errorf("no answer to join %d (connection: %v)", r.tries, c.w.Err())
+					break
+				}
+				if f.Type == "snapshot" {
+					r.took = time.Since(start)
+					break
+				}
+				if f.Code != protocol.CodeUnavailable {
+					r.err = fmt.Errorf("join: %s %s", f.Code, f.Message)
+					break
+				}
+				wait := time.Duration(float64(f.RetryAfterMS) * float64(time.Millisecond) * (0.75 + 0.5*rand.Float64()))
+				if greedy {
+					wait = 120 * time.Millisecond
+				}
+				time.Sleep(wait) // the client's own schedule is what the test is about
+			}
+			results <- [2]any{greedy, r}
+		}()
+	}
+	var g, h []time.Duration
+	greedyTries := 0
+	for range clients {
+		x := <-results
+		r := x[1].(result)
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if x[0].(bool) {
+			g = append(g, r.took)
+			greedyTries += r.tries
+		} else {
+			h = append(h, r.took)
+		}
+	}
+	slices.Sort(g)
+	slices.Sort(h)
+	gm, hm := g[len(g)/2], h[len(h)/2]
+	t.Logf("greedy: p50 %v max %v (%d tries); honest: p50 %v max %v", gm.Round(time.Millisecond), g[len(g)-1].Round(time.Millisecond),
+		greedyTries, hm.Round(time.Millisecond), h[len(h)-1].Round(time.Millisecond))
+	if float64(gm) < 0.75*float64(hm) {
+		t.Fatalf("clients that retry every 120 ms got in at a median %v, those that honour the hint at %v", gm, hm)
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -39,6 +41,36 @@ type UsersReader interface {
 
 // errNoWatch refuses a watch where the store cannot read users.
 var errNoWatch = errors.New("node: the store does not read users")
+
+// watches is the node's watch lists: the watched rooms, their users'
+// subscriptions and their watchers. It shares nothing with the rooms of
+// the hub but the NATS connection and the dispatcher's message queue.
+// Its own lock, watches.mu, guards every wroom, wuser and watcher; NATS
+// subscribes, unsubscribes, flushes and the users' reads run outside it.
+type watches struct {
+	nc      *nats.Conn
+	region  string
+	msgs    chan *nats.Msg // the dispatcher's queue
+	reader  UsersReader    // nil: watches refused
+	log     *slog.Logger
+	metrics *metrics
+	ctx     context.Context // bounds rereads (the node's Close cancels it)
+	timeout time.Duration
+	wg      *sync.WaitGroup // counts rereads
+
+	mu      sync.Mutex
+	watched map[string]*wroom
+	// reorder holds the watched users with events waiting for their
+	// reorder window.
+	reorder map[*wuser]*wroom
+}
+
+// newWatches returns the watch lists of a hub; reader nil refuses every
+// watch.
+func newWatches(h *hub, reader UsersReader) *watches {
+	return &watches{nc: h.nc, region: h.region, msgs: h.msgs, reader: reader, log: h.log, metrics: h.metrics,
+		ctx: h.ctx, timeout: h.timeout, wg: h.wg, watched: map[string]*wroom{}, reorder: map[*wuser]*wroom{}}
+}
 
 // wroom is one room watched on this node.
 type wroom struct {
@@ -83,21 +115,20 @@ type watcher struct {
 // watchUsers replaces c's watch of room by users (none: ends it) and, for a
 // non-empty list, sends the watching reply. On error the room is no
 // longer watched by c.
-func (h *hub) watchUsers(ctx context.Context, room string, c *conn, ref string, users []string) error {
+func (ws *watches) watchUsers(ctx context.Context, room string, c *conn, ref string, users []string) error {
 	if len(users) == 0 {
-		h.unwatch(room, c)
+		ws.unwatch(room, c)
 		c.send(encodeWatching(ref, protocol.ReasonWatch, room, []string{}, nil))
 		return nil
 	}
-	reader, ok := h.store.(UsersReader)
-	if !ok || h.views != nil {
+	if ws.reader == nil {
 		return errNoWatch
 	}
-	h.mu.Lock()
-	w := h.watched[room]
+	ws.mu.Lock()
+	w := ws.watched[room]
 	if w == nil {
 		w = &wroom{name: room, users: map[string]*wuser{}, subs: map[*nats.Subscription]bool{}, watchers: map[*conn]*watcher{}}
-		h.watched[room] = w
+		ws.watched[room] = w
 	}
 	old := w.watchers[c]
 	wt := &watcher{users: users}
@@ -120,12 +151,12 @@ func (h *hub) watchUsers(ctx context.Context, room string, c *conn, ref string, 
 	}
 	var drop []*nats.Subscription
 	if old != nil {
-		drop = h.dropUsersLocked(w, c, old.users, users)
+		drop = ws.dropUsersLocked(w, c, old.users, users)
 	}
-	h.mu.Unlock()
+	ws.mu.Unlock()
 	unsubscribeAll(drop)
 
-	err := h.subscribeUsers(ctx, w, subscribe, fresh)
+	err := ws.subscribeUsers(ctx, w, subscribe, fresh)
 	for _, wu := range waits {
 		if err != nil {
 			break
@@ -138,35 +169,35 @@ func (h *hub) watchUsers(ctx context.Context, room string, c *conn, ref string, 
 		}
 	}
 	if err != nil {
-		h.unwatch(room, c)
+		ws.unwatch(room, c)
 		return err
 	}
-	return h.readWatch(ctx, reader, w, c, wt, ref, protocol.ReasonWatch)
+	return ws.readWatch(ctx, w, c, wt, ref, protocol.ReasonWatch)
 }
 
 // subscribeUsers subscribes to the users' subjects (wus are their entries,
 // made by the caller), then flushes, so the server has the interest before
 // the first read. An entry dropped meanwhile gets no subscription.
-func (h *hub) subscribeUsers(ctx context.Context, w *wroom, users []string, wus []*wuser) error {
+func (ws *watches) subscribeUsers(ctx context.Context, w *wroom, users []string, wus []*wuser) error {
 	if len(users) == 0 {
 		return nil
 	}
 	subs := make([]*nats.Subscription, len(users))
 	var err error
 	for i, u := range users {
-		if subs[i], err = h.nc.ChanSubscribe(bus.UserFilter(h.region, w.name, u), h.msgs); err != nil {
+		if subs[i], err = ws.nc.ChanSubscribe(bus.UserFilter(ws.region, w.name, u), ws.msgs); err != nil {
 			break
 		}
-		h.metrics.watchSubs.Inc()
+		ws.metrics.watchSubs.Inc()
 	}
 	if err == nil {
-		err = h.nc.FlushWithContext(ctx)
+		err = ws.nc.FlushWithContext(ctx)
 	}
 	var stale []*nats.Subscription
-	h.mu.Lock()
+	ws.mu.Lock()
 	for i, u := range users {
 		wu := wus[i]
-		current := h.watched[w.name] == w && w.users[u] == wu
+		current := ws.watched[w.name] == w && w.users[u] == wu
 		switch {
 		case subs[i] == nil:
 		case !current || err != nil:
@@ -181,7 +212,7 @@ func (h *hub) subscribeUsers(ctx context.Context, w *wroom, users []string, wus 
 			delete(w.users, u)
 		}
 	}
-	h.mu.Unlock()
+	ws.mu.Unlock()
 	unsubscribeAll(stale)
 	return err
 }
@@ -189,25 +220,25 @@ func (h *hub) subscribeUsers(ctx context.Context, w *wroom, users []string, wus 
 // readWatch reads the watcher's users and sends them (reason watch or
 // resync); the watcher is live from then on. A read for a list that was
 // replaced meanwhile is dropped.
-func (h *hub) readWatch(ctx context.Context, reader UsersReader, w *wroom, c *conn, wt *watcher, ref, reason string) error {
+func (ws *watches) readWatch(ctx context.Context, w *wroom, c *conn, wt *watcher, ref, reason string) error {
 	for {
-		h.mu.Lock()
+		ws.mu.Lock()
 		gen, users := wt.gen, wt.users
-		h.mu.Unlock()
-		snap, err := reader.Users(ctx, w.name, users)
+		ws.mu.Unlock()
+		snap, err := ws.reader.Users(ctx, w.name, users)
 		if err != nil {
 			return err
 		}
-		h.mu.Lock()
+		ws.mu.Lock()
 		if w.watchers[c] != wt || wt.gen != gen {
-			h.mu.Unlock()
+			ws.mu.Unlock()
 			return nil // replaced or ended meanwhile
 		}
 		if wt.lost {
 			// Events overflowed the buffer, or NATS reconnected, during
 			// the read: read again, for the same reply.
 			wt.lost, wt.buf = false, nil
-			h.mu.Unlock()
+			ws.mu.Unlock()
 			continue
 		}
 		snap = forDetail(snap, detailStates)
@@ -216,33 +247,33 @@ func (h *hub) readWatch(ctx context.Context, reader UsersReader, w *wroom, c *co
 		buf := wt.buf
 		wt.buf = nil
 		for _, e := range buf {
-			h.watchSendLocked(w, c, wt, e)
+			ws.watchSendLocked(w, c, wt, e)
 		}
-		h.mu.Unlock()
+		ws.mu.Unlock()
 		return nil
 	}
 }
 
 // rewatch reads a watcher again until it succeeds, the watcher is
 // replaced, or the node closes.
-func (h *hub) rewatch(reader UsersReader, w *wroom, c *conn, wt *watcher, reason string) {
-	defer h.wg.Done()
+func (ws *watches) rewatch(w *wroom, c *conn, wt *watcher, reason string) {
+	defer ws.wg.Done()
 	for {
-		ctx, cancel := context.WithTimeout(h.ctx, h.timeout)
-		err := h.readWatch(ctx, reader, w, c, wt, "", reason)
+		ctx, cancel := context.WithTimeout(ws.ctx, ws.timeout)
+		err := ws.readWatch(ctx, w, c, wt, "", reason)
 		cancel()
 		if err == nil {
 			return
 		}
-		h.log.Warn("node: reading watched users failed; retrying", "room", w.name, "err", err)
+		ws.log.Warn("node: reading watched users failed; retrying", "room", w.name, "err", err)
 		select {
-		case <-h.ctx.Done():
+		case <-ws.ctx.Done():
 			return
 		case <-time.After(resyncPause):
 		}
-		h.mu.Lock()
+		ws.mu.Lock()
 		current := w.watchers[c] == wt
-		h.mu.Unlock()
+		ws.mu.Unlock()
 		if !current {
 			return
 		}
@@ -250,36 +281,57 @@ func (h *hub) rewatch(reader UsersReader, w *wroom, c *conn, wt *watcher, reason
 }
 
 // resyncWatcherLocked starts a watcher over from a new read.
-func (h *hub) resyncWatcherLocked(w *wroom, c *conn, wt *watcher) {
-	reader, ok := h.store.(UsersReader)
-	if !ok {
+func (ws *watches) resyncWatcherLocked(w *wroom, c *conn, wt *watcher) {
+	if ws.reader == nil {
 		return
 	}
 	wt.live, wt.buf, wt.lost = false, nil, false
 	wt.gen++
-	h.metrics.resyncs.Inc()
-	h.wg.Add(1)
-	go h.rewatch(reader, w, c, wt, protocol.ReasonResync)
+	ws.metrics.resyncs.Inc()
+	ws.wg.Add(1)
+	go ws.rewatch(w, c, wt, protocol.ReasonResync)
+}
+
+// offer takes an event off a subscription of a watched user of room
+// (false: sub is none of the watch lists'), held for its reorder window.
+func (ws *watches) offer(room string, sub *nats.Subscription, e event, now time.Time) bool {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	w := ws.watched[room]
+	if w == nil || !w.subs[sub] {
+		return false
+	}
+	e.frame = watchFrame(e.frame)
+	ws.holdWatchEventLocked(w, e, now)
+	return true
+}
+
+// release passes on the held events whose reorder window ended by now;
+// the dispatcher calls it every grain.
+func (ws *watches) release(now time.Time) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	ws.releaseWatchEventsLocked(now)
 }
 
 // holdWatchEventLocked holds an event of a watched user for its reorder
 // window.
-func (h *hub) holdWatchEventLocked(w *wroom, e event, now time.Time) {
+func (ws *watches) holdWatchEventLocked(w *wroom, e event, now time.Time) {
 	wu := w.users[e.user]
 	if wu == nil {
 		return
 	}
 	wu.held = append(wu.held, heldEvent{e, now})
-	h.reorder[wu] = w
+	ws.reorder[wu] = w
 }
 
 // releaseWatchEventsLocked passes on, in seq order per user, the held
 // events that have waited out the reorder window. An event still inside
 // it holds back every higher seq of its user.
-func (h *hub) releaseWatchEventsLocked(now time.Time) {
-	for wu, w := range h.reorder {
-		if w.users[wu.user] != wu || h.watched[w.name] != w {
-			delete(h.reorder, wu)
+func (ws *watches) releaseWatchEventsLocked(now time.Time) {
+	for wu, w := range ws.reorder {
+		if w.users[wu.user] != wu || ws.watched[w.name] != w {
+			delete(ws.reorder, wu)
 			continue
 		}
 		slices.SortStableFunc(wu.held, func(a, b heldEvent) int { return cmpSeq(a.e, b.e) })
@@ -288,12 +340,12 @@ func (h *hub) releaseWatchEventsLocked(now time.Time) {
 			n++
 		}
 		for _, he := range wu.held[:n] {
-			h.watchEventLocked(w, wu, he.e)
+			ws.watchEventLocked(w, wu, he.e)
 		}
 		wu.held = slices.Delete(wu.held, 0, n)
 		if len(wu.held) == 0 {
 			wu.held = nil
-			delete(h.reorder, wu)
+			delete(ws.reorder, wu)
 		}
 	}
 }
@@ -307,7 +359,7 @@ func cmpSeq(a, b event) int {
 }
 
 // watchEventLocked passes an event of a watched user to its watchers.
-func (h *hub) watchEventLocked(w *wroom, wu *wuser, e event) {
+func (ws *watches) watchEventLocked(w *wroom, wu *wuser, e event) {
 	for c, wt := range wu.watchers {
 		switch {
 		case !wt.live && len(wt.buf) >= maxBuffered:
@@ -315,7 +367,7 @@ func (h *hub) watchEventLocked(w *wroom, wu *wuser, e event) {
 		case !wt.live && !wt.lost:
 			wt.buf = append(wt.buf, e)
 		case wt.live:
-			h.watchSendLocked(w, c, wt, e)
+			ws.watchSendLocked(w, c, wt, e)
 		}
 	}
 }
@@ -324,11 +376,11 @@ func (h *hub) watchEventLocked(w *wroom, wu *wuser, e event) {
 // read or already sent. An event of a later numbering, or one below a seq
 // already sent for its user (it came later than the reorder window),
 // starts the watcher over.
-func (h *hub) watchSendLocked(w *wroom, c *conn, wt *watcher, e event) {
+func (ws *watches) watchSendLocked(w *wroom, c *conn, wt *watcher, e event) {
 	last := wt.last[e.user]
 	switch {
 	case e.epoch > wt.epoch || e.epoch == wt.epoch && e.seq > wt.after && e.seq < last:
-		h.resyncWatcherLocked(w, c, wt)
+		ws.resyncWatcherLocked(w, c, wt)
 	case e.epoch < wt.epoch || e.seq <= wt.after || e.seq == last:
 	case e.sessionsOnly:
 		wt.last[e.user] = e.seq
@@ -339,25 +391,25 @@ func (h *hub) watchSendLocked(w *wroom, c *conn, wt *watcher, e event) {
 }
 
 // unwatch ends c's watch of room.
-func (h *hub) unwatch(room string, c *conn) {
-	h.mu.Lock()
+func (ws *watches) unwatch(room string, c *conn) {
+	ws.mu.Lock()
 	var drop []*nats.Subscription
-	if w := h.watched[room]; w != nil {
+	if w := ws.watched[room]; w != nil {
 		if wt := w.watchers[c]; wt != nil {
 			delete(w.watchers, c)
-			drop = h.dropUsersLocked(w, c, wt.users, nil)
+			drop = ws.dropUsersLocked(w, c, wt.users, nil)
 		}
 		if len(w.watchers) == 0 {
-			delete(h.watched, room)
+			delete(ws.watched, room)
 		}
 	}
-	h.mu.Unlock()
+	ws.mu.Unlock()
 	unsubscribeAll(drop)
 }
 
 // dropUsersLocked takes c off the users of old that are not in keep, and
 // returns the subscriptions of users no one watches any more.
-func (h *hub) dropUsersLocked(w *wroom, c *conn, old, keep []string) []*nats.Subscription {
+func (ws *watches) dropUsersLocked(w *wroom, c *conn, old, keep []string) []*nats.Subscription {
 	var drop []*nats.Subscription
 	for _, u := range old {
 		if slices.Contains(keep, u) {
@@ -385,19 +437,35 @@ func (h *hub) dropUsersLocked(w *wroom, c *conn, old, keep []string) []*nats.Sub
 	return drop
 }
 
-// resyncWatchesLocked reads every watcher again, those still reading
-// too: after a NATS reconnect, events sent meanwhile are lost.
-func (h *hub) resyncWatchesLocked() {
-	for _, w := range h.watched {
+// resync reads every watcher again, those still reading too: after a
+// NATS reconnect, events sent meanwhile are lost.
+func (ws *watches) resync() {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for _, w := range ws.watched {
 		for c, wt := range w.watchers {
 			if wt.live {
-				h.resyncWatcherLocked(w, c, wt)
+				ws.resyncWatcherLocked(w, c, wt)
 			} else {
 				// Its read under way may miss what NATS lost: read again.
 				wt.lost, wt.buf = true, nil
 			}
 		}
 	}
+}
+
+// close ends every watch and returns the subscriptions to drop.
+func (ws *watches) close() []*nats.Subscription {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	var subs []*nats.Subscription
+	for name, w := range ws.watched {
+		for sub := range w.subs {
+			subs = append(subs, sub)
+		}
+		delete(ws.watched, name)
+	}
+	return subs
 }
 
 func unsubscribeAll(subs []*nats.Subscription) {

@@ -1,6 +1,8 @@
 package node
 
 import (
+	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -46,33 +48,43 @@ func (w *wave) taken() {
 	}
 }
 
-// holdSharedLocked queues a tick's frame to c; if c has no writer
-// running, c is woken with the tick's next wave instead of at once.
-func (h *hub) holdSharedLocked(c *conn, f outFrame) {
-	if len(h.waking) == len(h.waves)*wakeChunk {
-		h.waves = append(h.waves, newWave())
+// waker gathers a tick's writers to start and starts them in waves. It
+// has no lock: only the tick uses it, and the tick runs on the
+// dispatcher alone. waking[i] is in waves[i/wakeChunk].
+type waker struct {
+	ctx    context.Context // the node's: closing, the rest start at once
+	wg     *sync.WaitGroup // counts the goroutines starting the waves
+	waking []*conn
+	waves  []*wave
+}
+
+// hold queues a tick's frame to c; if c has no writer running, c is woken
+// with the tick's next wave instead of at once.
+func (k *waker) hold(c *conn, f outFrame) {
+	if len(k.waking) == len(k.waves)*wakeChunk {
+		k.waves = append(k.waves, newWave())
 	}
-	w := h.waves[len(h.waves)-1]
+	w := k.waves[len(k.waves)-1]
 	if c.hold(f, w) {
-		h.waking = append(h.waking, c)
+		k.waking = append(k.waking, c)
 	}
 }
 
-// wakeLocked hands the tick's held writers to a waker.
-func (h *hub) wakeLocked() {
-	conns, waves := h.waking, h.waves
+// wake hands the tick's held writers to a goroutine that starts them.
+func (k *waker) wake() {
+	conns, waves := k.waking, k.waves
 	if len(conns) == 0 {
-		h.waves = h.waves[:0] // nothing counted in them: every writer ran
+		k.waves = k.waves[:0] // nothing counted in them: every writer ran
 		return
 	}
-	h.waking, h.waves = nil, nil
-	h.wg.Add(1)
-	go h.wake(conns, waves)
+	k.waking, k.waves = nil, nil
+	k.wg.Add(1)
+	go k.run(conns, waves)
 }
 
-// wake starts the writers of conns wave by wave.
-func (h *hub) wake(conns []*conn, waves []*wave) {
-	defer h.wg.Done()
+// run starts the writers of conns wave by wave.
+func (k *waker) run(conns []*conn, waves []*wave) {
+	defer k.wg.Done()
 	t := time.NewTimer(wavePatience)
 	defer t.Stop()
 	for i, w := range waves {
@@ -84,7 +96,7 @@ func (h *hub) wake(conns []*conn, waves []*wave) {
 		select {
 		case <-w.done:
 		case <-t.C:
-		case <-h.ctx.Done():
+		case <-k.ctx.Done():
 			// The node is closing: the rest at once, unpaced.
 			for _, c := range conns[min((i+1)*wakeChunk, len(conns)):] {
 				c.signal()

@@ -20,13 +20,13 @@ func TestATicksWritersAreWokenInWaves(t *testing.T) {
 	busy := queuedConn("busy") // its writer is running
 	h.mu.Lock()
 	for i, c := range idle {
-		h.holdSharedLocked(c, outFrame{b: []byte("f")})
+		h.out.waker.hold(c, outFrame{b: []byte("f")})
 		if i == 10 {
-			h.holdSharedLocked(busy, outFrame{b: []byte("f")})
+			h.out.waker.hold(busy, outFrame{b: []byte("f")})
 		}
 	}
-	h.holdSharedLocked(idle[0], outFrame{b: []byte("g")}) // a second frame, in the last wave
-	conns, waves := h.waking, h.waves
+	h.out.waker.hold(idle[0], outFrame{b: []byte("g")}) // a second frame, in the last wave
+	conns, waves := h.out.waker.waking, h.out.waker.waves
 	h.mu.Unlock()
 	if len(conns) != len(idle)+1 || len(waves) != 2 {
 		t.Fatalf("%d to wake in %d waves, want %d in 2", len(conns), len(waves), len(idle)+1)

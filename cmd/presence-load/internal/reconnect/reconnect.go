@@ -49,7 +49,7 @@ type reconnectOpts struct {
 	Batch       int           `flag:"batch" help:"sessions per claim and refresh call (the node's TouchBatch)"`
 	Greedy      float64       `flag:"greedy" help:"share of clients (0..1) that resend their join every --greedy-every whatever retry_after_ms says"`
 	GreedyEvery time.Duration `flag:"greedy-every" default:"120ms" help:"how often a greedy client resends a refused join"`
-	Fair        bool          `flag:"fair" default:"true" help:"hold refused joins to their hints, as the node does (node.Appointments; false: the code before)"`
+	Fair        bool          `flag:"fair" default:"true" help:"hold refused joins to their hints, as the node does (nodestorm.Appointments; false: the code before)"`
 }
 
 // rclient is one reconnecting client.

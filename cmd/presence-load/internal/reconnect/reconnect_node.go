@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/presence-dev/presence/cmd/presence-load/internal/load"
+	nodestorm "github.com/presence-dev/presence/internal/storm"
 	"github.com/presence-dev/presence/node"
 	"github.com/presence-dev/presence/presence"
 	"github.com/presence-dev/presence/region"
@@ -24,9 +25,9 @@ import (
 type standIn struct {
 	r        *reconnectRun
 	store    *region.Store
-	lim      *node.JoinLimiter  // nil: the code before the limiter
-	appts    *node.Appointments // nil: --fair=false
-	ext      *node.Extender     // nil: the code before the extender
+	lim      *nodestorm.JoinLimiter  // nil: the code before the limiter
+	appts    *nodestorm.Appointments // nil: --fair=false
+	ext      *nodestorm.Extender     // nil: the code before the extender
 	extended *countingExtend
 	queue    chan *rclient  // admitted, waiting for their claim
 	rooms    chan roomJoins // snapshot reads to make
@@ -67,15 +68,15 @@ func (r *reconnectRun) startNodes(ctx context.Context) ([]*standIn, error) {
 			slots: make([][]*rclient, heartbeatSlots)}
 		t := s.Timing()
 		if o.JoinRate > 0 {
-			n.lim = node.NewJoinLimiter(node.JoinLimit{Rate: o.JoinRate, MinRate: cmpOr(o.JoinRateMin, min(node.DefaultJoinRateMin, o.JoinRate)),
+			n.lim = nodestorm.NewJoinLimiter(nodestorm.JoinLimit{Rate: o.JoinRate, MinRate: cmpOr(o.JoinRateMin, min(node.DefaultJoinRateMin, o.JoinRate)),
 				Latency: o.JoinLatency, MinRetry: 250 * time.Millisecond, MaxRetry: o.MaxRetry})
 		}
 		if o.Fair {
-			n.appts = node.NewAppointments(200000, o.MaxRetry)
+			n.appts = nodestorm.NewAppointments(200000, o.MaxRetry)
 		}
 		if o.Extend {
 			n.extended = &countingExtend{s: s}
-			n.ext = node.NewExtender(n.extended, node.ExtendConfig{Every: min(250*time.Millisecond, t.Heartbeat/4), Again: t.Heartbeat,
+			n.ext = nodestorm.NewExtender(n.extended, nodestorm.ExtendConfig{Every: min(250*time.Millisecond, t.Heartbeat/4), Again: t.Heartbeat,
 				Batch: o.Batch, Max: 200000, Timeout: 5 * time.Second}, slog.New(slog.DiscardHandler))
 			go n.ext.Run(ctx)
 		}

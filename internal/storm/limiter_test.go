@@ -1,8 +1,9 @@
-package node
+package storm
 
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -132,7 +133,7 @@ func (f *fakeExtending) Extend(_ context.Context, refs []presence.SessionRef) (i
 // bounded; a failed call lets the next refusal queue its sessions again.
 func TestExtenderCoalescesRetries(t *testing.T) {
 	st := &fakeExtending{}
-	e := NewExtender(st, ExtendConfig{Every: time.Second, Again: 10 * time.Second, Batch: 2, Max: 3, Timeout: time.Second}, quiet)
+	e := NewExtender(st, ExtendConfig{Every: time.Second, Again: 10 * time.Second, Batch: 2, Max: 3, Timeout: time.Second}, slog.New(slog.DiscardHandler))
 	ref := func(u string) presence.SessionRef { return presence.SessionRef{Room: "r", User: u, Session: "s"} }
 	t0 := time.Unix(1000, 0)
 	ctx := context.Background()
