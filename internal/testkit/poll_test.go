@@ -54,3 +54,16 @@ func TestPollReturnsOnSuccess(t *testing.T) {
 		}
 	})
 }
+
+// Want and AtLeast say what they got.
+func TestWantAndAtLeast(t *testing.T) {
+	if Want("offlines", 5, 5) != nil || AtLeast("events", 7, 5) != nil || AtLeast("events", 5, 5) != nil {
+		t.Fatal("a met condition gave a reason")
+	}
+	if err := Want("offlines", 3, 5); err == nil || err.Error() != "offlines: 3, want 5" {
+		t.Fatalf("Want: %v", err)
+	}
+	if err := AtLeast("events", 2, 5); err == nil || err.Error() != "events: 2, want at least 5" {
+		t.Fatalf("AtLeast: %v", err)
+	}
+}
