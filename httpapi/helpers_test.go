@@ -143,5 +143,3 @@ func ref(room, user, session string) presence.SessionRef {
 	return presence.SessionRef{Room: room, User: user, Session: session}
 }
 
-// waitFor polls with a deadline (see testkit.WaitFor).
-var waitFor = testkit.WaitFor
