@@ -3,6 +3,7 @@ package testkit
 import (
 	"cmp"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -39,6 +40,15 @@ func CheckFor(tb testing.TB, total, every time.Duration, f func() error) {
 // reason "what: got, want want".
 func Want[T comparable](what string, got, want T) error {
 	if got == want {
+		return nil
+	}
+	return fmt.Errorf("%s: %v, want %v", what, got, want)
+}
+
+// WantSlice is Want for slices: nil when got equals want element by
+// element.
+func WantSlice[T comparable](what string, got, want []T) error {
+	if slices.Equal(got, want) {
 		return nil
 	}
 	return fmt.Errorf("%s: %v, want %v", what, got, want)

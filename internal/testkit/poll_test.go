@@ -63,6 +63,12 @@ func TestWantAndAtLeast(t *testing.T) {
 	if err := Want("offlines", 3, 5); err == nil || err.Error() != "offlines: 3, want 5" {
 		t.Fatalf("Want: %v", err)
 	}
+	if WantSlice("members", []string{"a", "b"}, []string{"a", "b"}) != nil {
+		t.Fatal("equal slices gave a reason")
+	}
+	if err := WantSlice("members", []string{"a"}, []string{"a", "b"}); err == nil || err.Error() != "members: [a], want [a b]" {
+		t.Fatalf("WantSlice: %v", err)
+	}
 	if err := AtLeast("events", 2, 5); err == nil || err.Error() != "events: 2, want at least 5" {
 		t.Fatalf("AtLeast: %v", err)
 	}
