@@ -36,6 +36,25 @@ func CheckFor(tb testing.TB, total, every time.Duration, f func() error) {
 	}
 }
 
+// Holds checks that check passes for the whole of d, calling it every
+// interval, and fails tb at the first call where it does not, saying how
+// far into the watch: CheckFor's counterpart, a watch that nothing more
+// happens (d long enough for anything still due to have come out).
+func Holds(tb testing.TB, d, every time.Duration, check func() error) {
+	tb.Helper()
+	start := time.Now()
+	end := start.Add(d)
+	for {
+		if err := check(); err != nil {
+			tb.Fatalf("%v (%v into a %v watch)", err, time.Since(start).Round(time.Millisecond), d)
+		}
+		if !time.Now().Before(end) {
+			return
+		}
+		time.Sleep(every)
+	}
+}
+
 // Want is a poll's condition on a value: nil when got is want, else the
 // reason "what: got, want want".
 func Want[T comparable](what string, got, want T) error {
