@@ -142,4 +142,3 @@ func (c *clock) advance(d time.Duration) {
 func ref(room, user, session string) presence.SessionRef {
 	return presence.SessionRef{Room: room, User: user, Session: session}
 }
-
