@@ -85,7 +85,7 @@ func BenchmarkGlobalLag(b *testing.B) {
 		// Spread the joins over the cadence's phase.
 		time.Sleep(time.Duration(rng.IntN(int(cadence / 2))))
 	}
-	testkit.CheckFor(b, time.Minute, 10*time.Millisecond, func() error { return testkit.Want("every global transition", got.Load(), int64(2*b.N)) })
+	testkit.CheckFor(b, time.Minute, 10*time.Millisecond, func() error { return testkit.Want("global transitions", got.Load(), int64(2*b.N)) })
 	b.StopTimer()
 	mu.Lock()
 	defer mu.Unlock()

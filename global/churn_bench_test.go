@@ -215,7 +215,7 @@ func benchPublisherChurn(b *testing.B, size int) {
 		wall, used := time.Since(t0), cpu()-cpu0
 		cpus, walls, bytes = append(cpus, used), append(walls, wall), append(bytes, pub.Stats().Bytes.Load()-sent)
 		if c == 0 {
-			testkit.CheckFor(b, time.Minute, 10*time.Millisecond, func() error { return testkit.AtLeast("the full at the aggregator", unionSize(), size) })
+			testkit.CheckFor(b, time.Minute, 10*time.Millisecond, func() error { return testkit.AtLeast("the union at the aggregator, the full in", unionSize(), size) })
 			tick.Reset(cadence)
 		}
 	}
@@ -308,7 +308,7 @@ func benchPublisherChurn(b *testing.B, size int) {
 	started := time.Now()
 	live := newPub(false)
 	defer live.Close()
-	testkit.CheckFor(b, time.Minute, 10*time.Millisecond, func() error { return testkit.AtLeast("the new term's full", live.Stats().Fulls.Load(), 1) })
+	testkit.CheckFor(b, time.Minute, 10*time.Millisecond, func() error { return testkit.AtLeast("fulls of the new term", live.Stats().Fulls.Load(), 1) })
 	b.Logf("a new term: active and its full sent %v after start", time.Since(started).Round(time.Millisecond))
 	// The aggregator takes the new publisher once the old one has been
 	// silent two cadences (docs/GLOBAL.md); the lag is measured after.
@@ -327,7 +327,9 @@ func benchPublisherChurn(b *testing.B, size int) {
 			b.Fatal(err)
 		}
 		t0 := time.Now()
-		testkit.CheckFor(b, 4*cadence, 10*time.Millisecond, func() error { return testkit.Want("the probe in the global view", len(agg.Union(x.Room)[x.User]), 1) })
+		testkit.CheckFor(b, 4*cadence, 10*time.Millisecond, func() error {
+			return testkit.Want("the probe's sessions in the global view", len(agg.Union(x.Room)[x.User]), 1)
+		})
 		lags = append(lags, time.Since(t0))
 	}
 	b.StopTimer()

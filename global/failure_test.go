@@ -36,7 +36,7 @@ func TestPartition(t *testing.T) {
 	eu, us := w.regions["eu"], w.regions["us"]
 	eu.join(t, ref("room", "only-eu-1", "s1"), ref("room", "only-eu-2", "s2"), ref("room", "both", "s3"))
 	us.join(t, ref("room", "both", "s4"), ref("room", "only-us", "s5"))
-	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("four online", len(rec.members("room")), 4) })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("members online in the global view", len(rec.members("room")), 4) })
 
 	// Short: eu is down (held) for a while, never dropped.
 	w.sc.Isolate("eu")
@@ -57,7 +57,7 @@ func TestPartition(t *testing.T) {
 
 	// Long: eu is dropped.
 	w.sc.Isolate("eu")
-	testkit.CheckFor(t, dropAfter+5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("region_lost offlines", len(rec.events()), 6) })
+	testkit.CheckFor(t, dropAfter+5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("transitions, with the region_lost offlines", len(rec.events()), 6) })
 	for _, u := range []string{"only-eu-1", "only-eu-2"} {
 		if got := rec.of("room", u); !slices.Equal(got, []string{"online joined", "offline region_lost"}) {
 			t.Errorf("%s: %q", u, got)
@@ -80,7 +80,7 @@ func TestPartition(t *testing.T) {
 		}
 	}
 	w.sc.Heal("eu")
-	testkit.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error { return testkit.Want("users back", len(rec.events()), 8) })
+	testkit.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error { return testkit.Want("transitions, with the users back", len(rec.events()), 8) })
 	holds(t, grace+2*cadence, rec.exactly(8))
 	for _, u := range []string{"only-eu-1", "only-eu-2"} {
 		if got := rec.of("room", u); !slices.Equal(got, []string{"online joined", "offline region_lost", "online joined"}) {
@@ -145,7 +145,7 @@ func TestAggregatorFailover(t *testing.T) {
 		}()
 	}
 	// Kill the leader mid-run: once a third of the transitions are out.
-	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error { return testkit.AtLeast("a third of the transitions", len(rec.events()), 12) })
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error { return testkit.AtLeast("transitions, a third of them", len(rec.events()), 12) })
 	killedAt := len(rec.events())
 	leaderNC.Close() // a crash: no lease release, no goodbye
 	leader.Close()
@@ -157,7 +157,7 @@ func TestAggregatorFailover(t *testing.T) {
 	})
 	wg.Wait()
 
-	testkit.CheckFor(t, 15*time.Second, 10*time.Millisecond, func() error { return testkit.Want("every transition", len(rec.events()), 24+12) })
+	testkit.CheckFor(t, 15*time.Second, 10*time.Millisecond, func() error { return testkit.Want("transitions", len(rec.events()), 24+12) })
 	holds(t, grace+2*cadence, rec.exactly(24+12))
 	for _, p := range plans {
 		want := []string{"online joined"}
@@ -191,7 +191,7 @@ func TestConvergenceAfterRestart(t *testing.T) {
 	eu, us := w.regions["eu"], w.regions["us"]
 	eu.join(t, ref("room", "stays", "s1"), ref("room", "goes", "s2"))
 	us.join(t, ref("room", "stays", "s3"))
-	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("two online", len(rec.members("room")), 2) })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("members online in the global view", len(rec.members("room")), 2) })
 	first.Close()
 
 	eu.leave(t, ref("room", "goes", "s2"))
@@ -214,7 +214,9 @@ func TestConvergenceAfterRestart(t *testing.T) {
 	if took > 2*cadence {
 		t.Errorf("converged after %v, more than two cadences", took)
 	}
-	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error { return testkit.Want("new online and goes offline", len(rec.events()), 4) })
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		return testkit.Want("transitions, with new online and goes offline", len(rec.events()), 4)
+	})
 	holds(t, grace+2*cadence, rec.exactly(4))
 	if got := rec.of("room", "goes"); !slices.Equal(got, []string{"online joined", "offline left"}) {
 		t.Errorf("goes: %q", got)
@@ -249,7 +251,7 @@ func TestPartitionWithTheLeaderAwayFromTheStream(t *testing.T) {
 	eu, us := w.regions["eu"], w.regions["us"]
 	eu.join(t, ref("room", "eu-only", "s1"), ref("room", "both", "s2"))
 	us.join(t, ref("room", "both", "s3"), ref("room", "us-only", "s4"), ref("room", "us-leaves", "s5"))
-	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("four online", len(rec.members("room")), 4) })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("members online in the global view", len(rec.members("room")), 4) })
 	if !aggEU.Leader() || aggUS.Leader() {
 		t.Fatal("the leader moved before the cut")
 	}
@@ -312,7 +314,7 @@ func TestPartitionWithTheLeaderAwayFromTheStream(t *testing.T) {
 		t.Error("the aggregator cut off from the lease still leads")
 	}
 	testkit.CheckFor(t, 15*time.Second, 10*time.Millisecond, func() error {
-		return testkit.AtLeast("the late aggregator to retry", lateAgg.Stats().StartRetries.Load(), 1)
+		return testkit.AtLeast("start retries of the late aggregator", lateAgg.Stats().StartRetries.Load(), 1)
 	})
 	select {
 	case err := <-late:
@@ -341,7 +343,7 @@ func TestPartitionWithTheLeaderAwayFromTheStream(t *testing.T) {
 	})
 	// A healed supercluster re-elects and republishes in a few cadences;
 	// a loaded machine takes longer, and polling costs nothing.
-	testkit.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error { return testkit.Want("eu-only back", len(rec.events()), 7) })
+	testkit.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error { return testkit.Want("transitions, with eu-only back", len(rec.events()), 7) })
 	holds(t, grace+2*cadence, rec.exactly(7)) // anything else due would be out by now
 	if got := rec.of("room", "eu-only"); !slices.Equal(got, []string{"online joined", "offline region_lost", "online joined"}) {
 		t.Errorf("eu-only: %q", got)

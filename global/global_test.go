@@ -28,7 +28,7 @@ func TestRegionMoveIsNoGlobalTransition(t *testing.T) {
 	mover, crasher := ref("room", "mover", "tab1"), ref("room", "crasher", "tab9")
 	eu.join(t, mover, crasher)
 	t.Cleanup(func() { dump(t, "agg", agg) })
-	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("both online", len(rec.members("room")), 2) })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("members online in the global view", len(rec.members("room")), 2) })
 
 	// Count the room all along: it must stay 2.
 	var bad atomic.Int64
@@ -140,7 +140,7 @@ func TestTwoTabsInTwoRegionsAreOneMember(t *testing.T) {
 
 	// The stream keeps the current view: u1's online, superseded, is
 	// purged; the offline stays (until its TTL).
-	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("the superseded online purged", agg.Stats().Purges.Load(), 1) })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("purges, with the superseded online", agg.Stats().Purges.Load(), 1) })
 	js, _ := jetstream.New(w.sc.Connect(t, "us"))
 	st, err := js.Stream(ctx, global.StreamName)
 	if err != nil {
@@ -185,7 +185,7 @@ func TestSessionStateReachesTheGlobalView(t *testing.T) {
 		}
 		return out
 	}
-	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("the global update", len(updates()), 1) })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("global updates", len(updates()), 1) })
 	if u := updates()[0]; u.User != "ann" || u.Session != "tab" || string(u.State) != `{"status":"away"}` || u.Reason != presence.State || u.Sessions != 1 {
 		t.Fatalf("update %+v", u)
 	}
@@ -226,7 +226,7 @@ func TestSessionStateReachesTheGlobalView(t *testing.T) {
 	if _, err := us.store.SetState(ctx, x, nil); err != nil {
 		t.Fatal(err)
 	}
-	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("the clear", len(updates()), 2) })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("global updates, with the clear", len(updates()), 2) })
 	if u := updates()[1]; u.State != nil || u.Session != "tab" {
 		t.Fatalf("clear %+v", u)
 	}

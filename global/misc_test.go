@@ -212,7 +212,7 @@ func TestPublisherFailoverIsNoGlobalTransition(t *testing.T) {
 	eu := w.regions["eu"]
 	spare := eu.addPublisher(t, nil)
 	eu.join(t, ref("room", "u1", "s1"), ref("room", "u2", "s2"))
-	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("two online", len(rec.members("room")), 2) })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("members online in the global view", len(rec.members("room")), 2) })
 	active := eu.pubs[0]
 	if !active.Active() || spare.Active() {
 		t.Fatalf("active %v spare %v", active.Active(), spare.Active())

@@ -128,7 +128,7 @@ func TestADigestMismatchBringsAFull(t *testing.T) {
 	waitLeader(t, agg)
 	eu := w.regions["eu"]
 	eu.join(t, ref("room", "ann", "a"), ref("room", "bob", "b"))
-	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("two online", len(rec.members("room")), 2) })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("members online in the global view", len(rec.members("room")), 2) })
 	fulls := eu.pubs[0].Stats().Fulls.Load()
 	global.ForgetMember(agg, "eu", "room", "bob")
 	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {

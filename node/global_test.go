@@ -40,7 +40,9 @@ func TestGlobalViewForClients(t *testing.T) {
 	if snap.Region != bus.GlobalRegion || len(snap.Members) != 1 || snap.Members[0].User != "far" {
 		t.Fatalf("snapshot: %+v, want the global view", snap)
 	}
-	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("the session in the regional store", len(e.live("room", "near")), 1) })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		return testkit.Want("near's sessions in the regional store", len(e.live("room", "near")), 1)
+	})
 
 	nc := testnats.Connect(t, e.ns)
 	pub := func(tr presence.Transition) {

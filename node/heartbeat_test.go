@@ -415,7 +415,7 @@ func TestAClaimAfterARefreshOverridesItsVerdict(t *testing.T) {
 	fs.mu.Unlock()
 	refreshed := make(chan struct{})
 	go func() { s.touchSlot(context.Background(), 0); close(refreshed) }()
-	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("the refresh to start", len(fs.calls()), 1) })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("store calls, the refresh started", len(fs.calls()), 1) })
 	claimed := make(chan struct{})
 	go func() { holdAll(t, s, refN(1)); close(claimed) }() // the client is back
 	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
@@ -446,7 +446,7 @@ func TestReleaseAndJoinDoNotWaitForTheHeartbeat(t *testing.T) {
 	fs.mu.Unlock()
 	touched := make(chan struct{})
 	go func() { s.touchSlot(context.Background(), 0); close(touched) }()
-	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("the refresh to start", len(fs.calls()), 1) })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("store calls, the refresh started", len(fs.calls()), 1) })
 	if released, err := s.unhold(context.Background(), r, o, true); !released || err != nil {
 		t.Fatalf("unhold: %v %v", released, err)
 	}

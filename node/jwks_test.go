@@ -256,7 +256,7 @@ func TestJWKSProviderDown(t *testing.T) {
 			s := newJWKSServer(t)
 			fail(s)
 			a, clk := jwksAuth(t, s, time.Hour, false)
-			testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error { return testkit.AtLeast("the first fetch tried", s.requests(), 1) })
+			testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error { return testkit.AtLeast("JWKS fetches tried", s.requests(), 1) })
 			refuses(t, a, k.token(t, "alice"), "no signing keys yet")
 
 			s.publish(t, k)

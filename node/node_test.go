@@ -283,7 +283,7 @@ func TestReconnectInsideGraceIsSilent(t *testing.T) {
 	c = n1.dial(t, tok, "tab")
 	c.join("room")
 	_ = c.ws.NetConn().Close()
-	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("the abrupt close to be released", n1.keeper.held(), 0) })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("sessions n1 holds, the abrupt close released", n1.keeper.held(), 0) })
 	// Another node on the same Redis.
 	c = n2.dial(t, tok, "tab")
 	if s := c.join("room").Snapshot; len(findSession(s, "ida", "tab").ID) == 0 {
@@ -393,7 +393,9 @@ func TestLimits(t *testing.T) {
 		c.expectClose(protocol.ClosePolicy)
 	})
 	t.Run("connections", func(t *testing.T) {
-		testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("earlier connections to end", n.counts.active.Load(), 0) })
+		testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+			return testkit.Want("active connections, the earlier ones ended", n.counts.active.Load(), 0)
+		})
 		for i := range 3 {
 			n.dial(t, token(t, "conn", all, time.Hour), "s"+string(rune('a'+i)))
 		}
@@ -644,7 +646,7 @@ func TestTakeoverClosesTheStaleConnectionSilently(t *testing.T) {
 	fresh := n2.dial(t, tok, "tab")
 	fresh.join("room")
 	old.expectClose(protocol.CloseSessionMoved)
-	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("n1 to drop the session", n1.keeper.held(), 0) })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("sessions n1 holds", n1.keeper.held(), 0) })
 	e.waitRedisPast(e.redisNow().Add(testTiming.OfflineGrace + 200*time.Millisecond))
 	e.quiesce("room")
 	if got := e.rec.Of("", "room", "lee"); len(got) != 1 || got[0].Kind != presence.Online {
