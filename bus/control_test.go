@@ -60,7 +60,7 @@ func TestDisconnectRevokesThenTellsTheNodes(t *testing.T) {
 	if err != nil || rep.Room != "room42" || rep.RevokedUntil != nil {
 		t.Fatalf("disconnect without revocation: %+v %v", rep, err)
 	}
-	waitFor(t, 5*time.Second, "two drops", func() bool { return got.Len() == 2 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("drops", got.Len(), 2) })
 	all := got.All()
 	if all[0].User != "alice" || all[0].Until == nil || !all[0].Until.Equal(until) || all[1] != (bus.Drop{User: "bob", Room: "room42"}) {
 		t.Fatalf("drops: %+v", all)
@@ -93,7 +93,7 @@ func TestDisconnectRefusesBadRequests(t *testing.T) {
 	if _, code, desc := request(t, e.nc, bus.DisconnectSubject("eu"), `{"user":"u"}`); code != "" {
 		t.Fatalf("good request: %s %s", code, desc)
 	}
-	waitFor(t, 5*time.Second, "the good drop", func() bool { return got.Len() == 1 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("drops", got.Len(), 1) })
 	if revs, _ := st.Revocations(t.Context()); len(revs) != 0 || got.All()[0].User != "u" {
 		t.Fatalf("revocations %+v, drops %+v", revs, got.All())
 	}

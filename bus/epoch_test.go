@@ -2,13 +2,13 @@ package bus_test
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testredis"
 	"github.com/presence-dev/presence/presence"
 	"github.com/presence-dev/presence/region"
@@ -61,7 +61,7 @@ func TestANewEpochAfterDataLossLeavesNoGhost(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{"newbie", "stay"}
-	waitFor(t, 10*time.Second, "the reader's view to be the room's", func() bool {
-		return slices.Equal(view.members(), want)
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		return testkit.WantSlice("the reader's view", view.members(), want)
 	})
 }

@@ -82,8 +82,14 @@ func startReaper(tb testing.TB, st *region.Store) {
 	tb.Cleanup(func() { cancel(); <-done })
 }
 
-// waitFor polls with a deadline (see testkit.WaitFor).
-var waitFor = testkit.WaitFor
+// nSeqs is a poll's condition: seqs holds n sequences; the reason lists
+// those delivered.
+func nSeqs(seqs []uint64, n int) error {
+	if len(seqs) != n {
+		return fmt.Errorf("delivered seqs %v, want %d of them", seqs, n)
+	}
+	return nil
+}
 
 func streamInfo(tb testing.TB, s jetstream.Stream) *jetstream.StreamInfo {
 	tb.Helper()

@@ -91,7 +91,7 @@ func TestPublisherStoresOnceAndFansOut(t *testing.T) {
 
 	// Core subscribers see what the stream stored, once each, retries
 	// and all: the stream republishes each message it stores.
-	waitFor(t, 5*time.Second, "core deliveries", func() bool { return all.Len() == 3+1+1+1 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("core deliveries", all.Len(), 3+1+1+1) })
 	for _, m := range all.All() {
 		tr, err := bus.DecodeEvent(m.Data)
 		if err != nil {
@@ -108,7 +108,7 @@ func TestPublisherStoresOnceAndFansOut(t *testing.T) {
 
 	want42 := "presence.eu.room42.online.u1 presence.eu.room42.online.u2 presence.eu.room42.offline.u1 " +
 		"presence.eu.room42.offline.u2 presence.us.room42.online.u4"
-	waitFor(t, 5*time.Second, "room42 deliveries", func() bool { return room42.Len() == 5 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("room42 deliveries", room42.Len(), 5) })
 	if got := strings.Join(room42.subjects(), " "); got != want42 {
 		t.Fatalf("presence.*.room42.> got\n%s\nwant\n%s", got, want42)
 	}
@@ -182,7 +182,7 @@ func TestPublisherRecreatesAMissingStream(t *testing.T) {
 	if err != nil || seq != 2 || pub.Err() != nil {
 		t.Fatalf("the batch renumbered: %d %v", seq, err)
 	}
-	waitFor(t, 5*time.Second, "both events", func() bool { return all.Len() >= 2 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.AtLeast("deliveries", all.Len(), 2) })
 	if n := all.Len(); n != 2 {
 		t.Fatalf("%d deliveries, want 2", n)
 	}

@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -15,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
 	"github.com/presence-dev/presence/region"
 )
@@ -58,7 +60,7 @@ func TestReplayOrdersAndDedupes(t *testing.T) {
 	}
 	publish(t, e, tr("eu", "room42", "u2", presence.Offline, 3))
 	publishRaw(t, e, tr("eu", "room42", "u2", presence.Offline, 3)) // duplicate
-	waitFor(t, 5*time.Second, "seqs 3 and 4", func() bool { return len(got.seqs()) == 2 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return nSeqs(got.seqs(), 2) })
 	if s := got.seqs(); !slices.Equal(s, []uint64{3, 4}) || r.Seq() != 4 {
 		t.Fatalf("delivered %v, Seq %d", s, r.Seq())
 	}
@@ -66,13 +68,13 @@ func TestReplayOrdersAndDedupes(t *testing.T) {
 	// 5 is missing: 6 waits for the gap timeout, then 5 is given up.
 	start := time.Now()
 	publish(t, e, tr("eu", "room42", "u3", presence.Offline, 6))
-	waitFor(t, 5*time.Second, "seq 6", func() bool { return len(got.seqs()) == 3 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return nSeqs(got.seqs(), 3) })
 	if waited := time.Since(start); waited < 250*time.Millisecond {
 		t.Fatalf("seq 6 delivered after %v, before the gap timeout", waited)
 	}
 	publish(t, e, tr("eu", "room42", "u4", presence.Online, 5)) // too late
 	publish(t, e, tr("eu", "room42", "u4", presence.Online, 7))
-	waitFor(t, 5*time.Second, "seq 7", func() bool { return len(got.seqs()) == 4 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return nSeqs(got.seqs(), 4) })
 	if s := got.seqs(); !slices.Equal(s, []uint64{3, 4, 6, 7}) || r.Seq() != 7 {
 		t.Fatalf("delivered %v, Seq %d", s, r.Seq())
 	}
@@ -90,7 +92,7 @@ func TestReplayOrdersAndDedupes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "probe", func() bool { return len(probe.seqs()) == 1 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return nSeqs(probe.seqs(), 1) })
 	if len(got.seqs()) != 4 {
 		t.Fatalf("called after Stop: %v", got.seqs())
 	}
@@ -138,7 +140,7 @@ func TestReplayNumbering(t *testing.T) {
 	}
 	defer r.Stop()
 	publish(t, e, cur(1, "u1", presence.Online), cur(2, "u2", presence.Online), cur(3, "u1", presence.Offline))
-	waitFor(t, 5*time.Second, "current numbering", func() bool { return len(got.seqs()) == 2 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return nSeqs(got.seqs(), 2) })
 	if ids := got.all(); ids[0].ID != cur(2, "", "").ID || ids[1].ID != cur(3, "", "").ID {
 		t.Fatalf("delivered %v", ids)
 	}
@@ -156,7 +158,7 @@ func TestReplayNumbering(t *testing.T) {
 	publish(t, e, next(1))
 	publish(t, e, cur(4, "u2", presence.Offline)) // a stray of the older numbering
 	publish(t, e, next(2))
-	waitFor(t, 5*time.Second, "later numbering", func() bool { return len(got.seqs()) == 4 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return nSeqs(got.seqs(), 4) })
 	if s := got.seqs(); !slices.Equal(s, []uint64{2, 3, 1, 2}) || r.Seq() != 2 {
 		t.Fatalf("delivered %v, Seq %d", s, r.Seq())
 	}
@@ -347,9 +349,15 @@ func TestSnapshotThenReplayMatchesStore(t *testing.T) {
 	leave("u11")
 	leave("u12")
 	crash("u13")
-	waitFor(t, 10*time.Second, "u10-u12 announced offline", func() bool {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		n, err := st.Count(c, room)
-		return err == nil && n <= 12
+		if err != nil {
+			return err
+		}
+		if n > 12 {
+			return fmt.Errorf("%d members, want at most 12 once u10-u12 are offline", n)
+		}
+		return nil
 	})
 
 	// Churn in the background: short-lived users join and leave while the
@@ -389,9 +397,12 @@ func TestSnapshotThenReplayMatchesStore(t *testing.T) {
 		}
 		<-churnDone
 	}()
-	waitFor(t, 5*time.Second, "churn transitions", func() bool {
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		n, err := st.Count(c, room)
-		return err == nil && n > 11
+		if err != nil {
+			return err
+		}
+		return testkit.AtLeast("members with the churn", n, 12)
 	})
 
 	// The late subscriber: a core watch first, then the snapshot through the
@@ -435,9 +446,12 @@ func TestSnapshotThenReplayMatchesStore(t *testing.T) {
 	if ok, err := st.SetState(c, ref(room, "u06", "a"), []byte(`{"status":"away"}`)); !ok || err != nil {
 		t.Fatalf("SetState: %v %v", ok, err)
 	}
-	waitFor(t, 10*time.Second, "churn after the snapshot", func() bool {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		s, err := st.Snapshot(c, room, 0, 1)
-		return err == nil && s.RoomSeq > snap.RoomSeq+100
+		if err != nil {
+			return err
+		}
+		return testkit.AtLeast("room seq, churning after the snapshot", s.RoomSeq, snap.RoomSeq+101)
 	})
 	close(churnStop)
 	<-churnDone
@@ -446,12 +460,13 @@ func TestSnapshotThenReplayMatchesStore(t *testing.T) {
 	// departure is announced by the reaper.
 	want := []string{"u06", "u07", "u08", "u09", "u10", "u13", "u14", "u15", "u16", "u17", "u18", "u19"}
 	var fresh presence.Snapshot
-	waitFor(t, 15*time.Second, "store, replay and watch to agree", func() bool {
+	testkit.CheckFor(t, 15*time.Second, 10*time.Millisecond, func() error {
 		query(t, e.nc, "members", `{"room":"room42","limit":1000}`, &fresh)
 		rm, _, _ := rep.state()
 		lm, _, _ := live.state()
-		return slices.Equal(users(fresh), want) && r.Seq() == fresh.RoomSeq &&
-			slices.Equal(rm, want) && slices.Equal(lm, want)
+		return errors.Join(testkit.WantSlice("the store's members", users(fresh), want),
+			testkit.Want("the replay's seq (the store's room seq)", r.Seq(), fresh.RoomSeq),
+			testkit.WantSlice("the replay's members", rm, want), testkit.WantSlice("the watch's members", lm, want))
 	})
 
 	// Replay delivered exactly the transitions after the snapshot, once

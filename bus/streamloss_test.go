@@ -3,6 +3,7 @@ package bus_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"net"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testnats"
 	"github.com/presence-dev/presence/internal/testredis"
 	"github.com/presence-dev/presence/presence"
@@ -232,7 +234,9 @@ func TestALostStreamStartsANewEpochReadersEndWithTheTruth(t *testing.T) {
 		k.join(t, st, u)
 	}
 	stream, _ := js.Stream(ctx(t), bus.StreamName("eu"))
-	waitFor(t, 5*time.Second, "the joins in the stream", func() bool { return streamInfo(t, stream).State.Msgs == 4 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		return testkit.Want("messages in the stream, the joins", streamInfo(t, stream).State.Msgs, 4)
+	})
 
 	fold := &streamFold{tb: t, js: js, st: st}
 	before := fold.snapshot()
@@ -247,19 +251,27 @@ func TestALostStreamStartsANewEpochReadersEndWithTheTruth(t *testing.T) {
 	// Stored in the old stream, never read by the fold.
 	k.join(t, st, "u5")
 	k.leave(t, st, "u1")
-	waitFor(t, 10*time.Second, "u5's join and u1's departure in the stream", func() bool { return streamInfo(t, stream).State.Msgs == 6 })
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		return testkit.Want("messages in the stream, with u5's join and u1's departure", streamInfo(t, stream).State.Msgs, 6)
+	})
 
 	ns.stop()
 	k.join(t, st, "u6")
 	k.leave(t, st, "u2")
-	waitFor(t, 10*time.Second, "u2's departure in the outbox", func() bool {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		snap, err := st.Snapshot(context.Background(), "room", 0, bus.MaxLimit)
-		return err == nil && snap.RoomSeq == 8
+		if err != nil {
+			return err
+		}
+		return testkit.Want("room seq, u2's departure decided", snap.RoomSeq, 8)
 	})
 	ns.restartEmpty()
-	waitFor(t, 15*time.Second, "the stream made again with what waited", func() bool {
+	testkit.CheckFor(t, 15*time.Second, 10*time.Millisecond, func() error {
 		s, err := js.Stream(context.Background(), bus.StreamName("eu"))
-		return err == nil && s.CachedInfo().State.Msgs >= 2
+		if err != nil {
+			return fmt.Errorf("the stream not made again: %w", err)
+		}
+		return testkit.AtLeast("messages in the new stream, what waited", s.CachedInfo().State.Msgs, 2)
 	})
 
 	want := []string{"u3", "u4", "u5", "u6"}
@@ -277,12 +289,11 @@ func TestALostStreamStartsANewEpochReadersEndWithTheTruth(t *testing.T) {
 	if got := truth(); !slices.Equal(got, want) {
 		t.Fatalf("the store holds %v, want %v", got, want)
 	}
-	waitFor(t, 10*time.Second, "the fold to end with the truth", func() bool {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if err := fold.read(); err != nil {
-			t.Logf("fold: %v", err)
-			return false
+			return fmt.Errorf("fold: %w", err)
 		}
-		return slices.Equal(fold.members(), truth())
+		return testkit.WantSlice("the fold (the truth)", fold.members(), truth())
 	})
 	if fold.epoch <= oldEpoch || fold.resync == 0 {
 		t.Fatalf("the fold is at epoch %d (was %d) after %d fresh snapshots: the new stream opened no new epoch", fold.epoch, oldEpoch, fold.resync)
@@ -292,7 +303,7 @@ func TestALostStreamStartsANewEpochReadersEndWithTheTruth(t *testing.T) {
 	view := followRoom(t, js, before, func(c context.Context) (presence.Snapshot, error) {
 		return st.Snapshot(c, "room", 0, bus.MaxLimit)
 	})
-	waitFor(t, 10*time.Second, "the replay to end with the truth", func() bool {
-		return slices.Equal(view.members(), truth())
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		return testkit.WantSlice("the replay (the truth)", view.members(), truth())
 	})
 }

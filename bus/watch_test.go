@@ -59,11 +59,11 @@ func TestWatchRoom(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "three room42 transitions", func() bool { return len(got.seqs()) == 3 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return nSeqs(got.seqs(), 3) })
 	if s := got.seqs(); s[0] != 1 || s[1] != 2 || s[2] != 3 {
 		t.Fatalf("seqs %v", s)
 	}
-	waitFor(t, 5*time.Second, "malformed count", func() bool { return bus.MalformedEvents()-before >= 3 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.AtLeast("malformed events counted", bus.MalformedEvents()-before, 3) })
 
 	if _, err := bus.WatchRoom(e.nc, "eu", "a.b", got.add); err == nil {
 		t.Fatal("watched an invalid room")

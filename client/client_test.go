@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
 	"github.com/presence-dev/presence/protocol"
 )
@@ -45,6 +46,24 @@ func stateOf(ms []Member, user, session string) (string, bool) {
 	return "", false
 }
 
+// stateIs is a poll's condition: who's view ms has user's session in
+// state want; the reason shows the view.
+func stateIs(who string, ms []Member, user, session, want string) error {
+	if s, _ := stateOf(ms, user, session); s != want {
+		return fmt.Errorf("%s sees %s's %s in state %q, want %q (view %s)", who, user, session, s, want, render(ms))
+	}
+	return nil
+}
+
+// listed is a poll's condition: who's view ms lists user, or (want
+// false) does not.
+func listed(who string, ms []Member, user string, want bool) error {
+	if _, ok := member(ms, user); ok != want {
+		return fmt.Errorf("%s lists %s: %v, want %v (view %s)", who, user, ok, want, render(ms))
+	}
+	return nil
+}
+
 func TestJoinStateAndLeaveAreSeenByAnother(t *testing.T) {
 	e := newEnv(t)
 	ctx := testCtx(t)
@@ -61,22 +80,25 @@ func TestJoinStateAndLeaveAreSeenByAnother(t *testing.T) {
 	if _, ok := member(ra.Members(), "obs"); !ok {
 		t.Fatalf("amy's first view %v lacks obs", ra.Members())
 	}
-	waitFor(t, 5*time.Second, "obs to see amy's tab", func() bool { _, ok := stateOf(obs.Members(), "amy", "tab"); return ok })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if _, ok := stateOf(obs.Members(), "amy", "tab"); !ok {
+			return fmt.Errorf("obs does not see amy's tab (view %s)", render(obs.Members()))
+		}
+		return nil
+	})
 	if err := ra.SetState(ctx, map[string]string{"status": "away"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "obs to see amy away", func() bool {
-		s, _ := stateOf(obs.Members(), "amy", "tab")
-		return s == `{"status":"away"}`
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		return stateIs("obs", obs.Members(), "amy", "tab", `{"status":"away"}`)
 	})
-	waitFor(t, 5*time.Second, "amy to see herself away", func() bool {
-		s, _ := stateOf(ra.Members(), "amy", "tab")
-		return s == `{"status":"away"}`
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		return stateIs("amy", ra.Members(), "amy", "tab", `{"status":"away"}`)
 	})
 	if err := ra.Leave(ctx); err != nil || ra.Err() == nil || len(ra.Members()) != 0 {
 		t.Fatalf("leave: %v, room err %v, view %v", err, ra.Err(), ra.Members())
 	}
-	waitFor(t, testTiming.OfflineGrace+10*time.Second, "obs to see amy go", func() bool { _, ok := member(obs.Members(), "amy"); return !ok })
+	testkit.CheckFor(t, testTiming.OfflineGrace+10*time.Second, 10*time.Millisecond, func() error { return listed("obs", obs.Members(), "amy", false) })
 	evs := seen.events()
 	if last := evs[len(evs)-1]; last.User != "amy" || last.Kind != presence.Offline || last.Reason != presence.Left {
 		t.Fatalf("obs's last event %v, want amy's offline (left)", last)
@@ -132,14 +154,22 @@ func TestReconnectKeepsTheSession(t *testing.T) {
 	if err := ra.SetState(ctx, "here"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "obs to see amy here", func() bool { s, _ := stateOf(obs.Members(), "amy", "tab"); return s == `"here"` })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return stateIs("obs", obs.Members(), "amy", "tab", `"here"`) })
 	before := len(seen.events())
 	old := drop(amy)
 	dropped := time.Now()
-	waitFor(t, 10*time.Second, "amy to reconnect and rejoin", func() bool {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		amy.mu.Lock()
 		defer amy.mu.Unlock()
-		return amy.cur != nil && amy.cur != old && ra.synced
+		switch {
+		case amy.cur == nil:
+			return errors.New("amy is not connected again")
+		case amy.cur == old:
+			return errors.New("amy is still on the dropped connection")
+		case !ra.synced:
+			return errors.New("amy reconnected, her room is not rejoined yet")
+		}
+		return nil
 	})
 	if amy.Session() != "tab" || amy.Hello().Session != "tab" {
 		t.Fatalf("session %q, hello's %q, want tab", amy.Session(), amy.Hello().Session)
@@ -147,13 +177,14 @@ func TestReconnectKeepsTheSession(t *testing.T) {
 	if s, _ := stateOf(ra.Members(), "amy", "tab"); s != `"here"` {
 		t.Fatalf("amy's view after the rejoin: %v", ra.Members())
 	}
-	// The grace of the drop passes; a marker's online then flushes obs's
+	// The grace of the drop passes (and 3s more: the wait is the test, an
+	// offline would be due by then); a marker's online then flushes obs's
 	// stream, and nothing about amy came before it.
-	waitFor(t, testTiming.OfflineGrace+10*time.Second, "the grace to pass", func() bool { return time.Since(dropped) > testTiming.OfflineGrace+3*time.Second })
+	time.Sleep(time.Until(dropped.Add(testTiming.OfflineGrace + 3*time.Second)))
 	if _, err := e.dial("zed", "z", nil).Join(ctx, "room", JoinOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "obs to see the marker", func() bool { _, ok := member(obs.Members(), "zed"); return ok })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return listed("obs", obs.Members(), "zed", true) })
 	for _, ev := range seen.events()[before:] {
 		if ev.User == "amy" {
 			t.Fatalf("obs heard %v about amy after the drop", ev)
@@ -228,22 +259,18 @@ func TestViewsEqualTheSnapshotAfterChurn(t *testing.T) {
 			views = append(views, tb.r)
 		}
 	}
-	var last string
-	waitFor(t, 30*time.Second, "every view to equal a fresh snapshot", func() bool {
+	testkit.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
 		snap, err := e.store.Snapshot(context.Background(), "churn", 0, 1000)
 		if err != nil {
-			t.Fatal(err)
+			return fmt.Errorf("snapshot: %w", err)
 		}
 		for _, r := range views {
 			if got, want := render(r.Members()), project(snap, r.opts.Sessions); got != want {
-				last = fmt.Sprintf("view %s, snapshot %s", got, want)
-				return false
+				return fmt.Errorf("a view %s, the snapshot %s", got, want)
 			}
 		}
-		last = fmt.Sprintf("count %d, snapshot total %d", count.Count(), snap.Total)
-		return count.Count() == snap.Total
+		return testkit.Want("the count view's count (the snapshot's total)", count.Count(), snap.Total)
 	})
-	t.Log(last)
 }
 
 // The count view follows the room unlisted; a watch list sees its users
@@ -281,7 +308,7 @@ func TestCountAndWatchViews(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "a count of 2", func() bool { return cnt.Count() == 2 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("count", cnt.Count(), 2) })
 	if _, listed := member(rb.Members(), "obs"); listed {
 		t.Fatal("the observer is listed")
 	}
@@ -291,7 +318,7 @@ func TestCountAndWatchViews(t *testing.T) {
 	if err := ra.SetState(ctx, "amy's"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the watch to see amy's state", func() bool { s, _ := stateOf(w.Members(), "amy", "a"); return s == `"amy's"` })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return stateIs("the watch", w.Members(), "amy", "a", `"amy's"`) })
 	for _, ev := range seen.events() {
 		if ev.User != "amy" {
 			t.Fatalf("the watch of amy and cat got %v", ev)
@@ -331,17 +358,30 @@ func TestTokenExpiryIsSurfacedAndReconnected(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := c.Hello().TokenExpires
-	waitFor(t, 15*time.Second, "a 4002 and a reconnect", func() bool {
+	testkit.CheckFor(t, 15*time.Second, 10*time.Millisecond, func() error {
 		_, ds := x.all()
 		h := c.Hello()
-		return len(ds) > 0 && h.TokenExpires != nil && first != nil && h.TokenExpires.After(*first)
+		switch {
+		case len(ds) == 0:
+			return errors.New("no disconnect reported yet")
+		case first == nil || h.TokenExpires == nil:
+			return fmt.Errorf("a hello without token_expires (first %v, now %v)", first, h.TokenExpires)
+		case !h.TokenExpires.After(*first):
+			return fmt.Errorf("disconnected (%v), not yet reconnected with a new token", ds[0])
+		}
+		return nil
 	})
 	_, ds := x.all()
 	var ce *CloseError
 	if !errors.As(ds[0], &ce) || ce.Code != protocol.CloseTokenExpired {
 		t.Fatalf("OnDisconnect got %v, want close 4002", ds[0])
 	}
-	waitFor(t, 5*time.Second, "the rejoin", func() bool { _, ok := member(r.Members(), "amy"); return ok && r.Err() == nil })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if err := r.Err(); err != nil {
+			return fmt.Errorf("the room: %w", err)
+		}
+		return listed("amy", r.Members(), "amy", true)
+	})
 }
 
 // A draining node closes with 1012, and refuses the reconnect with 503:
@@ -355,12 +395,17 @@ func TestDrainIsSurfaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	go func() { _ = e.node.Drain(ctx) }()
-	waitFor(t, 10*time.Second, "a 1012, then a 503", func() bool {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		es, ds := x.all()
 		var ce *CloseError
 		var he *HandshakeError
-		return len(ds) == 1 && errors.As(ds[0], &ce) && ce.Code == protocol.CloseRestart &&
-			len(es) > 0 && errors.As(es[0], &he) && he.Status == 503
+		if len(ds) != 1 || !errors.As(ds[0], &ce) || ce.Code != protocol.CloseRestart {
+			return fmt.Errorf("disconnects %v, want one close 1012", ds)
+		}
+		if len(es) == 0 || !errors.As(es[0], &he) || he.Status != 503 {
+			return fmt.Errorf("errors %v, want a 503 refusal first", es)
+		}
+		return nil
 	})
 	if err := c.Close(); err != nil || !errors.Is(c.Err(), ErrClosed) {
 		t.Fatalf("close: %v, Err %v", err, c.Err())

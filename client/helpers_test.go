@@ -202,6 +202,3 @@ func (c *changes) events() []presence.Transition {
 	}
 	return ts
 }
-
-// waitFor polls with a deadline (see testkit.WaitFor).
-var waitFor = testkit.WaitFor

@@ -18,6 +18,7 @@ import (
 
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/global"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testredis"
 	"github.com/presence-dev/presence/presence"
 	"github.com/presence-dev/presence/region"
@@ -84,7 +85,7 @@ func BenchmarkGlobalLag(b *testing.B) {
 		// Spread the joins over the cadence's phase.
 		time.Sleep(time.Duration(rng.IntN(int(cadence / 2))))
 	}
-	waitFor(b, time.Minute, "every global transition", func() bool { return got.Load() == int64(2*b.N) })
+	testkit.CheckFor(b, time.Minute, 10*time.Millisecond, func() error { return testkit.Want("global transitions", got.Load(), int64(2*b.N)) })
 	b.StopTimer()
 	mu.Lock()
 	defer mu.Unlock()
@@ -137,14 +138,14 @@ func BenchmarkCrossRegionBytes(b *testing.B) {
 	for i := 0; i < len(refs); i += 1000 {
 		eu.join(b, refs[i:min(i+1000, len(refs))]...)
 	}
-	waitFor(b, time.Minute, "10k sessions in the global view", func() bool {
+	testkit.CheckFor(b, time.Minute, 10*time.Millisecond, func() error {
 		n := 0
 		for r := range rooms {
 			for _, ss := range agg.Union(fmt.Sprintf("room-%03d", r)) {
 				n += len(ss)
 			}
 		}
-		return n == sessions
+		return testkit.Want("sessions in the global view", n, sessions)
 	})
 
 	// Churn: 1% of the sessions replaced every heartbeat.
@@ -209,11 +210,11 @@ func BenchmarkCrossRegionBytes(b *testing.B) {
 	defer s.Unsubscribe()
 	_ = us.Flush()
 	subject := bus.SyncRoot + ".eu.refresh"
-	waitFor(b, 10*time.Second, "the subscriber's interest in eu", func() bool {
+	testkit.CheckFor(b, 10*time.Second, 20*time.Millisecond, func() error {
 		_ = eu.nc.Publish(subject, []byte(probeBody))
 		_ = eu.nc.Flush()
 		time.Sleep(20 * time.Millisecond)
-		return recv.Load() > 0
+		return testkit.AtLeast("probes the subscriber got from eu", recv.Load(), 1)
 	})
 	recv.Store(0)
 	type refresh struct {

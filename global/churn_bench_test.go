@@ -2,6 +2,7 @@ package global_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/presence-dev/presence/global"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testnats"
 	"github.com/presence-dev/presence/internal/testredis"
 	"github.com/presence-dev/presence/presence"
@@ -190,7 +192,12 @@ func benchPublisherChurn(b *testing.B, size int) {
 	// Phase 1: cadences by hand.
 	b.ResetTimer()
 	pub := newPub(true)
-	waitFor(b, 30*time.Second, "the publisher's lease", pub.Active)
+	testkit.CheckFor(b, 30*time.Second, 10*time.Millisecond, func() error {
+		if !pub.Active() {
+			return errors.New("still waiting for the publisher's lease")
+		}
+		return nil
+	})
 	var cpus, walls []time.Duration
 	var bytes []int64
 	tick := time.NewTicker(cadence)
@@ -208,7 +215,7 @@ func benchPublisherChurn(b *testing.B, size int) {
 		wall, used := time.Since(t0), cpu()-cpu0
 		cpus, walls, bytes = append(cpus, used), append(walls, wall), append(bytes, pub.Stats().Bytes.Load()-sent)
 		if c == 0 {
-			waitFor(b, time.Minute, "the full at the aggregator", func() bool { return unionSize() >= size })
+			testkit.CheckFor(b, time.Minute, 10*time.Millisecond, func() error { return testkit.AtLeast("the union at the aggregator, the full in", unionSize(), size) })
 			tick.Reset(cadence)
 		}
 	}
@@ -301,13 +308,15 @@ func benchPublisherChurn(b *testing.B, size int) {
 	started := time.Now()
 	live := newPub(false)
 	defer live.Close()
-	waitFor(b, time.Minute, "the new term's full", func() bool { return live.Stats().Fulls.Load() >= 1 })
+	testkit.CheckFor(b, time.Minute, 10*time.Millisecond, func() error { return testkit.AtLeast("fulls of the new term", live.Stats().Fulls.Load(), 1) })
 	b.Logf("a new term: active and its full sent %v after start", time.Since(started).Round(time.Millisecond))
 	// The aggregator takes the new publisher once the old one has been
 	// silent two cadences (docs/GLOBAL.md); the lag is measured after.
-	waitFor(b, time.Minute, "the aggregator to follow the new term", func() bool {
-		g, s := genOf()
-		return g != oldGen && s == global.RegionLive
+	testkit.CheckFor(b, time.Minute, 10*time.Millisecond, func() error {
+		if g, s := genOf(); g == oldGen || s != global.RegionLive {
+			return fmt.Errorf("the aggregator at generation %v (the old term's %v), region %v", g, oldGen, s)
+		}
+		return nil
 	})
 	b.Logf("the aggregator follows the new term %v after start", time.Since(started).Round(time.Millisecond))
 	var lags []time.Duration
@@ -318,7 +327,9 @@ func benchPublisherChurn(b *testing.B, size int) {
 			b.Fatal(err)
 		}
 		t0 := time.Now()
-		waitFor(b, 4*cadence, "the probe in the global view", func() bool { return len(agg.Union(x.Room)[x.User]) == 1 })
+		testkit.CheckFor(b, 4*cadence, 10*time.Millisecond, func() error {
+			return testkit.Want("the probe's sessions in the global view", len(agg.Union(x.Room)[x.User]), 1)
+		})
 		lags = append(lags, time.Since(t0))
 	}
 	b.StopTimer()

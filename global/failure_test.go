@@ -2,6 +2,7 @@ package global_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/presence-dev/presence/global"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -34,17 +36,17 @@ func TestPartition(t *testing.T) {
 	eu, us := w.regions["eu"], w.regions["us"]
 	eu.join(t, ref("room", "only-eu-1", "s1"), ref("room", "only-eu-2", "s2"), ref("room", "both", "s3"))
 	us.join(t, ref("room", "both", "s4"), ref("room", "only-us", "s5"))
-	waitFor(t, 5*time.Second, "four online", func() bool { return len(rec.members("room")) == 4 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("members online in the global view", len(rec.members("room")), 4) })
 
 	// Short: eu is down (held) for a while, never dropped.
 	w.sc.Isolate("eu")
-	waitFor(t, 5*time.Second, "eu down", func() bool {
-		return regionState(aggUS, "eu") == global.RegionDown && regionState(aggAP, "eu") == global.RegionDown
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		return errors.Join(testkit.Want("eu at us", regionState(aggUS, "eu"), global.RegionDown), testkit.Want("eu at ap", regionState(aggAP, "eu"), global.RegionDown))
 	})
 	w.sc.Heal("eu")
 	w.sc.WaitConnected(t, 20*time.Second)
-	waitFor(t, 10*time.Second, "eu live again", func() bool {
-		return regionState(aggUS, "eu") == global.RegionLive && regionState(aggAP, "eu") == global.RegionLive
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		return errors.Join(testkit.Want("eu at us", regionState(aggUS, "eu"), global.RegionLive), testkit.Want("eu at ap", regionState(aggAP, "eu"), global.RegionLive))
 	})
 	holds(t, grace+2*cadence, func() error {
 		if ev := rec.events(); len(ev) != 4 {
@@ -55,7 +57,7 @@ func TestPartition(t *testing.T) {
 
 	// Long: eu is dropped.
 	w.sc.Isolate("eu")
-	waitFor(t, dropAfter+5*time.Second, "region_lost offlines", func() bool { return len(rec.events()) == 6 })
+	testkit.CheckFor(t, dropAfter+5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("transitions, with the region_lost offlines", len(rec.events()), 6) })
 	for _, u := range []string{"only-eu-1", "only-eu-2"} {
 		if got := rec.of("room", u); !slices.Equal(got, []string{"online joined", "offline region_lost"}) {
 			t.Errorf("%s: %q", u, got)
@@ -78,7 +80,7 @@ func TestPartition(t *testing.T) {
 		}
 	}
 	w.sc.Heal("eu")
-	waitFor(t, 20*time.Second, "users back", func() bool { return len(rec.events()) == 8 })
+	testkit.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error { return testkit.Want("transitions, with the users back", len(rec.events()), 8) })
 	holds(t, grace+2*cadence, rec.exactly(8))
 	for _, u := range []string{"only-eu-1", "only-eu-2"} {
 		if got := rec.of("room", u); !slices.Equal(got, []string{"online joined", "offline region_lost", "online joined"}) {
@@ -143,14 +145,19 @@ func TestAggregatorFailover(t *testing.T) {
 		}()
 	}
 	// Kill the leader mid-run: once a third of the transitions are out.
-	waitFor(t, 10*time.Second, "a third of the transitions", func() bool { return len(rec.events()) >= 12 })
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error { return testkit.AtLeast("transitions, a third of them", len(rec.events()), 12) })
 	killedAt := len(rec.events())
 	leaderNC.Close() // a crash: no lease release, no goodbye
 	leader.Close()
-	waitFor(t, 5*time.Second, "the standby to take over", standby.Leader)
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if !standby.Leader() {
+			return errors.New("still waiting for the standby to take over")
+		}
+		return nil
+	})
 	wg.Wait()
 
-	waitFor(t, 15*time.Second, "every transition", func() bool { return len(rec.events()) == 24+12 })
+	testkit.CheckFor(t, 15*time.Second, 10*time.Millisecond, func() error { return testkit.Want("transitions", len(rec.events()), 24+12) })
 	holds(t, grace+2*cadence, rec.exactly(24+12))
 	for _, p := range plans {
 		want := []string{"online joined"}
@@ -184,30 +191,32 @@ func TestConvergenceAfterRestart(t *testing.T) {
 	eu, us := w.regions["eu"], w.regions["us"]
 	eu.join(t, ref("room", "stays", "s1"), ref("room", "goes", "s2"))
 	us.join(t, ref("room", "stays", "s3"))
-	waitFor(t, 5*time.Second, "two online", func() bool { return len(rec.members("room")) == 2 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("members online in the global view", len(rec.members("room")), 2) })
 	first.Close()
 
 	eu.leave(t, ref("room", "goes", "s2"))
 	us.join(t, ref("room", "new", "s4"))
-	waitFor(t, 5*time.Second, "goes to leave eu", func() bool { _, ok := eu.truth(t, "room")["goes"]; return !ok })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return notIn(eu.truth(t, "room"), "goes", "eu's truth") })
 	truth := w.union("room")
 
 	started := time.Now()
 	second, _ := w.aggregator("eu")
 	t.Cleanup(func() { dump(t, "second", second) })
 	var took time.Duration
-	waitFor(t, 5*time.Second, "the union of the regional truths", func() bool {
-		if fmtMembers(second.Union("room")) == fmtMembers(truth) {
-			took = time.Since(started)
-			return true
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if err := testkit.Want("the second's union (the regional truths')", fmtMembers(second.Union("room")), fmtMembers(truth)); err != nil {
+			return err
 		}
-		return false
+		took = time.Since(started)
+		return nil
 	})
 	t.Logf("converged %v after start (cadence %v)", took, cadence)
 	if took > 2*cadence {
 		t.Errorf("converged after %v, more than two cadences", took)
 	}
-	waitFor(t, 10*time.Second, "new online and goes offline", func() bool { return len(rec.events()) == 4 })
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		return testkit.Want("transitions, with new online and goes offline", len(rec.events()), 4)
+	})
 	holds(t, grace+2*cadence, rec.exactly(4))
 	if got := rec.of("room", "goes"); !slices.Equal(got, []string{"online joined", "offline left"}) {
 		t.Errorf("goes: %q", got)
@@ -242,7 +251,7 @@ func TestPartitionWithTheLeaderAwayFromTheStream(t *testing.T) {
 	eu, us := w.regions["eu"], w.regions["us"]
 	eu.join(t, ref("room", "eu-only", "s1"), ref("room", "both", "s2"))
 	us.join(t, ref("room", "both", "s3"), ref("room", "us-only", "s4"), ref("room", "us-leaves", "s5"))
-	waitFor(t, 5*time.Second, "four online", func() bool { return len(rec.members("room")) == 4 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("members online in the global view", len(rec.members("room")), 4) })
 	if !aggEU.Leader() || aggUS.Leader() {
 		t.Fatal("the leader moved before the cut")
 	}
@@ -263,7 +272,12 @@ func TestPartitionWithTheLeaderAwayFromTheStream(t *testing.T) {
 	t.Cleanup(lateAgg.Close)
 	go func() { late <- lateAgg.Start(ctx) }()
 
-	waitFor(t, 10*time.Second, "us to lead", aggUS.Leader)
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if !aggUS.Leader() {
+			return errors.New("still waiting for us to lead")
+		}
+		return nil
+	})
 	// On the stream's side an aggregator starts during the cut: it only
 	// looks the stream and the lease bucket up, which needs no meta leader.
 	nearNC := w.sc.Connect(t, "us")
@@ -280,8 +294,8 @@ func TestPartitionWithTheLeaderAwayFromTheStream(t *testing.T) {
 		t.Fatalf("an aggregator started during the cut beside the stream: %v, %d retries", err, near.Stats().StartRetries.Load())
 	}
 	us.leave(t, ref("room", "us-leaves", "s5"))
-	waitFor(t, dropAfter+10*time.Second, "eu's users lost, us-leaves gone", func() bool {
-		return len(rec.events()) == 6
+	testkit.CheckFor(t, dropAfter+10*time.Second, 10*time.Millisecond, func() error {
+		return testkit.Want("transitions, with eu's users lost and us-leaves gone", len(rec.events()), 6)
 	})
 	if got := rec.of("room", "eu-only"); !slices.Equal(got, []string{"online joined", "offline region_lost"}) {
 		t.Errorf("eu-only during the cut: %q", got)
@@ -299,7 +313,9 @@ func TestPartitionWithTheLeaderAwayFromTheStream(t *testing.T) {
 	if aggEU.Leader() {
 		t.Error("the aggregator cut off from the lease still leads")
 	}
-	waitFor(t, 15*time.Second, "the late aggregator to retry", func() bool { return lateAgg.Stats().StartRetries.Load() > 0 })
+	testkit.CheckFor(t, 15*time.Second, 10*time.Millisecond, func() error {
+		return testkit.AtLeast("start retries of the late aggregator", lateAgg.Stats().StartRetries.Load(), 1)
+	})
 	select {
 	case err := <-late:
 		t.Fatalf("an aggregator started during the cut returned %v", err)
@@ -313,21 +329,21 @@ func TestPartitionWithTheLeaderAwayFromTheStream(t *testing.T) {
 	}
 	// The first answer eu's aggregator gives after the heal is already
 	// without the user who left during the cut.
-	waitFor(t, 10*time.Second, "eu's aggregator to answer", func() bool {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		snap, err := aggEU.Snapshot(ctx, "room", 0, 100)
 		if err != nil {
-			return false
+			return fmt.Errorf("eu's aggregator does not answer: %w", err)
 		}
 		for _, m := range snap.Members {
 			if m.User == "us-leaves" {
 				t.Fatalf("a ghost in eu's aggregator's first answer after the heal: %+v", snap)
 			}
 		}
-		return true
+		return nil
 	})
 	// A healed supercluster re-elects and republishes in a few cadences;
 	// a loaded machine takes longer, and polling costs nothing.
-	waitFor(t, 30*time.Second, "eu-only back", func() bool { return len(rec.events()) == 7 })
+	testkit.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error { return testkit.Want("transitions, with eu-only back", len(rec.events()), 7) })
 	holds(t, grace+2*cadence, rec.exactly(7)) // anything else due would be out by now
 	if got := rec.of("room", "eu-only"); !slices.Equal(got, []string{"online joined", "offline region_lost", "online joined"}) {
 		t.Errorf("eu-only: %q", got)
@@ -340,12 +356,14 @@ func TestPartitionWithTheLeaderAwayFromTheStream(t *testing.T) {
 	rec.checkOrder(t)
 	want := fmtMembers(w.union("room"))
 	for name, a := range map[string]*global.Aggregator{"eu": aggEU, "us": aggUS, "late": lateAgg, "near": near} {
-		waitFor(t, 10*time.Second, name+" to hold the truth", func() bool {
+		testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 			snap, err := a.Snapshot(ctx, "room", 0, 100)
-			if err != nil || len(snap.Members) != 3 {
-				return false
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
 			}
-			return fmtMembers(a.Union("room")) == want && regionState(a, "eu") == global.RegionLive && regionState(a, "us") == global.RegionLive
+			return errors.Join(testkit.Want(name+"'s snapshot members", len(snap.Members), 3),
+				testkit.Want(name+"'s union (the truth)", fmtMembers(a.Union("room")), want),
+				testkit.Want(name+": eu", regionState(a, "eu"), global.RegionLive), testkit.Want(name+": us", regionState(a, "us"), global.RegionLive))
 		})
 	}
 }

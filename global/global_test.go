@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/presence-dev/presence/global"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -27,7 +28,7 @@ func TestRegionMoveIsNoGlobalTransition(t *testing.T) {
 	mover, crasher := ref("room", "mover", "tab1"), ref("room", "crasher", "tab9")
 	eu.join(t, mover, crasher)
 	t.Cleanup(func() { dump(t, "agg", agg) })
-	waitFor(t, 5*time.Second, "both online", func() bool { return len(rec.members("room")) == 2 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("members online in the global view", len(rec.members("room")), 2) })
 
 	// Count the room all along: it must stay 2.
 	var bad atomic.Int64
@@ -55,19 +56,19 @@ func TestRegionMoveIsNoGlobalTransition(t *testing.T) {
 	// mover closes cleanly in eu; once eu has let them go (its regional
 	// grace), they reconnect to us with the same session id.
 	eu.leave(t, mover)
-	waitFor(t, 5*time.Second, "eu to drop mover", func() bool { _, ok := eu.truth(t, "room")["mover"]; return !ok })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return notIn(eu.truth(t, "room"), "mover", "eu's truth") })
 	us.join(t, mover)
 	// crasher's eu node dies; they reconnect to us at once, so for the
 	// session TTL both regions list the same session.
 	eu.crash(crasher)
 	us.join(t, crasher)
-	waitFor(t, 5*time.Second, "both regions to list crasher", func() bool {
-		return slices.Equal(agg.Regions("room", "crasher"), []string{"eu", "us"})
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		return testkit.WantSlice("the regions listing crasher", agg.Regions("room", "crasher"), []string{"eu", "us"})
 	})
 	if s := agg.Union("room")["crasher"]; !slices.Equal(s, []string{"tab9"}) {
 		t.Errorf("crasher's sessions during the overlap: %v", s)
 	}
-	waitFor(t, 10*time.Second, "eu to expire crasher", func() bool { _, ok := eu.truth(t, "room")["crasher"]; return !ok })
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error { return notIn(eu.truth(t, "room"), "crasher", "eu's truth") })
 	holds(t, grace+2*cadence, rec.exactly(2)) // anything due would be out by now
 	close(stop)
 	<-done
@@ -93,9 +94,15 @@ func TestTwoTabsInTwoRegionsAreOneMember(t *testing.T) {
 
 	w.regions["eu"].join(t, ref("room", "u1", "tab1"))
 	w.regions["us"].join(t, ref("room", "u1", "tab2"))
-	waitFor(t, 5*time.Second, "two sessions", func() bool {
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		rep, err := cli.User(ctx, "room", "u1")
-		return err == nil && rep.Online && len(rep.Member.Sessions) == 2
+		if err != nil {
+			return err
+		}
+		if !rep.Online || len(rep.Member.Sessions) != 2 {
+			return fmt.Errorf("u1 %+v, want online with two sessions", rep)
+		}
+		return nil
 	})
 	rep, _ := cli.User(ctx, "room", "u1")
 	if !slices.Equal(rep.Regions, []string{"eu", "us"}) || rep.Region != "global" || rep.LastSeen != nil {
@@ -121,9 +128,11 @@ func TestTwoTabsInTwoRegionsAreOneMember(t *testing.T) {
 
 	// One tab closes: still one member; the other closes: one offline.
 	w.regions["eu"].leave(t, ref("room", "u1", "tab1"))
-	waitFor(t, 5*time.Second, "one session", func() bool { return slices.Equal(agg.Regions("room", "u1"), []string{"us"}) })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		return testkit.WantSlice("the regions listing u1", agg.Regions("room", "u1"), []string{"us"})
+	})
 	w.regions["us"].leave(t, ref("room", "u1", "tab2"))
-	waitFor(t, 10*time.Second, "offline", func() bool { return len(rec.of("room", "u1")) == 2 })
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error { return testkit.Want("u1's transitions, with the offline", len(rec.of("room", "u1")), 2) })
 	if got := rec.of("room", "u1"); !slices.Equal(got, []string{"online joined", "offline left"}) {
 		t.Fatalf("transitions %q", got)
 	}
@@ -131,7 +140,7 @@ func TestTwoTabsInTwoRegionsAreOneMember(t *testing.T) {
 
 	// The stream keeps the current view: u1's online, superseded, is
 	// purged; the offline stays (until its TTL).
-	waitFor(t, 5*time.Second, "the superseded online purged", func() bool { return agg.Stats().Purges.Load() == 1 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("purges, with the superseded online", agg.Stats().Purges.Load(), 1) })
 	js, _ := jetstream.New(w.sc.Connect(t, "us"))
 	st, err := js.Stream(ctx, global.StreamName)
 	if err != nil {
@@ -161,7 +170,9 @@ func TestSessionStateReachesTheGlobalView(t *testing.T) {
 
 	x := ref("room", "ann", "tab")
 	eu.join(t, x)
-	waitFor(t, 5*time.Second, "ann online", func() bool { return rec.members("room")["ann"] })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		return testkit.Want("ann online in the recorded view", rec.members("room")["ann"], true)
+	})
 	if _, err := eu.store.SetState(ctx, x, []byte(`{"status":"away"}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +185,7 @@ func TestSessionStateReachesTheGlobalView(t *testing.T) {
 		}
 		return out
 	}
-	waitFor(t, 5*time.Second, "the global update", func() bool { return len(updates()) == 1 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("global updates", len(updates()), 1) })
 	if u := updates()[0]; u.User != "ann" || u.Session != "tab" || string(u.State) != `{"status":"away"}` || u.Reason != presence.State || u.Sessions != 1 {
 		t.Fatalf("update %+v", u)
 	}
@@ -197,7 +208,9 @@ func TestSessionStateReachesTheGlobalView(t *testing.T) {
 	if _, err := us.store.SetState(ctx, x, []byte(`{"status":"away"}`)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the union to see ann in us only", func() bool { return slices.Equal(agg.Regions("room", "ann"), []string{"us"}) })
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		return testkit.WantSlice("the regions listing ann", agg.Regions("room", "ann"), []string{"us"})
+	})
 	// Nothing may follow: watch a whole grace.
 	holds(t, grace+2*cadence, func() error {
 		if ev := rec.events(); len(ev) != 2 {
@@ -213,7 +226,7 @@ func TestSessionStateReachesTheGlobalView(t *testing.T) {
 	if _, err := us.store.SetState(ctx, x, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the clear", func() bool { return len(updates()) == 2 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("global updates, with the clear", len(updates()), 2) })
 	if u := updates()[1]; u.State != nil || u.Session != "tab" {
 		t.Fatalf("clear %+v", u)
 	}

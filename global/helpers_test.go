@@ -380,39 +380,35 @@ func (r *recorder) checkOrder(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-var waitFor = testkit.WaitFor
-
 // holds checks that check passes for the whole of d, polling it, and
 // fails at the first poll where it does not. Tests use it to watch that
 // nothing more happens: d is long enough for anything still due (a grace,
 // two cadences) to have come out.
 func holds(t testing.TB, d time.Duration, check func() error) {
 	t.Helper()
-	end := time.Now().Add(d)
-	for {
-		if err := check(); err != nil {
-			t.Fatalf("%v (%v into a %v watch)", err, d-time.Until(end).Round(time.Millisecond), d)
-		}
-		if !time.Now().Before(end) {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	testkit.Holds(t, d, 20*time.Millisecond, check)
+}
+
+// notIn is a poll's condition: user is not in view (named what).
+func notIn(view map[string][]string, user, what string) error {
+	if s, ok := view[user]; ok {
+		return fmt.Errorf("%s still lists %s (sessions %v)", what, user, s)
 	}
+	return nil
 }
 
 // waitLeader waits until exactly one of aggs leads and returns it.
 func waitLeader(t testing.TB, aggs ...*global.Aggregator) *global.Aggregator {
 	t.Helper()
 	var leader *global.Aggregator
-	waitFor(t, 10*time.Second, "one leader", func() bool {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		n := 0
 		for _, a := range aggs {
 			if a.Leader() {
 				n, leader = n+1, a
 			}
 		}
-		return n == 1
+		return testkit.Want("leaders", n, 1)
 	})
 	return leader
 }
@@ -488,8 +484,8 @@ func (w *world) awaitInterest(nc *nats.Conn, filter string) {
 // it starts.
 func waitService(t testing.TB, nc *nats.Conn) {
 	t.Helper()
-	waitFor(t, 5*time.Second, "the global query service", func() bool {
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		_, err := global.NewClient(nc).Count(context.Background(), "probe")
-		return err == nil
+		return err
 	})
 }

@@ -3,6 +3,7 @@ package global_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -43,7 +44,7 @@ func TestMalformedInputIsDroppedAndCounted(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 5*time.Second, "malformed publications counted", func() bool { return agg.Stats().Malformed.Load() == 8 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("malformed publications counted", agg.Stats().Malformed.Load(), 8) })
 
 	// An impostor with a valid delta from an unknown generation only makes
 	// the aggregator ask eu for a full.
@@ -63,14 +64,16 @@ func TestMalformedInputIsDroppedAndCounted(t *testing.T) {
 	defer sub.Unsubscribe()
 	w.awaitInterest(nc, bus.RoomFilter(bus.GlobalRegion, "room"))
 	w.regions["eu"].join(t, ref("room", "u1", "s1"))
-	waitFor(t, 10*time.Second, "u1 online", func() bool {
-		ts := got.All()
-		return len(ts) == 1 && ts[0].User == "u1"
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if ts := got.All(); len(ts) != 1 || ts[0].User != "u1" {
+			return fmt.Errorf("transitions %v, want u1's online only", ts)
+		}
+		return nil
 	})
 	// The garbage moved the stream's last sequence: u1's online, written
 	// after it, shows the writer took it into account (by reading it, or
 	// by a rejected write and a re-read).
-	waitFor(t, 5*time.Second, "the stream's garbage counted", func() bool { return agg.Stats().Malformed.Load() >= 9 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.AtLeast("the stream's garbage counted", agg.Stats().Malformed.Load(), 9) })
 	if slices.Contains(agg.Regions("room", "ghost"), "eu") {
 		t.Error("the impostor's delta was applied")
 	}
@@ -86,7 +89,13 @@ func TestEdgeFollowsTheGlobalView(t *testing.T) {
 	eu, us := w.regions["eu"], w.regions["us"]
 	eu.join(t, ref("room", "a", "s1"), ref("room", "b", "s2"))
 	us.join(t, ref("room", "c", "s3"))
-	waitFor(t, 5*time.Second, "three members", func() bool { n, _ := agg.Count(context.Background(), "room"); return n == 3 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		n, err := agg.Count(context.Background(), "room")
+		if err != nil {
+			return err
+		}
+		return testkit.Want("members", n, 3)
+	})
 
 	edge := w.sc.Connect(t, "eu")
 	waitService(t, edge)
@@ -141,10 +150,13 @@ func TestEdgeFollowsTheGlobalView(t *testing.T) {
 
 	us.join(t, ref("room", "d", "s4"))
 	eu.leave(t, ref("room", "a", "s1"))
-	waitFor(t, 10*time.Second, "the edge to follow", func() bool {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		mu.Lock()
 		defer mu.Unlock()
-		return len(members) == 3 && members["d"] && !members["a"]
+		if len(members) != 3 || !members["d"] || members["a"] {
+			return fmt.Errorf("the edge's members %v, want three, d and not a", members)
+		}
+		return nil
 	})
 	if n, _ := agg.Count(context.Background(), "room"); n != 3 {
 		t.Fatalf("count %d", n)
@@ -200,7 +212,7 @@ func TestPublisherFailoverIsNoGlobalTransition(t *testing.T) {
 	eu := w.regions["eu"]
 	spare := eu.addPublisher(t, nil)
 	eu.join(t, ref("room", "u1", "s1"), ref("room", "u2", "s2"))
-	waitFor(t, 5*time.Second, "two online", func() bool { return len(rec.members("room")) == 2 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("members online in the global view", len(rec.members("room")), 2) })
 	active := eu.pubs[0]
 	if !active.Active() || spare.Active() {
 		t.Fatalf("active %v spare %v", active.Active(), spare.Active())
@@ -215,7 +227,12 @@ func TestPublisherFailoverIsNoGlobalTransition(t *testing.T) {
 	}
 	before := genOf()
 	active.Close()
-	waitFor(t, 5*time.Second, "the spare to publish", func() bool { return spare.Active() && genOf() > before })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if !spare.Active() {
+			return errors.New("the spare is not active")
+		}
+		return testkit.AtLeast("the aggregator's generation", genOf(), before+1)
+	})
 	holds(t, grace+2*cadence, rec.exactly(2))
 	if n := len(rec.events()); n != 2 || regionState(agg, "eu") != global.RegionLive {
 		t.Fatalf("%d transitions, eu %s", n, regionState(agg, "eu"))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"reflect"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/presence-dev/presence/global"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -76,9 +78,14 @@ func TestTheCheckRepairsWhatTheChangeLogMissed(t *testing.T) {
 	for i := range 10 {
 		eu.join(t, ref(fmt.Sprintf("room%d", i), "ann", "tab"))
 	}
-	waitFor(t, 10*time.Second, "the publisher's lease", pub.Active)
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if !pub.Active() {
+			return errors.New("still waiting for the publisher's lease")
+		}
+		return nil
+	})
 	global.RunCadence(ctx, pub) // the full of its term
-	waitFor(t, 5*time.Second, "the full at the aggregator", func() bool { return sameAsTruth(t, agg, eu) == nil })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return sameAsTruth(t, agg, eu) })
 	if pub.Stats().Fulls.Load() != 1 || pub.Stats().WholeReads.Load() != 1 {
 		t.Fatalf("fulls %d whole reads %d, want 1 and 1", pub.Stats().Fulls.Load(), pub.Stats().WholeReads.Load())
 	}
@@ -96,7 +103,9 @@ func TestTheCheckRepairsWhatTheChangeLogMissed(t *testing.T) {
 			t.Fatalf("after check cadence %d: %d repairs, want %d", i+1, got, want)
 		}
 	}
-	waitFor(t, 5*time.Second, "the aggregator to hold the repaired states", func() bool { return sameAsTruth(t, agg, eu) == nil })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		return sameAsTruth(t, agg, eu)
+	})
 	if n := pub.Stats().WholeReads.Load(); n != 1 {
 		t.Fatalf("%d whole reads, want only the first", n)
 	}
@@ -119,11 +128,12 @@ func TestADigestMismatchBringsAFull(t *testing.T) {
 	waitLeader(t, agg)
 	eu := w.regions["eu"]
 	eu.join(t, ref("room", "ann", "a"), ref("room", "bob", "b"))
-	waitFor(t, 5*time.Second, "two online", func() bool { return len(rec.members("room")) == 2 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("members online in the global view", len(rec.members("room")), 2) })
 	fulls := eu.pubs[0].Stats().Fulls.Load()
 	global.ForgetMember(agg, "eu", "room", "bob")
-	waitFor(t, 5*time.Second, "the digest to catch it and a full to heal it", func() bool {
-		return agg.Stats().DigestMismatches.Load() >= 1 && eu.pubs[0].Stats().Fulls.Load() > fulls && sameAsTruth(t, agg, eu) == nil
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		return errors.Join(testkit.AtLeast("digest mismatches", agg.Stats().DigestMismatches.Load(), 1),
+			testkit.AtLeast("fulls", eu.pubs[0].Stats().Fulls.Load(), fulls+1), sameAsTruth(t, agg, eu))
 	})
 	// bob was held meanwhile (the region was out of sync), never gone.
 	holds(t, grace+2*cadence, rec.exactly(2))
@@ -143,7 +153,9 @@ func TestChurnWithStatesAndAFailoverLoseNoChange(t *testing.T) {
 	eu := w.regions["eu"]
 	spare := eu.addPublisher(t, func(c *global.PublisherConfig) { c.CheckEvery = 1 << 20 })
 	active := eu.pubs[0]
-	waitFor(t, 10*time.Second, "one active publisher", func() bool { return active.Active() && !spare.Active() })
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		return errors.Join(testkit.Want("the first publisher active", active.Active(), true), testkit.Want("the spare active", spare.Active(), false))
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var wg sync.WaitGroup
@@ -197,13 +209,23 @@ func TestChurnWithStatesAndAFailoverLoseNoChange(t *testing.T) {
 		}
 		time.Sleep(15 * time.Millisecond)
 	}
-	waitFor(t, 10*time.Second, "the spare to publish", spare.Active)
-	waitFor(t, 15*time.Second, "the aggregator to hold the region's truth", func() bool { return sameAsTruth(t, agg, eu) == nil })
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if !spare.Active() {
+			return errors.New("still waiting for the spare to publish")
+		}
+		return nil
+	})
+	testkit.CheckFor(t, 15*time.Second, 10*time.Millisecond, func() error {
+		return sameAsTruth(t, agg, eu)
+	})
 	// Released sessions end after the regional grace (the reaper's
 	// departures are changes too): the view follows the truth there.
 	settled := time.Now().Add(regionTiming.OfflineGrace + time.Second)
-	waitFor(t, 15*time.Second, "the aggregator to hold the truth once the graces ended", func() bool {
-		return time.Now().After(settled) && sameAsTruth(t, agg, eu) == nil
+	testkit.CheckFor(t, 15*time.Second, 10*time.Millisecond, func() error {
+		if d := time.Until(settled); d > 0 {
+			return fmt.Errorf("the graces end in %v", d)
+		}
+		return sameAsTruth(t, agg, eu)
 	})
 	cancel()
 	wg.Wait()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/global"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -60,14 +61,15 @@ func TestGlobalRoomsCountsLastSeenAndDisconnect(t *testing.T) {
 	eu.join(t, ref("lobby", "alice", "tab"))
 	us.join(t, ref("lobby", "bob", "tab"), ref("team-1", "bob", "tab"))
 	cl := global.NewClient(nc)
-	waitFor(t, 15*time.Second, "both in the global lobby", func() bool {
-		n, err := cl.Count(context.Background(), "lobby")
-		return err == nil && n == 2
-	})
-	waitFor(t, 15*time.Second, "bob in the global team-1", func() bool {
-		n, err := cl.Count(context.Background(), "team-1")
-		return err == nil && n == 1
-	})
+	for room, want := range map[string]int{"lobby": 2, "team-1": 1} {
+		testkit.CheckFor(t, 15*time.Second, 10*time.Millisecond, func() error {
+			n, err := cl.Count(context.Background(), room)
+			if err != nil {
+				return err
+			}
+			return testkit.Want("the global "+room+"'s count", n, want)
+		})
+	}
 
 	var rooms bus.RoomsReply
 	ask(t, nc, bus.APISubject(bus.GlobalRegion, bus.EndpointRooms), `{"limit":1}`, &rooms)

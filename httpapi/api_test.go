@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -159,7 +160,7 @@ func TestDisconnectEndpoints(t *testing.T) {
 	if r.Status != 200 || rep.User != "bob" || rep.Room != "room42" || rep.RevokedUntil != nil || !strings.Contains(string(r.Body), `"revoked_until":null`) {
 		t.Fatalf("room disconnect: %d %s", r.Status, r.Body)
 	}
-	waitFor(t, 5*time.Second, "two drops", func() bool { return f.drops.Len() == 2 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("drops", f.drops.Len(), 2) })
 	if d := f.drops.All(); d[0].User != "alice" || d[0].Until == nil || d[1] != (bus.Drop{User: "bob", Room: "room42"}) {
 		t.Fatalf("drops: %+v", d)
 	}

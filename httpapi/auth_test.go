@@ -2,6 +2,8 @@ package httpapi
 
 import (
 	"bufio"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -206,17 +208,22 @@ func TestKeysFileIsReloaded(t *testing.T) {
 	go keys.Watch(t.Context(), 20*time.Millisecond)
 	newSecret := "rotated-secret-0123456789abcdef"
 	write("new:read:" + newSecret + "\n")
-	waitFor(t, 5*time.Second, "the new key in force", func() bool {
-		_, ok := keys.lookup(newSecret)
-		return ok
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if _, ok := keys.lookup(newSecret); !ok {
+			return errors.New("the new key is not in force yet")
+		}
+		return nil
 	})
 	if r := f.read.With(newSecret).Get("/v1/rooms/room42/count"); r.Status != 200 {
 		t.Fatalf("new key: %d", r.Status)
 	}
 	f.read.Get("/v1/rooms/room42/count").Error(t, 401)
 	write("broken")
-	waitFor(t, 5*time.Second, "a reload of the broken file", func() bool {
-		return strings.Contains(logs.String(), "api keys file not reloaded")
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if !strings.Contains(logs.String(), "api keys file not reloaded") {
+			return fmt.Errorf("no failed reload of the broken file logged; the log: %q", logs.String())
+		}
+		return nil
 	})
 	if r := f.read.With(newSecret).Get("/v1/rooms/room42/count"); r.Status != 200 {
 		t.Fatalf("after a broken file: %d", r.Status)

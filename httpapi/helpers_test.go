@@ -142,6 +142,3 @@ func (c *clock) advance(d time.Duration) {
 func ref(room, user, session string) presence.SessionRef {
 	return presence.SessionRef{Room: room, User: user, Session: session}
 }
-
-// waitFor polls with a deadline (see testkit.WaitFor).
-var waitFor = testkit.WaitFor

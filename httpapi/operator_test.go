@@ -159,10 +159,10 @@ func TestFlappingFromNATS(t *testing.T) {
 	}
 	_ = f.nc.Publish("presence.eu.lobby.online.x", []byte("not an event"))
 	var rep bus.FlapReply
-	waitFor(t, 10*time.Second, "the events counted", func() bool {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		rep = bus.FlapReply{}
 		f.admin.Get("/v1/flapping?room=lobby&limit=5").JSON(t, &rep)
-		return rep.Overall.Events == 9
+		return testkit.Want("events counted", rep.Overall.Events, 9)
 	})
 	if len(rep.Users) != 1 || rep.Users[0].User != "flappy" || rep.Users[0].Flaps != 4 || rep.Region != "eu" {
 		t.Fatalf("report %+v", rep)

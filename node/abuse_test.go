@@ -17,7 +17,7 @@ import (
 // through, and the longest run of refusals in a row.
 func overRate(k float64, d time.Duration) (closedAt time.Duration, ok bool, let, run int) {
 	var now int64
-	lim := Limits{}.withDefaults()
+	lim := Limits{}.WithDefaults()
 	c := &conn{d: &connDeps{lim: lim, mono: func() int64 { return now }}, tokens: float64(lim.FrameBurst)}
 	every := time.Duration(float64(time.Second) / (k * lim.FrameRate))
 	cur := 0
@@ -45,7 +45,7 @@ func overRate(k float64, d time.Duration) (closedAt time.Duration, ok bool, let,
 // at 100×, whatever share of its frames still gets through (one in nine
 // at 10×: no ten refusals in a row).
 func TestAbuseRuleOverTheRate(t *testing.T) {
-	lim := Limits{}.withDefaults()
+	lim := Limits{}.WithDefaults()
 	for _, k := range []float64{0.5, 0.9, 1} {
 		if at, closed, _, _ := overRate(k, 10*time.Minute); closed {
 			t.Errorf("%g× the rate: closed at %v", k, at)

@@ -2,6 +2,7 @@ package node
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -48,27 +49,61 @@ func TestBatchConnSendsHeldWritesAsOne(t *testing.T) {
 
 // TestBatchConnWritesFromAnotherGoroutine: gorilla's WriteControl (the
 // close handler answering a client's close frame on the reader
-// goroutine) writes while the writer goroutine batches. Under -race this
-// failed before the batch state was locked; without -race it panicked
-// with a nil buffer.
+// goroutine) writes while the writer goroutine batches. Every write must
+// reach the peer once and whole, and the writer's frames in their order;
+// a control write may overtake a held batch (batchConn's comment), so the
+// control frames are checked as a set. This holds with or without -race;
+// -race adds that the batch state is locked.
 func TestBatchConnWritesFromAnotherGoroutine(t *testing.T) {
+	const n, size = 2000, 6 // frames per goroutine; "c0042." and "f0042."
 	a, b := net.Pipe()
-	defer a.Close()
-	go func() { _, _ = io.Copy(io.Discard, b) }()
+	got := make(chan []byte, 1)
+	go func() { all, _ := io.ReadAll(b); got <- all }()
 	bc := &batchConn{Conn: a}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for range 2000 {
-			_, _ = bc.Write([]byte("control"))
+		for i := range n {
+			_, _ = bc.Write(fmt.Appendf(nil, "c%04d.", i))
 		}
 	}()
-	for range 2000 {
+	for i := range n {
 		bc.begin()
-		_, _ = bc.Write([]byte("frame"))
-		_ = bc.flush()
+		_, _ = bc.Write(fmt.Appendf(nil, "f%04d.", i))
+		if err := bc.flush(); err != nil {
+			t.Fatalf("flush %d: %v", i, err)
+		}
 	}
 	<-done
+	if err := bc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	all := <-got
+	if len(all) != 2*n*size {
+		t.Fatalf("peer read %d bytes, want %d (%d whole frames from each goroutine)", len(all), 2*n*size, n)
+	}
+	controls, frames := map[int]bool{}, 0
+	for off := 0; off < len(all); off += size {
+		tok := all[off : off+size]
+		var kind byte
+		var i int
+		if _, err := fmt.Sscanf(string(tok), "%c%04d.", &kind, &i); err != nil || tok[size-1] != '.' {
+			t.Fatalf("byte %d: %q is not a whole frame (%v)", off, tok, err)
+		}
+		switch {
+		case kind == 'f' && i == frames:
+			frames++
+		case kind == 'f':
+			t.Fatalf("byte %d: batch frame %d after %d frames: out of order", off, i, frames)
+		case kind == 'c' && !controls[i]:
+			controls[i] = true
+		default:
+			t.Fatalf("byte %d: %q unexpected (a duplicate or a foreign write)", off, tok)
+		}
+	}
+	if frames != n || len(controls) != n {
+		t.Fatalf("peer got %d batch frames and %d control writes, want %d of each", frames, len(controls), n)
+	}
 }
 
 // TestBatchConnCloseSendsWhatIsHeld: a close frame answered during a

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -205,7 +206,12 @@ func TestASlowBatchMemberIsResyncedWithABoundedQueue(t *testing.T) {
 	for round := 0; !behind(); round++ {
 		if round == 40 {
 			// On a loaded machine the events may still be on their way.
-			waitFor(t, 20*time.Second, "24,000 updates of 900 bytes to make the member fall behind", behind)
+			testkit.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+				if !behind() {
+					return errors.New("still waiting for 24,000 updates of 900 bytes to make the member fall behind")
+				}
+				return nil
+			})
 			break
 		}
 		if _, err := e.store.Claim(ctx, refs); err != nil { // keeps them alive
@@ -226,18 +232,25 @@ func TestASlowBatchMemberIsResyncedWithABoundedQueue(t *testing.T) {
 	c.w = testkit.NewWS(t, ws, decodeFrame)
 	c.ws, c.frames = ws, c.w.Frames
 	f := newFolder("slow", room, false, c)
-	waitFor(t, 20*time.Second, "a resync snapshot", func() bool {
+	testkit.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		return slices.ContainsFunc(f.snaps, func(s string) bool { return strings.HasPrefix(s, "resync@") })
+		if !slices.ContainsFunc(f.snaps, func(s string) bool { return strings.HasPrefix(s, "resync@") }) {
+			return fmt.Errorf("snapshots %v, no resync among them", f.snaps)
+		}
+		return nil
 	})
 	// The 600 were never refreshed: they expire; the view ends with the
 	// slow member alone, as the store has it.
-	waitFor(t, 30*time.Second, "the view to end as the store's", func() bool {
+	testkit.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
 		snap, err := n.store.Snapshot(ctx, room, 0, 5000)
+		if err != nil {
+			return err
+		}
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		return err == nil && snap.Total == 1 && fmt.Sprint(f.view) == fmt.Sprint(project(snap, false))
+		return errors.Join(testkit.Want("the store's members", snap.Total, 1),
+			testkit.Want("the slow member's view (the store's)", fmt.Sprint(f.view), fmt.Sprint(project(snap, false))))
 	})
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -45,10 +46,10 @@ func TestConcurrentClaimsShareAStoreCall(t *testing.T) {
 			errs <- err
 		}()
 	}
-	waitFor(t, 5*time.Second, "every claim in the first call or queued behind it", func() bool {
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		return int64(len(b.queue))+g.first.Load() == 50
+		return testkit.Want("claims in the first call or queued behind it", int64(len(b.queue))+g.first.Load(), 50)
 	})
 	close(g.gate)
 	wg.Wait()

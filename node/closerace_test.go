@@ -10,6 +10,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -68,13 +69,13 @@ func TestClientsCloseWhileEventsFanOut(t *testing.T) {
 			c.send(map[string]string{"type": "join", "room": room, "ref": "j"})
 			rs[i] = r
 		}
-		waitFor(t, 30*time.Second, "events reaching every client", func() bool {
-			for _, r := range rs {
-				if r.events.Load() < 3 {
-					return false
+		testkit.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
+			for i, r := range rs {
+				if err := testkit.AtLeast(fmt.Sprintf("events at client %d", i), r.events.Load(), 3); err != nil {
+					return err
 				}
 			}
-			return true
+			return nil
 		})
 		var wg sync.WaitGroup
 		for _, r := range rs {

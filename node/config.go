@@ -119,7 +119,7 @@ type Config struct {
 	Metrics prometheus.Registerer
 
 	gapTimeout time.Duration // tests shorten it
-	heartbeat  time.Duration // the store's, filled by check
+	heartbeat  time.Duration // the store's, filled by WithDefaults
 }
 
 // Limits protect a node from any one client and size its memory. Zero
@@ -261,8 +261,10 @@ func configError(field, rule string) error {
 	return fmt.Errorf("node: %w", &presence.ConfigError{Field: field, Rule: rule})
 }
 
-// withDefaults returns l with every zero field set to its default.
-func (l Limits) withDefaults() Limits {
+// WithDefaults returns l with every zero field set to its default, but
+// MaxRetryAfter, whose default follows the store's timing
+// (Config.WithDefaults fills it).
+func (l Limits) WithDefaults() Limits {
 	defI := func(v *int, d int) {
 		if *v == 0 {
 			*v = d
@@ -306,8 +308,10 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// validate checks l as given; call withDefaults first.
-func (l Limits) validate() error {
+// Validate checks l as given: call WithDefaults first to fill zero
+// fields. MaxRetryAfter, bound by the store's timing, is checked by
+// Config.Validate.
+func (l Limits) Validate() error {
 	for _, c := range []struct {
 		name string
 		v    int
@@ -354,50 +358,25 @@ func (l Limits) validate() error {
 	return nil
 }
 
-// check fills defaults and validates, returning the effective config.
-func (c Config) check() (Config, error) {
-	if err := bus.ValidateRegion(c.Region); err != nil {
-		return c, configError("region", err.Error())
-	}
-	if c.Store == nil {
-		return c, configError("store", "is required")
-	}
-	if c.NATS == nil {
-		return c, configError("nats", "is required: room events are watched on it")
-	}
-	// The store validated its timing; a heartbeat of zero would still
-	// stop the keeper, so say so here rather than at the first tick.
-	c.heartbeat = c.Store.Timing().Heartbeat
-	if c.heartbeat <= 0 {
-		return c, configError("store timing", fmt.Sprintf("heartbeat must be positive, got %v", c.heartbeat))
-	}
-	c.Limits = c.Limits.withDefaults()
-	if err := c.Limits.validate(); err != nil {
-		return c, err
-	}
-	if err := c.checkRetry(); err != nil {
-		return c, err
+// WithDefaults returns c with every zero field set to its default. The
+// defaults that follow the store's timing (the heartbeat, MaxRetryAfter)
+// are filled only when Store is set.
+func (c Config) WithDefaults() Config {
+	c.Limits = c.Limits.WithDefaults()
+	if c.Store != nil {
+		c.heartbeat = c.Store.Timing().Heartbeat
+		if c.Limits.MaxRetryAfter == 0 {
+			c.Limits.MaxRetryAfter = min(20*time.Second, (c.Store.Timing().SessionTTL-c.heartbeat)/2)
+		}
 	}
 	if c.HeartbeatSlots == 0 {
 		c.HeartbeatSlots = DefaultHeartbeatSlots
 	}
-	if c.HeartbeatSlots < 1 || c.HeartbeatSlots > 1000 {
-		return c, configError("heartbeat slots", fmt.Sprintf("must be between 1 and 1000, got %d", c.HeartbeatSlots))
-	}
-	if c.heartbeat/time.Duration(c.HeartbeatSlots) < time.Millisecond {
-		return c, configError("heartbeat slots", fmt.Sprintf("%d slots make ticks shorter than 1ms for a %v heartbeat", c.HeartbeatSlots, c.heartbeat))
-	}
 	if c.StoreTimeout == 0 {
 		c.StoreTimeout = DefaultStoreTimeout
 	}
-	if c.StoreTimeout < 0 {
-		return c, configError("store timeout", fmt.Sprintf("must be positive, got %v", c.StoreTimeout))
-	}
 	if c.FanoutTick == 0 {
 		c.FanoutTick = DefaultFanoutTick
-	}
-	if c.FanoutTick < 5*time.Millisecond {
-		return c, configError("fanout tick", fmt.Sprintf("must be at least 5ms, got %v", c.FanoutTick))
 	}
 	if c.BatchFrom == 0 {
 		c.BatchFrom = DefaultBatchFrom
@@ -411,26 +390,67 @@ func (c Config) check() (Config, error) {
 	if c.Metrics == nil {
 		c.Metrics = prometheus.NewRegistry()
 	}
-	return c, nil
+	return c
+}
+
+// Validate checks c as given: call WithDefaults first to fill zero
+// fields. Auth is checked by New, which builds the authenticator.
+func (c Config) Validate() error {
+	if err := bus.ValidateRegion(c.Region); err != nil {
+		return configError("region", err.Error())
+	}
+	if c.Store == nil {
+		return configError("store", "is required")
+	}
+	if c.NATS == nil {
+		return configError("nats", "is required: room events are watched on it")
+	}
+	// The store validated its timing; a heartbeat of zero would still
+	// stop the keeper, so say so here rather than at the first tick.
+	heartbeat := c.Store.Timing().Heartbeat
+	if heartbeat <= 0 {
+		return configError("store timing", fmt.Sprintf("heartbeat must be positive, got %v", heartbeat))
+	}
+	if err := c.Limits.Validate(); err != nil {
+		return err
+	}
+	if err := c.validateRetry(heartbeat); err != nil {
+		return err
+	}
+	if c.HeartbeatSlots < 1 || c.HeartbeatSlots > 1000 {
+		return configError("heartbeat slots", fmt.Sprintf("must be between 1 and 1000, got %d", c.HeartbeatSlots))
+	}
+	if heartbeat/time.Duration(c.HeartbeatSlots) < time.Millisecond {
+		return configError("heartbeat slots", fmt.Sprintf("%d slots make ticks shorter than 1ms for a %v heartbeat", c.HeartbeatSlots, heartbeat))
+	}
+	if c.StoreTimeout < 0 {
+		return configError("store timeout", fmt.Sprintf("must be positive, got %v", c.StoreTimeout))
+	}
+	if c.FanoutTick < 5*time.Millisecond {
+		return configError("fanout tick", fmt.Sprintf("must be at least 5ms, got %v", c.FanoutTick))
+	}
+	return nil
 }
 
 // extendEvery is how often a node sends its refused clients' sessions
 // to be extended: a client refused this long before its session expires
 // may find it gone, so it is short (a storm measured 561 of 141,076 such
 // sessions lost at 1 s).
-func (c Config) extendEvery() time.Duration { return min(250*time.Millisecond, c.heartbeat/4) }
+func (c Config) extendEvery() time.Duration { return extendEvery(c.heartbeat) }
 
-// checkRetry fills MaxRetryAfter and checks that a refused client who
-// honours it comes back before its extended session ends.
-func (c *Config) checkRetry() error {
+func extendEvery(heartbeat time.Duration) time.Duration {
+	return min(250*time.Millisecond, heartbeat/4)
+}
+
+// validateRetry checks that a refused client who honours MaxRetryAfter
+// comes back before its extended session ends.
+func (c Config) validateRetry(heartbeat time.Duration) error {
 	ttl := c.Store.Timing().SessionTTL
-	room := ttl - c.heartbeat - c.extendEvery()
-	if c.Limits.MaxRetryAfter == 0 {
-		c.Limits.MaxRetryAfter = min(20*time.Second, (ttl-c.heartbeat)/2)
-	}
+	extend := extendEvery(heartbeat)
+	room := ttl - heartbeat - extend
 	if m := c.Limits.MaxRetryAfter; m < minRetryAfter || m*5/4 > room {
 		return configError("limits: max retry after", fmt.Sprintf("must be between %v and %v (session TTL %v - heartbeat %v - %v, over 5/4 for a client's jitter), got %v",
-			minRetryAfter, room*4/5, ttl, c.heartbeat, c.extendEvery(), m))
+			minRetryAfter, room*4/5, ttl, heartbeat, extend, m))
 	}
 	return nil
 }

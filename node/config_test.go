@@ -33,6 +33,7 @@ func TestConfigValidation(t *testing.T) {
 		{func(c *Config) { c.Limits.JoinLatency = -1 }, "limits: join latency", "must be positive"},
 		{func(c *Config) { c.Limits.MaxRetryAfter = 1500 * time.Millisecond }, "limits: max retry after", "session TTL 2s"},
 		{func(c *Config) { c.StoreTimeout = -1 }, "store timeout", "must be positive"},
+		{func(c *Config) { c.FanoutTick = time.Millisecond }, "fanout tick", "at least 5ms"},
 		{func(c *Config) { c.Auth = AuthConfig{} }, "auth", "HMAC secret, a public key, a JWKS URL, or InsecureDev"},
 		{func(c *Config) { c.Auth.HMACSecret = []byte("short") }, "auth: hmac secret", "at least 32 bytes"},
 		{func(c *Config) { c.Auth.PublicKeyPEM = []byte("not pem") }, "auth: public key", "no PEM block"},
@@ -77,6 +78,45 @@ func TestConfigValidation(t *testing.T) {
 	}
 	if _, err := New(cfg); err == nil || !strings.HasPrefix(err.Error(), "node: presence: config: metrics: ") {
 		t.Fatalf("second node on one registry: %v", err)
+	}
+}
+
+// WithDefaults and Validate are New's two steps, exported: Validate
+// checks a config as given, so an unfilled one fails on its first zero
+// field, and WithDefaults fills every default New would.
+func TestConfigWithDefaultsThenValidate(t *testing.T) {
+	var ce *presence.ConfigError
+	if err := (Limits{}).Validate(); !errors.As(err, &ce) || ce.Field != "limits: max connections" {
+		t.Fatalf("zero limits as given: %v, want max connections refused", err)
+	}
+	if err := (Limits{}).WithDefaults().Validate(); err != nil {
+		t.Fatalf("default limits: %v", err)
+	}
+	if err := (Limits{MaxWatchUsers: 1001}).WithDefaults().Validate(); !errors.As(err, &ce) || ce.Field != "limits: max watch users" {
+		t.Fatalf("1001 watch users: %v", err)
+	}
+	if err := (Config{}).WithDefaults().Validate(); !errors.As(err, &ce) || ce.Field != "region" {
+		t.Fatalf("zero config: %v, want the region refused first", err)
+	}
+
+	nc := testnats.Connect(t, testnats.Start(t))
+	cfg := testConfig(&fakeStore{}, nc)
+	cfg.Limits = Limits{}
+	if err := cfg.Validate(); !errors.As(err, &ce) || ce.Field != "limits: max connections" {
+		t.Fatalf("unfilled config: %v, want its zero limits refused", err)
+	}
+	filled := cfg.WithDefaults()
+	if err := filled.Validate(); err != nil {
+		t.Fatalf("filled config: %v", err)
+	}
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	if filled.Limits != n.cfg.Limits || filled.heartbeat != n.cfg.heartbeat || filled.HeartbeatSlots != n.cfg.HeartbeatSlots ||
+		filled.StoreTimeout != n.cfg.StoreTimeout || filled.FanoutTick != n.cfg.FanoutTick || filled.BatchFrom != n.cfg.BatchFrom || filled.FanoutBudget != n.cfg.FanoutBudget {
+		t.Fatalf("WithDefaults filled %+v, New runs with %+v", filled, n.cfg)
 	}
 }
 

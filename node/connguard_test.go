@@ -2,11 +2,14 @@ package node
 
 import (
 	"bufio"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/presence-dev/presence/internal/testkit"
 )
 
 // A flood of idle keep-alive HTTP connections (one health check each,
@@ -34,7 +37,12 @@ func TestIdleConnectionsCannotLockClientsOut(t *testing.T) {
 		resp.Body.Close()
 		flood = append(flood, c) // kept open, idle
 	}
-	waitFor(t, 5*time.Second, "the flood to be bounded", func() bool { return n.guard.open() <= max })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if o := n.guard.open(); o > max {
+			return fmt.Errorf("%d plain connections open, want at most %d", o, max)
+		}
+		return nil
+	})
 	c := n.dial(t, token(t, "real", []string{"*"}, time.Hour), "s")
 	c.join("r")
 	// The oldest idle ones were closed by the node.

@@ -392,16 +392,15 @@ func (r *foldRun) folders() []*folder {
 // difference that stays while the room stands still fails.
 func (r *foldRun) check(when string) {
 	r.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
 	var stuckSeq uint64
 	var stuckSince time.Time
-	for {
+	err := testkit.Poll(15*time.Second, 20*time.Millisecond, func() error {
 		snap, err := r.e.store.Snapshot(context.Background(), r.room, 0, 1000)
 		if err != nil {
 			r.t.Fatalf("%s: snapshot: %v", when, err)
 		}
 		joined := r.joinedSeqs()
-		behind, mismatch := false, ""
+		behind, mismatch := "", ""
 		for _, f := range r.folders() {
 			f.mu.Lock()
 			if len(f.errs) > 0 {
@@ -418,7 +417,9 @@ func (r *foldRun) check(when string) {
 			}
 			switch {
 			case !at:
-				behind = true
+				if behind == "" {
+					behind = fmt.Sprintf("%s at epoch %d room_seq %d", f.name, f.epoch, f.seq)
+				}
 			case mismatch == "":
 				if want := project(snap, f.sessions); want.String() != f.view.String() {
 					mismatch = fmt.Sprintf("%s at room_seq %d:\n view     %v\n snapshot %v", f.name, snap.RoomSeq, f.view, want)
@@ -427,16 +428,20 @@ func (r *foldRun) check(when string) {
 			f.mu.Unlock()
 		}
 		switch {
-		case !behind && mismatch == "":
-			return
+		case behind == "" && mismatch == "":
+			return nil
 		case mismatch != "" && snap.RoomSeq != stuckSeq:
 			stuckSeq, stuckSince = snap.RoomSeq, time.Now()
 		case mismatch != "" && time.Since(stuckSince) > 3*time.Second:
 			r.t.Fatalf("%s: a folded view differs from a fresh snapshot at the same point: %s", when, mismatch)
-		case time.Now().After(deadline):
-			r.t.Fatalf("%s: views did not reach the room's point (room_seq %d) in time; mismatch: %q", when, snap.RoomSeq, mismatch)
 		}
-		time.Sleep(20 * time.Millisecond) // polling, bounded by the deadline
+		if mismatch != "" {
+			return fmt.Errorf("a mismatch: %s", mismatch)
+		}
+		return fmt.Errorf("%s, behind the room's epoch %d room_seq %d", behind, snap.Epoch, snap.RoomSeq)
+	})
+	if err != nil {
+		r.t.Fatalf("%s: views did not reach the room's point: %v", when, err)
 	}
 }
 
@@ -473,8 +478,8 @@ func TestStateSurvivesABlipWithoutBeingSentAgain(t *testing.T) {
 		t.Fatalf("amy's state: %s", f.raw)
 	}
 
-	_ = tab.ws.NetConn().Close()                                                                              // the link drops
-	waitFor(t, 5*time.Second, "the dropped link to be released", func() bool { return n.keeper.held() == 1 }) // obs's
+	_ = tab.ws.NetConn().Close()                                                                                                                                  // the link drops
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("sessions held, the dropped link released", n.keeper.held(), 1) }) // obs's
 	tab = n.dial(t, token(t, "amy", all, time.Hour), "tab")
 	for _, snap := range []presence.Snapshot{tab.join("room").Snapshot, tab.joinDetail("room", "").Snapshot} {
 		if s := findSession(snap, "amy", "tab"); string(s.State) != `{"status":"away"}` {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testnats"
 	"github.com/presence-dev/presence/presence"
 	"github.com/presence-dev/presence/protocol"
@@ -39,7 +40,9 @@ func TestGlobalViewForClients(t *testing.T) {
 	if snap.Region != bus.GlobalRegion || len(snap.Members) != 1 || snap.Members[0].User != "far" {
 		t.Fatalf("snapshot: %+v, want the global view", snap)
 	}
-	waitFor(t, 5*time.Second, "the session in the regional store", func() bool { return len(e.live("room", "near")) == 1 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		return testkit.Want("near's sessions in the regional store", len(e.live("room", "near")), 1)
+	})
 
 	nc := testnats.Connect(t, e.ns)
 	pub := func(tr presence.Transition) {

@@ -13,6 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -414,13 +415,13 @@ func TestAClaimAfterARefreshOverridesItsVerdict(t *testing.T) {
 	fs.mu.Unlock()
 	refreshed := make(chan struct{})
 	go func() { s.touchSlot(context.Background(), 0); close(refreshed) }()
-	waitFor(t, 5*time.Second, "the refresh to start", func() bool { return len(fs.calls()) == 1 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("store calls, the refresh started", len(fs.calls()), 1) })
 	claimed := make(chan struct{})
 	go func() { holdAll(t, s, refN(1)); close(claimed) }() // the client is back
-	waitFor(t, 5*time.Second, "the claim to start", func() bool {
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		fs.mu.Lock()
 		defer fs.mu.Unlock()
-		return len(fs.touches) == 3
+		return testkit.Want("store calls, the claim started", len(fs.touches), 3)
 	})
 	close(gate)
 	<-refreshed
@@ -445,7 +446,7 @@ func TestReleaseAndJoinDoNotWaitForTheHeartbeat(t *testing.T) {
 	fs.mu.Unlock()
 	touched := make(chan struct{})
 	go func() { s.touchSlot(context.Background(), 0); close(touched) }()
-	waitFor(t, 5*time.Second, "the refresh to start", func() bool { return len(fs.calls()) == 1 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("store calls, the refresh started", len(fs.calls()), 1) })
 	if released, err := s.unhold(context.Background(), r, o, true); !released || err != nil {
 		t.Fatalf("unhold: %v %v", released, err)
 	}
@@ -561,8 +562,8 @@ func TestALateClaimOfAGoneConnectionDoesNotCloseTheLiveOne(t *testing.T) {
 	if err := e.store.Release(ctx, ref); err != nil { // its connection is gone
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the node to claim the session back", func() bool {
-		return slices.Equal(e.live("room", "lia"), []string{"tab"}) && n.keeper.suspectCount() == 0
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		return errors.Join(testkit.WantSlice("lia's live sessions", e.live("room", "lia"), []string{"tab"}), testkit.Want("suspect sessions", n.keeper.suspectCount(), 0))
 	})
 	e.waitRedisPast(e.redisNow().Add(testTiming.OfflineGrace + time.Second + 2*testTiming.ReapInterval))
 	c.ping() // still open: no 4001 came before the pong

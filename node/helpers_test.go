@@ -359,7 +359,8 @@ func slow(t *testing.T) {
 	}
 }
 
-// waitFor polls with a deadline (see testkit.WaitFor).
+// waitFor is testkit.WaitFor, for the tests not yet moved to
+// testkit.CheckFor (whose condition says why it still waits).
 var waitFor = testkit.WaitFor
 
 func (e *env) redisNow() time.Time {
@@ -375,9 +376,7 @@ func (e *env) redisNow() time.Time {
 // past at.
 func (e *env) waitRedisPast(at time.Time) {
 	e.t.Helper()
-	waitFor(e.t, time.Until(at)+5*time.Second, "redis clock to pass "+at.Format(time.StampMilli), func() bool {
-		return e.redisNow().After(at)
-	})
+	testredis.WaitPast(e.t, e.rdb, at)
 }
 
 // quiesce makes the recorder complete for room: a marker session joins
@@ -394,7 +393,7 @@ func (e *env) quiesce(room string) {
 		e.t.Fatalf("marker touch: %v %v", ts, err)
 	}
 	upto := ts[len(ts)-1].Seq
-	waitFor(e.t, 5*time.Second, fmt.Sprintf("transitions 1..%d of %s", upto, room), func() bool {
+	testkit.CheckFor(e.t, 5*time.Second, 10*time.Millisecond, func() error {
 		seen := map[uint64]bool{}
 		for _, t := range e.rec.All() {
 			if t.Room == room {
@@ -403,10 +402,10 @@ func (e *env) quiesce(room string) {
 		}
 		for s := uint64(1); s <= upto; s++ {
 			if !seen[s] {
-				return false
+				return fmt.Errorf("transition %d of %s (of 1..%d, the marker's last) not recorded", s, room, upto)
 			}
 		}
-		return true
+		return nil
 	})
 }
 

@@ -2,6 +2,7 @@ package node
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -130,7 +131,7 @@ func jwksAuth(t *testing.T, s *jwksServer, refresh time.Duration, waitReady bool
 	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
 	a.jwks.now = clk.Now
 	if waitReady {
-		testkit.WaitFor(t, 10*time.Second, "the first JWKS fetch", func() bool { return a.jwks.res.Resource() != nil })
+		testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error { return fetched(a) })
 	}
 	return a, clk
 }
@@ -197,9 +198,11 @@ func TestJWKSPeriodicRefresh(t *testing.T) {
 	tok := a1.token(t, "alice")
 	accepts(t, a, tok, "alice")
 	s.publish(t, newJWKSKey(t, "ec", "keep", jwa.ES256()))
-	testkit.WaitFor(t, 15*time.Second, "a1's token refused after the periodic refresh", func() bool {
-		_, err := a.parse(tok)
-		return err != nil && strings.Contains(err.Error(), `kid "a1" is not in the JWKS`)
+	testkit.CheckFor(t, 15*time.Second, 10*time.Millisecond, func() error {
+		if _, err := a.parse(tok); err == nil || !strings.Contains(err.Error(), `kid "a1" is not in the JWKS`) {
+			return fmt.Errorf("a1's token after the periodic refresh: %v, want refused", err)
+		}
+		return nil
 	})
 }
 
@@ -253,7 +256,7 @@ func TestJWKSProviderDown(t *testing.T) {
 			s := newJWKSServer(t)
 			fail(s)
 			a, clk := jwksAuth(t, s, time.Hour, false)
-			testkit.WaitFor(t, 10*time.Second, "the first fetch tried", func() bool { return s.requests() >= 1 })
+			testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error { return testkit.AtLeast("JWKS fetches tried", s.requests(), 1) })
 			refuses(t, a, k.token(t, "alice"), "no signing keys yet")
 
 			s.publish(t, k)
@@ -373,7 +376,7 @@ func TestJWKSNode(t *testing.T) {
 	n := e.newNode(func(c *Config) { c.Auth = AuthConfig{JWKSURL: s.URL, JWKSRefresh: time.Hour} })
 	// A handshake before the first fetch has landed fetches again, and
 	// the rotation's fetch would then wait out the refetch interval.
-	testkit.WaitFor(t, 10*time.Second, "the first JWKS fetch", func() bool { return n.auth.jwks.res.Resource() != nil })
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error { return fetched(n.auth) })
 	oldTok := old.token(t, "alice")
 	c := n.dial(t, oldTok, "s")
 	c.join("r")
@@ -387,4 +390,12 @@ func TestJWKSNode(t *testing.T) {
 		t.Fatalf("the removed key's token: %d %q", code, body)
 	}
 	n.dial(t, rotated.token(t, "bob"), "s3").join("r")
+}
+
+// fetched is a poll's condition: a has fetched its JWKS once.
+func fetched(a *authenticator) error {
+	if a.jwks.res.Resource() == nil {
+		return errors.New("the JWKS not fetched yet")
+	}
+	return nil
 }

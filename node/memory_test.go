@@ -97,11 +97,11 @@ func TestIdleConnectionMemory(t *testing.T) {
 	goroutines := runtime.NumGoroutine()
 
 	child := startIdleClients(t, idleSpec{URL: n.wsURL(""), Conns: conns})
-	waitFor(t, 60*time.Second, fmt.Sprintf("the node to count %d connections", conns), func() bool {
-		return n.counts.open.Load() == int64(conns)
+	testkit.CheckFor(t, 60*time.Second, 10*time.Millisecond, func() error {
+		return testkit.Want("connections the node counts", n.counts.open.Load(), int64(conns))
 	})
-	waitFor(t, 60*time.Second, fmt.Sprintf("%d onlines on NATS", conns), func() bool {
-		return onlines.Load() >= int64(conns)
+	testkit.CheckFor(t, 60*time.Second, 10*time.Millisecond, func() error {
+		return testkit.AtLeast("onlines on NATS", onlines.Load(), int64(conns))
 	})
 	// Each connection's reader stays; the writers that sent its hello,
 	// its snapshot and its room's events exit once their queue is empty.
@@ -161,8 +161,11 @@ func settledMem(t *testing.T, goroutines int) runtime.MemStats {
 	// A few goroutines of the servers come and go (Redis pool, NATS
 	// pings); the slack keeps them from failing the wait.
 	const slack = 16
-	waitFor(t, 60*time.Second, fmt.Sprintf("at most %d goroutines", goroutines+slack), func() bool {
-		return runtime.NumGoroutine() <= goroutines+slack
+	testkit.CheckFor(t, 60*time.Second, 10*time.Millisecond, func() error {
+		if g := runtime.NumGoroutine(); g > goroutines+slack {
+			return fmt.Errorf("%d goroutines, want at most %d", g, goroutines+slack)
+		}
+		return nil
 	})
 	var m runtime.MemStats
 	runtime.GC()

@@ -90,8 +90,8 @@ type Node struct {
 
 // New checks cfg and returns a node. Serve its Handler and call Start.
 func New(cfg Config) (*Node, error) {
-	cfg, err := cfg.check()
-	if err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	auth, err := newAuthenticator(cfg.Auth, cfg.Logger)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -17,6 +18,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	jsclient "github.com/presence-dev/presence/clients/js"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testnats"
 	"github.com/presence-dev/presence/presence"
 	"github.com/presence-dev/presence/protocol"
@@ -39,7 +41,9 @@ func TestJoinSendsSnapshotThenLiveDiffs(t *testing.T) {
 	if snap.Total != 1 || len(snap.Members) != 1 || snap.Members[0].User != "alice" || len(snap.Members[0].Sessions) != 1 || snap.Members[0].Sessions[0].ID != "tab1" {
 		t.Fatalf("snapshot: %+v", snap)
 	}
-	waitFor(t, 5*time.Second, "alice online on NATS", func() bool { return len(e.rec.Of(presence.Online, "room1", "alice")) == 1 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		return e.rec.WantOf(presence.Online, "room1", "alice", 1)
+	})
 	if snap.RoomSeq != e.rec.Of(presence.Online, "room1", "alice")[0].Seq {
 		t.Fatalf("snapshot room_seq %d does not cover alice's join", snap.RoomSeq)
 	}
@@ -214,14 +218,16 @@ func TestCleanCloseAnnouncesOfflineAfterGrace(t *testing.T) {
 	c.replyAndOwnEvent("state_set", presence.Update)
 	c.closeNormally()
 	closed := time.Now()
-	waitFor(t, 5*time.Second, "fay offline", func() bool { return len(e.rec.Of(presence.Offline, "room", "fay")) == 1 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return e.rec.WantOf(presence.Offline, "room", "fay", 1) })
 	if d := time.Since(closed); d < testTiming.OfflineGrace-100*time.Millisecond {
 		t.Fatalf("offline %v after the close, before the grace of %v", d, testTiming.OfflineGrace)
 	}
 	if off := e.rec.Of(presence.Offline, "room", "fay")[0]; off.Reason != presence.Left {
 		t.Fatalf("offline reason %q, want left (released, not expired)", off.Reason)
 	}
-	waitFor(t, 5*time.Second, "connection gauge to drop", func() bool { return n.counts.open.Load() == 0 && n.keeper.held() == 0 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		return errors.Join(testkit.Want("open connections", n.counts.open.Load(), 0), testkit.Want("sessions held", n.keeper.held(), 0))
+	})
 }
 
 func TestAbruptTCPCloseIsReleased(t *testing.T) {
@@ -231,7 +237,7 @@ func TestAbruptTCPCloseIsReleased(t *testing.T) {
 	c := n.dial(t, token(t, "gus", []string{"*"}, time.Hour), "tab")
 	c.join("room")
 	_ = c.ws.NetConn().Close() // no close frame
-	waitFor(t, 5*time.Second, "gus offline", func() bool { return len(e.rec.Of(presence.Offline, "room", "gus")) == 1 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return e.rec.WantOf(presence.Offline, "room", "gus", 1) })
 	if off := e.rec.Of(presence.Offline, "room", "gus")[0]; off.Reason != presence.Left {
 		t.Fatalf("offline reason %q, want left", off.Reason)
 	}
@@ -256,8 +262,8 @@ func TestUnresponsiveClientIsDetectedByPing(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Never read again: pings go unanswered.
-	waitFor(t, 5*time.Second, "hal online", func() bool { return len(e.rec.Of(presence.Online, "room", "hal")) == 1 })
-	waitFor(t, 10*time.Second, "hal offline", func() bool { return len(e.rec.Of(presence.Offline, "room", "hal")) == 1 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return e.rec.WantOf(presence.Online, "room", "hal", 1) })
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error { return e.rec.WantOf(presence.Offline, "room", "hal", 1) })
 	if off := e.rec.Of(presence.Offline, "room", "hal")[0]; off.Reason != presence.Left {
 		t.Fatalf("offline reason %q, want left", off.Reason)
 	}
@@ -277,7 +283,7 @@ func TestReconnectInsideGraceIsSilent(t *testing.T) {
 	c = n1.dial(t, tok, "tab")
 	c.join("room")
 	_ = c.ws.NetConn().Close()
-	waitFor(t, 5*time.Second, "the abrupt close to be released", func() bool { return n1.keeper.held() == 0 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("sessions n1 holds, the abrupt close released", n1.keeper.held(), 0) })
 	// Another node on the same Redis.
 	c = n2.dial(t, tok, "tab")
 	if s := c.join("room").Snapshot; len(findSession(s, "ida", "tab").ID) == 0 {
@@ -331,7 +337,7 @@ func TestDrainClosesWith1012AndKeepsSessions(t *testing.T) {
 	a = n2.dial(t, tokA, "tab")
 	a.join("room")
 	drained := e.redisNow()
-	waitFor(t, 10*time.Second, "kim to expire", func() bool { return len(e.rec.Of(presence.Offline, "room", "kim")) == 1 })
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error { return e.rec.WantOf(presence.Offline, "room", "kim", 1) })
 	if off := e.rec.Of(presence.Offline, "room", "kim")[0]; off.Reason != presence.Expired {
 		t.Fatalf("kim's offline: %v, want expired (never released)", off)
 	}
@@ -359,7 +365,9 @@ func TestLimits(t *testing.T) {
 		c.join("big-room")
 		c.sendRaw(websocket.TextMessage, []byte(`{"type":"ping","ref":"`+strings.Repeat("x", DefaultMaxFrameBytes)+`"}`))
 		c.expectClose(protocol.CloseTooBig)
-		waitFor(t, 5*time.Second, "big released", func() bool { return len(e.rec.Of(presence.Offline, "big-room", "big")) == 1 })
+		testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+			return e.rec.WantOf(presence.Offline, "big-room", "big", 1)
+		})
 	})
 	t.Run("rooms", func(t *testing.T) {
 		c := n.dial(t, token(t, "many", all, time.Hour), "s")
@@ -385,7 +393,9 @@ func TestLimits(t *testing.T) {
 		c.expectClose(protocol.ClosePolicy)
 	})
 	t.Run("connections", func(t *testing.T) {
-		waitFor(t, 5*time.Second, "earlier connections to end", func() bool { return n.counts.active.Load() == 0 })
+		testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+			return testkit.Want("active connections, the earlier ones ended", n.counts.active.Load(), 0)
+		})
 		for i := range 3 {
 			n.dial(t, token(t, "conn", all, time.Hour), "s"+string(rune('a'+i)))
 		}
@@ -518,10 +528,10 @@ func TestHealthAndMetrics(t *testing.T) {
 	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil || h.Status != "ok" || h.Connections != 1 || h.Sessions != 1 || h.Rooms != 1 {
 		t.Fatalf("health body: %+v %v", h, err)
 	}
-	waitFor(t, 5*time.Second, "a heartbeat batch", func() bool {
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		resp, err := http.Get(n.srv.URL + PathMetrics)
 		if err != nil {
-			return false
+			return err
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
@@ -531,10 +541,13 @@ func TestHealthAndMetrics(t *testing.T) {
 			`presence_node_rejected_frames_total{code="unknown_type"} 1`, "presence_node_heartbeat_touch_seconds_count",
 		} {
 			if !strings.Contains(s, want) {
-				return false
+				return fmt.Errorf("the metrics lack %q", want)
 			}
 		}
-		return !strings.Contains(s, "presence_node_heartbeat_touch_seconds_count 0")
+		if strings.Contains(s, "presence_node_heartbeat_touch_seconds_count 0") {
+			return errors.New("no heartbeat batch in the metrics yet")
+		}
+		return nil
 	})
 }
 
@@ -633,7 +646,7 @@ func TestTakeoverClosesTheStaleConnectionSilently(t *testing.T) {
 	fresh := n2.dial(t, tok, "tab")
 	fresh.join("room")
 	old.expectClose(protocol.CloseSessionMoved)
-	waitFor(t, 5*time.Second, "n1 to drop the session", func() bool { return n1.keeper.held() == 0 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("sessions n1 holds", n1.keeper.held(), 0) })
 	e.waitRedisPast(e.redisNow().Add(testTiming.OfflineGrace + 200*time.Millisecond))
 	e.quiesce("room")
 	if got := e.rec.Of("", "room", "lee"); len(got) != 1 || got[0].Kind != presence.Online {

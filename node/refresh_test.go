@@ -6,6 +6,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
 	"github.com/presence-dev/presence/protocol"
 )
@@ -31,7 +32,9 @@ func TestTokenExpiryClosesTheConnection(t *testing.T) {
 	back := n.dial(t, token(t, "stay", rooms, time.Hour), "s")
 	back.join("room")
 	gone.expectClose(protocol.CloseTokenExpired)
-	waitFor(t, 5*time.Second, "gone's offline", func() bool { return len(e.rec.Of(presence.Offline, "room", "gone")) == 1 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		return e.rec.WantOf(presence.Offline, "room", "gone", 1)
+	})
 	e.quiesce("room")
 	if got := e.rec.Of(presence.Offline, "room", "gone"); got[0].Reason != presence.Left {
 		t.Fatalf("gone left with %v, want reason left", got[0].Reason)

@@ -139,14 +139,16 @@ func TestDisconnectRevokesOnEveryNode(t *testing.T) {
 		t.Fatalf("connect refused with %q", text)
 	}
 	later := e.newNode(edit)
-	waitFor(t, 5*time.Second, "a node started later refusing alice", func() bool {
-		_, ok := later.drops.revs.connect("alice")
-		return ok
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if _, ok := later.drops.revs.connect("alice"); !ok {
+			return errors.New("the node started later does not refuse alice yet")
+		}
+		return nil
 	})
 	dialRevoked(t, later, tok, "tab4")
 	// Released, not kept: alice leaves room42 after the grace.
-	waitFor(t, 10*time.Second, "alice offline in room42 and lobby", func() bool {
-		return len(e.rec.Of(presence.Offline, "room42", "alice")) == 1 && len(e.rec.Of(presence.Offline, "lobby", "alice")) == 1
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		return errors.Join(e.rec.WantOf(presence.Offline, "room42", "alice", 1), e.rec.WantOf(presence.Offline, "lobby", "alice", 1))
 	})
 }
 

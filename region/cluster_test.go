@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testredis"
 	"github.com/presence-dev/presence/presence"
 )
@@ -62,23 +63,23 @@ func TestClusterRoomsOnManySlots(t *testing.T) {
 	}
 	r1 := startReaper(t, newStore(t, cc, c))
 	r2 := startReaper(t, newStore(t, cc, c))
-	waitFor(t, 5*time.Second, "30 departures (left)", func() bool {
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		n := 0
 		for _, tr := range c.All() {
 			if tr.Kind == presence.Offline && tr.Reason == presence.Left {
 				n++
 			}
 		}
-		return n == 30
+		return testkit.Want("departures (left)", n, 30)
 	})
-	waitFor(t, testTiming.SessionTTL+5*time.Second, "30 departures (expired)", func() bool {
+	testkit.CheckFor(t, testTiming.SessionTTL+5*time.Second, 10*time.Millisecond, func() error {
 		n := 0
 		for _, tr := range c.All() {
 			if tr.Kind == presence.Offline && tr.Reason == presence.Expired {
 				n++
 			}
 		}
-		return n == 30
+		return testkit.Want("departures (expired)", n, 30)
 	})
 	waitSweeps(t, 3, r1, r2) // the other reaper's sweeps too
 	for i := range 30 {
@@ -153,7 +154,12 @@ func TestClusterReapersShareTheSweep(t *testing.T) {
 		return out
 	}
 	for round := 1; round <= 2; round++ {
-		waitFor(t, 5*time.Second, "the last round's claims to lapse", func() bool { return len(markers()) == 0 })
+		testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+			if m := markers(); len(m) != 0 {
+				return fmt.Errorf("the last round's sweep claims still held, for %v", m)
+			}
+			return nil
+		})
 		for _, s := range stores {
 			if _, err := s.reap(ctx, claim); err != nil {
 				t.Fatal(err)

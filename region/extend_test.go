@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testredis"
 	"github.com/presence-dev/presence/presence"
 )
@@ -51,11 +52,11 @@ func TestExtendKeepsWaitingSessionsSilent(t *testing.T) {
 	}
 	touch(t, other, crashed) // admitted at last: silent
 	stopped := redisNow(t, rdb)
-	waitFor(t, testTiming.SessionTTL+testTiming.OfflineGrace+3*time.Second, "bob's offline once no longer extended", func() bool {
+	testkit.CheckFor(t, testTiming.SessionTTL+testTiming.OfflineGrace+3*time.Second, 10*time.Millisecond, func() error {
 		if _, err := other.Refresh(context.Background(), []presence.SessionRef{crashed}); err != nil { // ann's new node lives
 			t.Fatalf("Refresh: %v", err)
 		}
-		return len(c.Of(presence.Offline, "r1", "bob")) == 1
+		return c.WantOf(presence.Offline, "r1", "bob", 1)
 	})
 	if off := c.Of(presence.Offline, "r1", "bob"); off[0].At.Before(stopped.Add(testTiming.SessionTTL - time.Second)) {
 		t.Fatalf("bob left %v after the last extension, want a TTL", off[0].At.Sub(stopped))

@@ -60,13 +60,13 @@ func waitSweeps(tb testing.TB, n int64, stores ...*Store) {
 	for i, s := range stores {
 		want[i] = s.Stats().Sweeps.Load() + n
 	}
-	waitFor(tb, 10*time.Second, fmt.Sprintf("%d more sweeps of %d reapers", n, len(stores)), func() bool {
+	testkit.CheckFor(tb, 10*time.Second, 10*time.Millisecond, func() error {
 		for i, s := range stores {
-			if s.Stats().Sweeps.Load() < want[i] {
-				return false
+			if err := testkit.AtLeast(fmt.Sprintf("sweeps of reaper %d of %d", i+1, len(stores)), s.Stats().Sweeps.Load(), want[i]); err != nil {
+				return err
 			}
 		}
-		return true
+		return nil
 	})
 }
 
@@ -79,9 +79,6 @@ func slow(tb testing.TB) {
 		tb.Skip("slow: waits out real timing or starts a cluster; run without -short")
 	}
 }
-
-// waitFor polls with a deadline (see testkit.WaitFor).
-var waitFor = testkit.WaitFor
 
 // redisNow and waitRedisPast read and wait on Redis's clock, which
 // scores every entry.

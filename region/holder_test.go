@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testredis"
 	"github.com/presence-dev/presence/presence"
 )
@@ -100,8 +101,8 @@ func TestRefreshOfAMovedSessionIsLost(t *testing.T) {
 	if err != nil || len(res.Orphaned) != 1 || res.Orphaned[0] != tab || len(res.Lost) != 0 {
 		t.Fatalf("a's refresh after b released it: %+v %v, want the session orphaned", res, err)
 	}
-	waitFor(t, testTiming.OfflineGrace+2*time.Second, "erin's departure", func() bool {
-		return len(c.Of(presence.Offline, "r1", "erin")) == 1
+	testkit.CheckFor(t, testTiming.OfflineGrace+2*time.Second, 10*time.Millisecond, func() error {
+		return c.WantOf(presence.Offline, "r1", "erin", 1)
 	})
 	if off := c.Of(presence.Offline, "r1", "erin"); off[0].Reason != presence.Left {
 		t.Fatalf("offline %v, want reason left", off)
@@ -166,8 +167,8 @@ func TestDeadHoldersSessionDoesNotDelayADeparture(t *testing.T) {
 	stop()
 	release(t, live, onLive)
 	released := redisNow(t, rdb)
-	waitFor(t, testTiming.OfflineGrace+2*time.Second, "gus's departure", func() bool {
-		return len(c.Of(presence.Offline, "r1", "gus")) > 0
+	testkit.CheckFor(t, testTiming.OfflineGrace+2*time.Second, 10*time.Millisecond, func() error {
+		return c.AtLeastOf(presence.Offline, "r1", "gus", 1)
 	})
 	off := c.Of(presence.Offline, "r1", "gus")
 	if len(off) != 1 || off[0].Reason != presence.Left {
@@ -264,8 +265,8 @@ func TestRefreshLandingAfterItsOwnReleaseIsLost(t *testing.T) {
 	if m := members(t, a, "r1"); m["ida"] != 1 {
 		t.Fatalf("members %v: the late refresh changed the released session", m)
 	}
-	waitFor(t, testTiming.OfflineGrace+2*time.Second, "ida's departure", func() bool {
-		return len(c.Of(presence.Offline, "r1", "ida")) == 1
+	testkit.CheckFor(t, testTiming.OfflineGrace+2*time.Second, 10*time.Millisecond, func() error {
+		return c.WantOf(presence.Offline, "r1", "ida", 1)
 	})
 	touch(t, a, tab) // back: a join
 	if res, err := a.Refresh(context.Background(), []presence.SessionRef{tab}); err != nil || len(res.Lost) != 0 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testredis"
 	"github.com/presence-dev/presence/presence"
 )
@@ -121,10 +122,10 @@ func TestHolderLeaseRenewal(t *testing.T) {
 		t.Fatalf("registry: nonce %q free %d until %d, want ours and a quarantine after", nonce, free, until0)
 	}
 	code := s.code()
-	waitFor(t, 5*time.Second, "a renewal", func() bool {
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		touch(t, s, ref("r", "u", "a"))
 		_, until, _ := registry(t, rdb, code)
-		return until > until0
+		return testkit.AtLeast("the code's lease, renewed", until, until0+1)
 	})
 	if s.code() != code {
 		t.Fatalf("code %q, was %q", s.code(), code)

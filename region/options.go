@@ -44,28 +44,10 @@ type Options struct {
 	Logger          *slog.Logger
 }
 
-// prepare checks opt and fills in its defaults, returning the timing in
-// force. A caller sees the first problem, in the order checked here.
-func (opt Options) prepare() (Options, presence.Timing, error) {
-	if err := presence.ValidateRegion(opt.Region); err != nil {
-		return opt, presence.Timing{}, &presence.ConfigError{Field: "region", Rule: err.Error()}
-	}
-	if opt.Sink == nil {
-		return opt, presence.Timing{}, &presence.ConfigError{Field: "sink", Rule: "is required: transitions must go somewhere"}
-	}
-	t := opt.Timing.WithDefaults()
-	if err := t.Validate(); err != nil {
-		return opt, t, err
-	}
-	opt.withDefaults()
-	if err := opt.check(); err != nil {
-		return opt, t, err
-	}
-	return opt, t, nil
-}
-
-// withDefaults fills the zero fields that have a default.
-func (opt *Options) withDefaults() {
+// WithDefaults returns opt with every zero field that has a default set
+// to it, the timing's included.
+func (opt Options) WithDefaults() Options {
+	opt.Timing = opt.Timing.WithDefaults()
 	def := func(v *int, d int) {
 		if *v == 0 {
 			*v = d
@@ -83,10 +65,21 @@ func (opt *Options) withDefaults() {
 	if opt.Holder == "" {
 		opt.Holder = randomHolder()
 	}
+	return opt
 }
 
-// check rejects out-of-range options after withDefaults.
-func (opt *Options) check() error {
+// Validate checks opt as given: call WithDefaults first to fill zero
+// fields. A caller sees the first problem, in the order checked here.
+func (opt Options) Validate() error {
+	if err := presence.ValidateRegion(opt.Region); err != nil {
+		return &presence.ConfigError{Field: "region", Rule: err.Error()}
+	}
+	if opt.Sink == nil {
+		return &presence.ConfigError{Field: "sink", Rule: "is required: transitions must go somewhere"}
+	}
+	if err := opt.Timing.Validate(); err != nil {
+		return err
+	}
 	for _, c := range []struct {
 		name string
 		v    int

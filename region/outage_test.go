@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testredis"
 	"github.com/presence-dev/presence/presence"
 )
@@ -52,18 +53,20 @@ func TestRedisStallLongerThanTheTTL(t *testing.T) {
 	// The reaper looks at the room before the node refreshes: inside the
 	// hold, as nodes get a heartbeat after the outage to come back.
 	after := other.Stats().Sweeps.Load() + 2
-	waitFor(t, 10*time.Second, "two sweeps after the outage", func() bool { return other.Stats().Sweeps.Load() >= after })
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		return testkit.AtLeast("sweeps, two after the outage", other.Stats().Sweeps.Load(), after)
+	})
 	if _, err := node.Refresh(context.Background(), stayers); err != nil {
 		t.Fatal(err)
 	}
 	refresher(t, node, stayers...)
 
-	waitFor(t, tm.OutageHold()+tm.SessionTTL+3*time.Second, "the dead node's user to expire", func() bool {
-		return len(c.Of(presence.Offline, "r1", "ghost")) > 0
+	testkit.CheckFor(t, tm.OutageHold()+tm.SessionTTL+3*time.Second, 10*time.Millisecond, func() error {
+		return c.AtLeastOf(presence.Offline, "r1", "ghost", 1)
 	})
 	// Let anything wrong show: another hold's worth of sweeps.
 	sweeps := other.Stats().Sweeps.Load() + int64(tm.OutageHold()/tm.ReapInterval) + 3
-	waitFor(t, 10*time.Second, "more sweeps", func() bool { return other.Stats().Sweeps.Load() >= sweeps })
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error { return testkit.AtLeast("sweeps", other.Stats().Sweeps.Load(), sweeps) })
 	for _, r := range stayers {
 		if off := c.Of(presence.Offline, "r1", r.User); len(off) != 0 {
 			t.Errorf("%s, connected throughout, was announced offline: %v", r.User, off)
@@ -118,14 +121,14 @@ func TestRedisRestartedEmpty(t *testing.T) {
 	epoch := before[len(before)-1].Epoch
 
 	srv.RestartEmpty(t)
-	waitFor(t, 10*time.Second, "the node to see the new dataset", func() bool { return node.Stats().DataLosses.Load() == 1 })
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error { return testkit.Want("data losses the node saw", node.Stats().DataLosses.Load(), 1) })
 	// The node's release of the leaver failed while Redis was gone; its
 	// retry reaches the new, empty Redis.
 	release(t, node, leaver)
 	touch(t, node, ref("r1", "newbie", "tab"))
 	refresher(t, node, ref("r1", "newbie", "tab"))
-	waitFor(t, tm(t).OfflineGrace+3*time.Second, "the leaver's departure", func() bool {
-		return len(c.Of(presence.Offline, "r1", "leaver")) > 0
+	testkit.CheckFor(t, tm(t).OfflineGrace+3*time.Second, 10*time.Millisecond, func() error {
+		return c.AtLeastOf(presence.Offline, "r1", "leaver", 1)
 	})
 	after := c.All()[len(before):]
 	var kinds []string
@@ -193,8 +196,8 @@ func TestALongBusOutageLosesNoTransition(t *testing.T) {
 	reap(t, s) // the departures go to the outbox; the sink refuses them
 	c.down.Store(false)
 	startReaper(t, s)
-	waitFor(t, 30*time.Second, "every departure", func() bool {
-		return offlines(c) == 1500
+	testkit.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
+		return testkit.Want("departures", offlines(c), 1500)
 	})
 	seqs := map[uint64]bool{}
 	for _, tr := range c.All() {
@@ -233,7 +236,7 @@ func TestAnOutboxAtItsCapStartsANewEpoch(t *testing.T) {
 	}
 	c.down.Store(false)
 	startReaper(t, s)
-	waitFor(t, 10*time.Second, "the outbox delivered", func() bool { return len(c.All()) == 6 })
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error { return testkit.Want("transitions delivered from the outbox", len(c.All()), 6) })
 	for i, tr := range c.All()[1:] {
 		if tr.Epoch <= epoch || tr.Seq != uint64(i+1) || tr.User != fmt.Sprintf("u%02d", 10+i) {
 			t.Fatalf("after the overflow: %v, want u10..u14 numbered 1..5 under a new epoch", c.All()[1:])
@@ -291,7 +294,7 @@ func TestAsyncDeliveryNeverHoldsTheHeartbeat(t *testing.T) {
 		t.Fatalf("%d delivered through a closed gate", n)
 	}
 	close(g.gate)
-	waitFor(t, 10*time.Second, "the 20 onlines", func() bool { return len(g.All()) == 20 })
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error { return testkit.Want("onlines delivered", len(g.All()), 20) })
 	for i, tr := range g.All() {
 		if tr.Seq != uint64(i+1) {
 			t.Fatalf("delivered out of order: %v", g.All())

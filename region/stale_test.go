@@ -2,11 +2,13 @@ package region
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testredis"
 	"github.com/presence-dev/presence/presence"
 )
@@ -141,11 +143,11 @@ func runStaleCase(t *testing.T, tm presence.Timing, silentAfter bool) staleCase 
 func (sc staleCase) waitDeparture(t *testing.T, timeout time.Duration) []presence.Transition {
 	t.Helper()
 	before := len(sc.c.Of("", sc.room, sc.user))
-	waitFor(t, timeout, sc.user+"'s departure", func() bool {
+	testkit.CheckFor(t, timeout, 10*time.Millisecond, func() error {
 		if n, ok := members(t, sc.live, sc.room)[sc.user]; ok && n == 0 {
 			t.Fatalf("a snapshot lists %s as a member with no session; transitions: %v", sc.user, sc.c.Of("", sc.room, sc.user))
 		}
-		return len(sc.c.Of(presence.Offline, sc.room, sc.user)) > 0
+		return sc.c.AtLeastOf(presence.Offline, sc.room, sc.user, 1)
 	})
 	after := sc.c.Of("", sc.room, sc.user)[before:]
 	if last := after[len(after)-1]; last.Kind != presence.Offline || last.Reason != presence.Left {
@@ -176,9 +178,11 @@ func (sc staleCase) nothingAfter(t *testing.T) {
 // second.
 func waitRedisFraction(t *testing.T, s *Store, lo, hi time.Duration) {
 	t.Helper()
-	waitFor(t, 5*time.Second, "the redis clock's fraction of a second", func() bool {
-		f := time.Duration(redisNow(t, s.rdb).Nanosecond())
-		return f >= lo && f < hi
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if f := time.Duration(redisNow(t, s.rdb).Nanosecond()); f < lo || f >= hi {
+			return fmt.Errorf("the redis clock %v into its second, want between %v and %v", f, lo, hi)
+		}
+		return nil
 	})
 }
 
@@ -210,8 +214,8 @@ func TestAnExtendedSessionHoldsItsUserAgainstAClose(t *testing.T) {
 	cancel()
 	<-done
 	gaveUp := redisNow(t, rdb)
-	waitFor(t, testTiming.SessionTTL+testTiming.OfflineGrace+3*time.Second, "lee's departure", func() bool {
-		return len(c.Of(presence.Offline, "r1", "lee")) > 0
+	testkit.CheckFor(t, testTiming.SessionTTL+testTiming.OfflineGrace+3*time.Second, 10*time.Millisecond, func() error {
+		return c.AtLeastOf(presence.Offline, "r1", "lee", 1)
 	})
 	off := c.Of(presence.Offline, "r1", "lee")
 	if len(off) != 1 || off[0].Reason != presence.Left {

@@ -131,8 +131,8 @@ func New(rdb redis.UniversalClient, opt Options) (*Store, error) {
 	if rdb == nil {
 		return nil, &presence.ConfigError{Field: "client", Rule: "is required"}
 	}
-	opt, t, err := opt.prepare()
-	if err != nil {
+	opt = opt.WithDefaults()
+	if err := opt.Validate(); err != nil {
 		return nil, err
 	}
 	lg := opt.Logger
@@ -140,7 +140,7 @@ func New(rdb redis.UniversalClient, opt Options) (*Store, error) {
 		lg = slog.Default()
 	}
 	_, cluster := rdb.(*redis.ClusterClient)
-	st := &Store{rdb: rdb, cluster: cluster, opt: opt, t: t, log: lg, now: time.Now,
+	st := &Store{rdb: rdb, cluster: cluster, opt: opt, t: opt.Timing, log: lg, now: time.Now,
 		seen: map[string]time.Time{}, incs: map[string]string{}, held: map[presence.SessionRef]heldAt{},
 		holding: holding{nonce: newNonce()}, leaseLen: holdLease}
 	st.format.Store(oldestFormat) // until Preload or the first write reads the region's

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testredis"
 	"github.com/presence-dev/presence/presence"
 )
@@ -142,8 +143,8 @@ func TestDepartureAfterGraceByAnotherProcess(t *testing.T) {
 
 	other := newStore(t, rdb, c)
 	startReaper(t, other)
-	waitFor(t, testTiming.OfflineGrace+2*time.Second, "offline", func() bool {
-		return len(c.Of(presence.Offline, "r1", "erin")) > 0
+	testkit.CheckFor(t, testTiming.OfflineGrace+2*time.Second, 10*time.Millisecond, func() error {
+		return c.AtLeastOf(presence.Offline, "r1", "erin", 1)
 	})
 	off := c.Of(presence.Offline, "r1", "erin")
 	if len(off) != 1 || off[0].Reason != presence.Left || off[0].Sessions != 0 {
@@ -195,8 +196,8 @@ func TestCrashExpiresFromReadsAndAnnouncesOnce(t *testing.T) {
 	for range 3 {
 		reapers = append(reapers, startReaper(t, newStore(t, rdb, c)))
 	}
-	waitFor(t, 2*time.Second, "both offlines", func() bool {
-		return len(c.Of(presence.Offline, "r1", "fay")) > 0 && len(c.Of(presence.Offline, "r2", "gus")) > 0
+	testkit.CheckFor(t, 2*time.Second, 10*time.Millisecond, func() error {
+		return errors.Join(c.AtLeastOf(presence.Offline, "r1", "fay", 1), c.AtLeastOf(presence.Offline, "r2", "gus", 1))
 	})
 	waitSweeps(t, 3, reapers...) // the other reapers run their sweeps too
 	for _, w := range []struct{ room, user string }{{"r1", "fay"}, {"r2", "gus"}} {
@@ -230,14 +231,8 @@ func TestConcurrentReapersAnnounceEachDepartureOnce(t *testing.T) {
 	for range 4 {
 		reapers = append(reapers, startReaper(t, newStore(t, rdb, c)))
 	}
-	waitFor(t, testTiming.SessionTTL+3*time.Second, "60 offlines", func() bool {
-		n := 0
-		for _, tr := range c.All() {
-			if tr.Kind == presence.Offline {
-				n++
-			}
-		}
-		return n >= 60
+	testkit.CheckFor(t, testTiming.SessionTTL+3*time.Second, 10*time.Millisecond, func() error {
+		return testkit.AtLeast("offlines", offlines(c), 60)
 	})
 	waitSweeps(t, 3, reapers...)
 	for i, r := range refs {
@@ -306,7 +301,7 @@ func TestUndeliveredEventsAreRedeliveredBySomeReaper(t *testing.T) {
 	}
 	c.down.Store(false)
 	reaper := startReaper(t, newStore(t, rdb, c))
-	waitFor(t, 3*time.Second, "redelivered online", func() bool { return len(c.Of(presence.Online, "r1", "ivy")) == 1 })
+	testkit.CheckFor(t, 3*time.Second, 10*time.Millisecond, func() error { return c.WantOf(presence.Online, "r1", "ivy", 1) })
 	// Past another lease, and sweeps after it: acked, so not sent again.
 	waitRedisPast(t, rdb, redisNow(t, rdb).Add(500*time.Millisecond+testTiming.ReapInterval))
 	waitSweeps(t, 3, reaper)
@@ -360,8 +355,10 @@ func TestLastSeenIsWrittenOnTransitionsAndRarelyWhileActive(t *testing.T) {
 	release(t, s, ref("r1", "liz", "tab"))
 	before := s.Stats().LastSeenWrites.Load()
 	startReaper(t, s)
-	waitFor(t, 3*time.Second, "offline", func() bool { return len(c.Of(presence.Offline, "r1", "liz")) == 1 })
-	waitFor(t, time.Second, "departure write", func() bool { return s.Stats().LastSeenWrites.Load() == before+1 })
+	testkit.CheckFor(t, 3*time.Second, 10*time.Millisecond, func() error { return c.WantOf(presence.Offline, "r1", "liz", 1) })
+	testkit.CheckFor(t, time.Second, 10*time.Millisecond, func() error {
+		return testkit.Want("last-seen writes, with the departure's", s.Stats().LastSeenWrites.Load(), before+1)
+	})
 	seen, ok, err := s.LastSeen(ctx, "liz")
 	if err != nil || !ok || !seen.Equal(c.Of(presence.Offline, "r1", "liz")[0].At.Truncate(time.Second)) {
 		t.Fatalf("last seen %v %v %v, want the departure time", seen, ok, err)
@@ -716,13 +713,9 @@ func TestStartAndCloseOwnTheReaper(t *testing.T) {
 	sweeps := s.Stats().Sweeps.Load()
 	// Three reap intervals with no sweep: a reaper still running sweeps
 	// every interval.
-	deadline := time.Now().Add(3 * testTiming.ReapInterval)
-	for time.Now().Before(deadline) {
-		if n := s.Stats().Sweeps.Load(); n != sweeps {
-			t.Fatalf("%d sweeps after Close, want %d", n, sweeps)
-		}
-		time.Sleep(testTiming.ReapInterval / 4)
-	}
+	testkit.Holds(t, 3*testTiming.ReapInterval, testTiming.ReapInterval/4, func() error {
+		return testkit.Want("sweeps after Close", s.Stats().Sweeps.Load(), sweeps)
+	})
 }
 
 // With the reaper late, reads leave out a user whose grace ended more than

@@ -6,10 +6,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testredis"
 	"github.com/presence-dev/presence/presence"
 )
@@ -45,12 +47,15 @@ func TestFormat3RollsIntoARegionOfFormat2(t *testing.T) {
 
 	switchPastAnOldHolder(t, s)
 	// Within a heartbeat the heartbeat moves every state it refreshes.
-	waitFor(t, 10*testTiming.Heartbeat, "both states in format 3", func() bool {
+	testkit.CheckFor(t, 10*testTiming.Heartbeat, 10*time.Millisecond, func() error {
 		if _, err := s.Refresh(ctx, []presence.SessionRef{a, b}); err != nil {
 			t.Fatal(err)
 		}
 		vs := rdb.HGetAll(ctx, "presence:{r}:st").Val()
-		return vs["u:a"] == `~{"tab":1}` && vs["v:b"] == `~{"tab":2}`
+		if vs["u:a"] != `~{"tab":1}` || vs["v:b"] != `~{"tab":2}` {
+			return fmt.Errorf("states %v, want both in format 3", vs)
+		}
+		return nil
 	})
 	checkStates(t, s, want)
 	// The same state again is no change; a new one is written in format 3.

@@ -3,12 +3,14 @@ package region
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testredis"
 	"github.com/presence-dev/presence/presence"
 )
@@ -33,9 +35,12 @@ func TestASwitchToAnUnreadableFormatStopsWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	var se *SchemaError
-	waitFor(t, 5*testTiming.Heartbeat, "a write refused", func() bool {
+	testkit.CheckFor(t, 5*testTiming.Heartbeat, 10*time.Millisecond, func() error {
 		_, err := s.Refresh(ctx, []presence.SessionRef{r})
-		return errors.As(err, &se)
+		if !errors.As(err, &se) {
+			return fmt.Errorf("a refresh after the switch: %v, want a SchemaError", err)
+		}
+		return nil
 	})
 	if se.Found != next {
 		t.Fatalf("refused with %v, want format %s found", se, next)

@@ -1,9 +1,11 @@
 package webhook
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -26,13 +28,15 @@ func TestDeliversInOrderOnce(t *testing.T) {
 // after is the lane's.
 func waitLanes(t *testing.T, e *env, endpoint, source string) {
 	t.Helper()
-	waitFor(t, 20*time.Second, "lane consumer "+endpoint+"/"+source, func() bool {
+	testkit.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
 		s, err := e.js.Stream(t.Context(), "PRESENCE_"+source)
 		if err != nil {
-			return false
+			return fmt.Errorf("stream of %s: %w", source, err)
 		}
-		_, err = s.Consumer(t.Context(), ConsumerName(endpoint))
-		return err == nil
+		if _, err = s.Consumer(t.Context(), ConsumerName(endpoint)); err != nil {
+			return fmt.Errorf("lane consumer %s/%s: %w", endpoint, source, err)
+		}
+		return nil
 	})
 }
 

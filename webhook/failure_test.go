@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -73,7 +74,7 @@ func TestServerErrorForeverDeadLettersOnce(t *testing.T) {
 		}
 		return s.CachedInfo().State.Msgs
 	}
-	waitFor(t, 20*time.Second, "a dead letter", func() bool { return dlq() == 1 })
+	testkit.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error { return testkit.Want("dead letters", dlq(), 1) })
 	attempts := len(r.deliveries())
 	if attempts < 3 {
 		t.Errorf("%d attempts before the dead letter", attempts)
@@ -99,7 +100,9 @@ func TestServerErrorForeverDeadLettersOnce(t *testing.T) {
 	}
 	r.setAnswer(nil)
 	e.publish(e.transition("eu", "r1", "u3", presence.Online))
-	waitFor(t, 10*time.Second, "the marker and the next event", func() bool { return len(r.accepted()) >= 2 })
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		return testkit.AtLeast("accepted after the dead letter (the marker and the next event)", len(r.accepted()), 2)
+	})
 	got := r.accepted()
 	if got[0]["kind"] != KindResync || got[0]["reason"] != ResyncDeadLetter || got[1]["user"] != "u3" {
 		t.Errorf("after the dead letter: %v", got)
@@ -125,7 +128,9 @@ func TestGoneStopsUntilReloadAndOther4xxRetry(t *testing.T) {
 	want := e.churn("eu", 3, 6)
 	waitEvents(t, bad, len(want), 10*time.Second)
 	checkContract(t, bad, want, false)
-	waitFor(t, 5*time.Second, "disabled gauge", func() bool { return gauge(reg, "presence_webhook_disabled", "gone") == 1 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		return testkit.Want("presence_webhook_disabled{gone}", gauge(reg, "presence_webhook_disabled", "gone"), 1)
+	})
 	n := len(gone.deliveries())
 	time.Sleep(time.Second)
 	if len(gone.deliveries()) != n || n != 1 {
@@ -168,8 +173,8 @@ func TestSlowReceiverIsBoundedAndAlone(t *testing.T) {
 	if took := time.Since(start); took > 9*time.Second {
 		t.Errorf("the fast endpoint took %v: the slow one delayed it", took)
 	}
-	waitFor(t, 10*time.Second, "lag of the slow endpoint", func() bool {
-		return gauge(reg, "presence_webhook_lag_events", "slow") >= 300
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		return testkit.AtLeast("presence_webhook_lag_events{slow}", gauge(reg, "presence_webhook_lag_events", "slow"), 300)
 	})
 	cons, err := e.js.Consumer(t.Context(), "PRESENCE_eu", ConsumerName("slow"))
 	if err != nil {

@@ -76,21 +76,21 @@ func TestFoldEqualsSnapshot(t *testing.T) {
 		}
 		return users
 	}
-	waitFor(t, 30*time.Second, "the store to settle", func() bool {
+	testkit.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
 		for _, room := range rooms {
-			if !slices.Equal(snapshot(room), held.users(room)) {
-				return false
+			if err := testkit.WantSlice(room+"'s snapshot (the sessions held)", snapshot(room), held.users(room)); err != nil {
+				return err
 			}
 		}
-		return true
+		return nil
 	})
-	waitFor(t, 30*time.Second, "the folded membership to equal the snapshots", func() bool {
+	testkit.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
 		for _, room := range rooms {
-			if !slices.Equal(fold(r, room), snapshot(room)) {
-				return false
+			if err := testkit.WantSlice(room+"'s fold (its snapshot)", fold(r, room), snapshot(room)); err != nil {
+				return err
 			}
 		}
-		return true
+		return nil
 	})
 	for _, it := range r.accepted() {
 		if it["kind"] == KindResync {

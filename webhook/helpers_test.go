@@ -313,13 +313,11 @@ func checkContract(t *testing.T, r *receiver, want []presence.Transition, dups b
 // waitEvents waits until the receiver accepted n distinct events.
 func waitEvents(t *testing.T, r *receiver, n int, within time.Duration) {
 	t.Helper()
-	testkit.WaitFor(t, within, fmt.Sprintf("%d events accepted", n), func() bool {
+	testkit.CheckFor(t, within, 10*time.Millisecond, func() error {
 		seen := map[any]bool{}
 		for _, ev := range r.events() {
 			seen[ev["id"]] = true
 		}
-		return len(seen) >= n
+		return testkit.AtLeast("distinct events accepted", len(seen), n)
 	})
 }
-
-var waitFor = testkit.WaitFor

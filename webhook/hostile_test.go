@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -26,8 +27,8 @@ func hostileFailure(t *testing.T, ep Endpoint, failure string) {
 	_, reg := e.dispatcher(config(t, ep))
 	waitLanes(t, e, ep.Name, "eu")
 	e.publish(e.transition("eu", "r", "u", presence.Online))
-	waitFor(t, 15*time.Second, "a failure "+failure, func() bool {
-		return failureCount(reg, ep.Name, failure) > 0
+	testkit.CheckFor(t, 15*time.Second, 10*time.Millisecond, func() error {
+		return testkit.AtLeast("failures "+failure, failureCount(reg, ep.Name, failure), 1)
 	})
 	if got := gauge(reg, "presence_webhook_deliveries_total", ep.Name); got != 0 {
 		t.Errorf("%v deliveries counted", got)
@@ -95,7 +96,9 @@ func TestHostileHugeAndEndlessBodies(t *testing.T) {
 			_, reg := e.dispatcher(config(t, endpoint("big", srv.URL)))
 			waitLanes(t, e, "big", "eu")
 			e.publish(e.transition("eu", "r", "u", presence.Online))
-			waitFor(t, 10*time.Second, "the delivery", func() bool { return gauge(reg, "presence_webhook_deliveries_total", "big") == 1 })
+			testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+				return testkit.Want("presence_webhook_deliveries_total{big}", gauge(reg, "presence_webhook_deliveries_total", "big"), 1)
+			})
 			// The server writes into socket buffers until the client
 			// closes: a few MiB at most, not the 32 MiB or endless body.
 			if n := sent.Load(); n > 8<<20 {
@@ -155,7 +158,9 @@ func TestHostileInvalidCertificate(t *testing.T) {
 	_, reg := e.dispatcher(config(t, ep))
 	waitLanes(t, e, "tls", "eu")
 	e.publish(e.transition("eu", "r", "u", presence.Online))
-	waitFor(t, 10*time.Second, "a delivery over the CA file", func() bool { return gauge(reg, "presence_webhook_deliveries_total", "tls") == 1 })
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		return testkit.Want("presence_webhook_deliveries_total{tls}, over the CA file", gauge(reg, "presence_webhook_deliveries_total", "tls"), 1)
+	})
 }
 
 // Without allow_networks, a loopback endpoint is refused at dial time:

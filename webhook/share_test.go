@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -28,7 +30,9 @@ func TestDispatchersShareAndTakeOver(t *testing.T) {
 	cfg := func() *Config { return config(t, endpoint("a", ra.srv.URL), endpoint("b", rb.srv.URL)) }
 	d1, reg1 := e.dispatcher(cfg())
 	d2, reg2 := e.dispatcher(cfg())
-	waitFor(t, 20*time.Second, "one lane each", func() bool { return len(d1.Status()) == 1 && len(d2.Status()) == 1 })
+	testkit.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+		return errors.Join(testkit.Want("lanes of the first", len(d1.Status()), 1), testkit.Want("lanes of the second", len(d2.Status()), 1))
+	})
 	// A lane taken is in Status before it made its consumer, which starts
 	// with the events stored after it.
 	waitLanes(t, e, "a", "eu")
@@ -37,7 +41,7 @@ func TestDispatchersShareAndTakeOver(t *testing.T) {
 	waitEvents(t, ra, len(want), 10*time.Second)
 	waitEvents(t, rb, len(want), 10*time.Second)
 	d1.Close()
-	waitFor(t, 20*time.Second, "both lanes on the second", func() bool { return len(d2.Status()) == 2 })
+	testkit.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error { return testkit.Want("lanes of the second", len(d2.Status()), 2) })
 	more := e.churn("eu", 4, 40)
 	want = append(want, more...)
 	waitEvents(t, ra, len(want), 10*time.Second)
@@ -104,7 +108,7 @@ func TestConfigFileReloads(t *testing.T) {
 	waitEvents(t, r1, 1, 10*time.Second)
 
 	write("endpoints: [{name: a, url: nope}]\n")
-	waitFor(t, 5*time.Second, "a refused reload", func() bool { return reloads(reg, "error") >= 1 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.AtLeast("refused reloads", reloads(reg, "error"), 1) })
 	e.publish(e.transition("eu", "r", "u2", presence.Online))
 	waitEvents(t, r1, 2, 10*time.Second)
 
@@ -112,23 +116,28 @@ func TestConfigFileReloads(t *testing.T) {
 	write(file(r2.srv.URL))
 	// The good reload, counted apart: a file read while half written is
 	// refused too, so the sum of both results says nothing.
-	waitFor(t, 5*time.Second, "the reload", func() bool { return reloads(reg, "ok") >= 1 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.AtLeast("good reloads", reloads(reg, "ok"), 1) })
 	// The lanes take the new settings a moment after the reload is
 	// counted: an event published meanwhile may still go to the old URL.
 	// Every event reaches one of the two, and once the new URL has one,
 	// the old gets nothing more.
 	i := 3
-	waitFor(t, 10*time.Second, "an event at the new URL", func() bool {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		e.publish(e.transition("eu", "r", fmt.Sprintf("u%d", i), presence.Online))
 		i++
-		return len(r2.events()) > 0
+		return testkit.AtLeast("events at the new URL", len(r2.events()), 1)
 	})
-	waitFor(t, 10*time.Second, "every event at one of the URLs", func() bool {
-		return len(eventIDs(r1.events(), r2.events())) == i-1
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		return testkit.Want("distinct events at either URL", len(eventIDs(r1.events(), r2.events())), i-1)
 	})
 	old := len(r1.events())
 	e.publish(e.transition("eu", "r", fmt.Sprintf("u%d", i), presence.Online))
-	waitFor(t, 10*time.Second, "the last event at the new URL", func() bool { return hasUser(r2.events(), fmt.Sprintf("u%d", i)) })
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if !hasUser(r2.events(), fmt.Sprintf("u%d", i)) {
+			return fmt.Errorf("u%d's event not at the new URL (%d events there)", i, len(r2.events()))
+		}
+		return nil
+	})
 	if n := len(r1.events()); n != old {
 		t.Errorf("the old URL got %d events after the new one had one", n-old)
 	}
@@ -201,13 +210,13 @@ func TestGracefulStopStartsNoNewDelivery(t *testing.T) {
 	d, _ := e.dispatcher(config(t, endpoint("a", srv.URL)))
 	waitLanes(t, e, "a", "eu")
 	want := e.churn("eu", 1, 30)
-	waitFor(t, 20*time.Second, "the first delivery", func() bool { return len(got()) == 1 })
+	testkit.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error { return testkit.Want("deliveries", len(got()), 1) })
 	closed := make(chan struct{})
 	go func() {
 		d.Close()
 		close(closed)
 	}()
-	waitFor(t, 20*time.Second, "the stop", func() bool { return len(d.Status()) == 0 })
+	testkit.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error { return testkit.Want("lanes while closing", len(d.Status()), 0) })
 	open()
 	select {
 	case <-closed:

@@ -1,12 +1,14 @@
 package webhook
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -47,13 +49,13 @@ func TestGapLostInFlightIsReadAgainNotGivenUp(t *testing.T) {
 	}
 	third := e.transition("eu", "r1", "u3", presence.Online)
 	e.publish(third)
-	waitFor(t, 30*time.Second, "the third event accepted", func() bool {
+	testkit.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
 		for _, ev := range r.events() {
 			if ev["id"] == third.ID {
-				return true
+				return nil
 			}
 		}
-		return false
+		return fmt.Errorf("the third event not accepted (%d events are)", len(r.events()))
 	})
 	checkContract(t, r, []presence.Transition{first, lost, third}, false)
 	for _, it := range r.accepted() {
@@ -100,14 +102,20 @@ func strayBeforeTheLane(t *testing.T) (*env, *receiver, presence.Transition, cha
 		}
 		stray <- n
 	}()
-	waitFor(t, 10*time.Second, "the stray pull request", func() bool {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		info, err := c.Info(t.Context())
-		return err == nil && info.NumWaiting > 0
+		if err != nil {
+			return err
+		}
+		return testkit.AtLeast("pull requests waiting, the stray one", info.NumWaiting, 1)
 	})
 	_, reg := e.dispatcher(config(t, ep))
-	waitFor(t, 20*time.Second, "the lane's pull request", func() bool {
+	testkit.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
 		info, err := c.Info(t.Context())
-		return err == nil && info.NumWaiting > 1
+		if err != nil {
+			return err
+		}
+		return testkit.AtLeast("pull requests waiting, the stray one and the lane's", info.NumWaiting, 2)
 	})
 	return e, r, first, stray, reg
 }

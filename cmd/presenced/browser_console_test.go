@@ -112,9 +112,9 @@ const consoleProbe = `(() => {
 // waitConsole polls the page until cond holds of what it shows.
 func waitConsole(t *testing.T, tb *tab, within time.Duration, what string, cond func(consoleView) bool) consoleView {
 	t.Helper()
-	v, ok := pollPage(tb, consoleProbe, within, func(v consoleView) bool { return v.Ready && cond(v) })
-	if !ok {
-		t.Fatalf("%s: timed out after %v waiting for %s; the page shows %s", tb.name, within, what, v)
+	v, err := pollPage(tb, consoleProbe, within, func(v consoleView) bool { return v.Ready && cond(v) })
+	if err != nil {
+		t.Fatalf("%s: waiting for %s: %v; the page shows %s", tb.name, what, err, v)
 	}
 	return v
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/presence-dev/presence/internal/testkit"
 )
 
 // dashboardMetrics lists every metric the Grafana dashboard and the
@@ -49,7 +52,7 @@ func TestDashboardMetricsAreExported(t *testing.T) {
 
 	want := readMetricList(t)
 	var missing []string
-	ok := poll(20*time.Second, 100*time.Millisecond, func() bool {
+	err := testkit.Poll(20*time.Second, 100*time.Millisecond, func() error {
 		have := scrapeNames(n.addr)
 		for _, addr := range []string{aggAddr, hooks.addr} {
 			for name := range scrapeNames(addr) {
@@ -57,9 +60,12 @@ func TestDashboardMetricsAreExported(t *testing.T) {
 			}
 		}
 		missing = slices.DeleteFunc(slices.Clone(want), func(m string) bool { return have[m] })
-		return len(missing) == 0
+		if len(missing) > 0 {
+			return fmt.Errorf("not exported: %v", missing)
+		}
+		return nil
 	})
-	if !ok {
+	if err != nil {
 		t.Fatalf("%s names metrics none of the node, the aggregator and the dispatcher exports: %v", dashboardMetrics, missing)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testnats"
 )
 
@@ -54,11 +56,14 @@ func TestE2EAggregatorWaitsForNATS(t *testing.T) {
 	e := &env{t: t}
 	p := e.start([]string{"aggregator", "--nats", fmt.Sprintf("nats://127.0.0.1:%d", port), "--regions", "eu", "--listen", "127.0.0.1:0"}, false)
 	var addr string
-	waitFor(t, 15*time.Second, "the aggregator's http address", func() bool {
+	testkit.CheckFor(t, 15*time.Second, 10*time.Millisecond, func() error {
 		if m := aggregatorHTTP.FindStringSubmatch(p.out.String()); m != nil {
 			addr = m[1]
 		}
-		return addr != ""
+		if addr == "" {
+			return errors.New("no aggregator http line in its log yet")
+		}
+		return nil
 	})
 	status := func() (int, string) {
 		var h struct{ Status string }
@@ -70,16 +75,20 @@ func TestE2EAggregatorWaitsForNATS(t *testing.T) {
 		_ = json.NewDecoder(r.Body).Decode(&h)
 		return r.StatusCode, h.Status
 	}
-	waitFor(t, 10*time.Second, "health to say nats_disconnected", func() bool {
-		code, s := status()
-		return code == http.StatusServiceUnavailable && s == "nats_disconnected"
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if code, s := status(); code != http.StatusServiceUnavailable || s != "nats_disconnected" {
+			return fmt.Errorf("health %d %q, want 503 nats_disconnected", code, s)
+		}
+		return nil
 	})
 	o := testnats.Options(t)
 	o.Port = port
 	testnats.StartWith(t, o)
-	waitFor(t, 20*time.Second, "the aggregator healthy", func() bool {
-		code, s := status()
-		return code == http.StatusOK && s == "ok"
+	testkit.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+		if code, s := status(); code != http.StatusOK || s != "ok" {
+			return fmt.Errorf("health %d %q, want 200 ok", code, s)
+		}
+		return nil
 	})
 }
 

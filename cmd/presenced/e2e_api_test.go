@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -122,11 +123,14 @@ func TestE2EHTTPAPIAsTheReadmeShows(t *testing.T) {
 
 	// The global view, on the aggregator, once the region has published.
 	global := apitest.New(t, "http://"+aggAddr, e2eReadKey)
-	waitFor(t, 20*time.Second, "room42 in the global view", func() bool {
+	testkit.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
 		var c bus.CountReply
 		r := global.Get("/v1/rooms/room42/count")
 		r.JSON(t, &c)
-		return r.Status == 200 && c.Count == 2
+		if r.Status != 200 || c.Count != 2 {
+			return fmt.Errorf("the global count of room42: %d %d, want 200 and 2", r.Status, c.Count)
+		}
+		return nil
 	})
 	got = runReadme(t, "http://"+aggAddr, false)
 	got["/v1/rooms/room42/users/alice"].JSON(t, &u)

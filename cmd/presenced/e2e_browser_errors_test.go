@@ -259,9 +259,9 @@ func (v errorsView) backsOff(t *testing.T, tries []attempt) {
 
 func waitErrors(t *testing.T, tb *tab, within time.Duration, cond func(errorsView) bool) errorsView {
 	t.Helper()
-	last, ok := pollPage(tb, `window.view ? window.view() : {ready: false}`, within, func(v errorsView) bool { return v.Ready && cond(v) })
-	if !ok {
-		t.Fatalf("%s: timed out after %v; last %s", tb.name, within, last)
+	last, err := pollPage(tb, `window.view ? window.view() : {ready: false}`, within, func(v errorsView) bool { return v.Ready && cond(v) })
+	if err != nil {
+		t.Fatalf("%s: %v; last %s", tb.name, err, last)
 	}
 	return last
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"github.com/presence-dev/presence/internal/testkit"
 	"slices"
@@ -81,8 +82,11 @@ func TestBrowserStateSurvivesBlip(t *testing.T) {
 	cutAt := time.Now()
 	aliceLink.Cut()
 	alice.waitView(5*time.Second, "alice's client to notice the cut", func(v pageView) bool { return v.Status != "open" })
-	waitFor(t, 2*time.Second, "the node to release alice's session", func() bool {
-		return metricLine("http://"+n.addr+"/metrics", `presence_node_leaves_total{how="close"} 1`)
+	testkit.CheckFor(t, 2*time.Second, 10*time.Millisecond, func() error {
+		if !metricLine("http://"+n.addr+"/metrics", `presence_node_leaves_total{how="close"} 1`) {
+			return errors.New("the node has not released alice's session (no leave by close in its metrics)")
+		}
+		return nil
 	})
 	aliceLink.Restore()
 	av := alice.waitView(brGrace, "alice's client open again", func(v pageView) bool { return v.Status == "open" && isAway(v) })
@@ -318,8 +322,8 @@ func TestBrowserNodeDrain(t *testing.T) {
 	if i := slices.Index(av.Statuses, "reconnecting"); i < 0 || !slices.Contains(av.Statuses[i:], "open") {
 		t.Fatalf("alice's statuses %v: want reconnecting, then open", av.Statuses)
 	}
-	waitFor(t, 5*time.Second, "alice's link to carry her second connection", func() bool {
-		return aliceLink.Accepted() == 2 && aliceLink.Open() == 1
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		return errors.Join(testkit.Want("connections alice's link accepted", aliceLink.Accepted(), 2), testkit.Want("open on alice's link", aliceLink.Open(), 1))
 	})
 	t.Logf("alice was open again %v after the SIGTERM", back.Round(time.Millisecond))
 	if code := n1.exit(t, 10*time.Second); code != 0 {

@@ -22,6 +22,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testredis"
 )
 
@@ -136,20 +137,23 @@ func TestE2EComposeServices(t *testing.T) {
 	}
 
 	// The aggregator leads and hears both regions.
-	waitFor(t, 20*time.Second, "the aggregator leading with eu and us live", func() bool {
+	testkit.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
 		var h struct {
 			Status  string `json:"status"`
 			Leader  bool   `json:"leader"`
 			Regions []struct{ Region, State string }
 		}
 		if tryJSON("http://"+ips["aggregator"]+":9090/healthz", &h) != nil || h.Status != "ok" || !h.Leader {
-			return false
+			return fmt.Errorf("the aggregator's health %+v, want ok and leading", h)
 		}
 		live := map[string]bool{}
 		for _, r := range h.Regions {
 			live[r.Region] = r.State == "live"
 		}
-		return live["eu"] && live["us"]
+		if !live["eu"] || !live["us"] {
+			return fmt.Errorf("the aggregator's regions %+v, want eu and us live", h.Regions)
+		}
+		return nil
 	})
 
 	// Users of both regions, on three nodes, see each other.
@@ -297,7 +301,7 @@ func healthURL(ip string, svc composeService) string {
 // each other and JetStream elected its leaders.
 func waitHealthy(t *testing.T, name string, p *proc, url string) {
 	t.Helper()
-	waitFor(t, 60*time.Second, name+" healthy at "+url, func() bool {
+	testkit.CheckFor(t, 60*time.Second, 10*time.Millisecond, func() error {
 		select {
 		case <-p.done:
 			t.Fatalf("%s exited: %v\n%s", name, p.err, p.out.String())
@@ -305,10 +309,10 @@ func waitHealthy(t *testing.T, name string, p *proc, url string) {
 		}
 		r, err := http.Get(url)
 		if err != nil {
-			return false
+			return fmt.Errorf("%s at %s: %w", name, url, err)
 		}
 		r.Body.Close()
-		return r.StatusCode == http.StatusOK
+		return testkit.Want(name+" health at "+url, r.StatusCode, http.StatusOK)
 	})
 }
 

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/presence-dev/presence/internal/apitest"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testnats"
 	"github.com/presence-dev/presence/internal/testredis"
 )
@@ -43,9 +45,9 @@ func TestBrowserConsoleGlobal(t *testing.T) {
 	page.viewport(1280, 1200)
 	consoleLogin(page, consoleAdmin)
 	var want map[string]string
-	waitFor(t, 20*time.Second, "the global view's rooms", func() bool {
+	testkit.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
 		want = roomCounts(t, api)
-		return want["lobby"] == "3" && want["kitchen"] == "1"
+		return errors.Join(testkit.Want("lobby's count", want["lobby"], "3"), testkit.Want("kitchen's count", want["kitchen"], "1"))
 	})
 	v := waitConsole(t, page, 30*time.Second, "both regions live, both nodes, the rooms by size", func(v consoleView) bool {
 		return slices.Equal(column(v.Regions, "region"), []string{"a", "b"}) && slices.Equal(column(v.Regions, "state"), []string{"live", "live"}) &&

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/presence-dev/presence/internal/testkit"
 )
 
 // The demo page of presenced dev, in real Chromium: two users see each
@@ -263,26 +266,31 @@ const demoDOM = `(() => {
 
 func waitDemo(t *testing.T, tb *tab, what string, cond func(demoView) bool) demoView {
 	t.Helper()
-	last, ok := pollPage(tb, demoDOM, 30*time.Second, cond)
-	if !ok {
-		t.Fatalf("%s: timed out waiting for %s; last %+v", tb.name, what, last)
+	last, err := pollPage(tb, demoDOM, 30*time.Second, cond)
+	if err != nil {
+		t.Fatalf("%s: waiting for %s: %v; last %+v", tb.name, what, err, last)
 	}
 	return last
 }
 
 // pollPage evaluates expr in tb until cond holds of its value or within
-// has passed, and returns the last value read and whether cond held.
-func pollPage[V any](tb *tab, expr string, within time.Duration, cond func(V) bool) (V, bool) {
+// has passed, and returns the last value read and, on a timeout, the
+// reason: the page's last error, or that the last value read (which its
+// callers show) did not do.
+func pollPage[V any](tb *tab, expr string, within time.Duration, cond func(V) bool) (V, error) {
 	var last V
-	ok := poll(within, 50*time.Millisecond, func() bool {
+	err := testkit.Poll(within, 50*time.Millisecond, func() error {
 		var v V
 		if err := tb.tryEval(expr, &v); err != nil {
-			return false
+			return fmt.Errorf("the page: %w", err)
 		}
 		last = v
-		return cond(v)
+		if !cond(v) {
+			return errors.New("the page does not show it")
+		}
+		return nil
 	})
-	return last, ok
+	return last, err
 }
 
 // viewport sets the tab's window size, as a phone's.

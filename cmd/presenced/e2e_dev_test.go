@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/presence-dev/presence/internal/testkit"
 )
 
 // The quick start's run command: presenced dev starts its own
@@ -42,9 +45,12 @@ func TestE2EDevQuickStart(t *testing.T) {
 	if snap["total"] != float64(1) {
 		t.Fatalf("snapshot %v", snap)
 	}
-	waitFor(t, 5*time.Second, "the online logged", func() bool {
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		out := p.out.String()
-		return strings.Contains(out, "online") && strings.Contains(out, "alice")
+		if !strings.Contains(out, "online") || !strings.Contains(out, "alice") {
+			return errors.New("alice's online not logged yet")
+		}
+		return nil
 	})
 
 	// The banner's nats sub line works as printed.
@@ -102,5 +108,10 @@ func TestDevRedisDiesWithAKilledNode(t *testing.T) {
 	}
 	p.signal(syscall.SIGKILL)
 	p.exit(t, 15*time.Second)
-	waitFor(t, 10*time.Second, "the dev redis-server gone", func() bool { return !alive() })
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if alive() {
+			return errors.New("the dev redis-server still answers on its socket")
+		}
+		return nil
+	})
 }

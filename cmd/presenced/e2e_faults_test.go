@@ -123,10 +123,10 @@ type member struct {
 func join(t *testing.T, addr, user, room string, within time.Duration) (*member, error) {
 	var m *member
 	var err error
-	if poll(within, 200*time.Millisecond, func() bool { m, err = tryJoin(t, addr, user, room); return err == nil }) {
-		return m, nil
+	if err := testkit.Poll(within, 200*time.Millisecond, func() error { m, err = tryJoin(t, addr, user, room); return err }); err != nil {
+		return nil, fmt.Errorf("%s could not join %s: %w", user, room, err)
 	}
-	return nil, fmt.Errorf("%s could not join %s: %w", user, room, err)
+	return m, nil
 }
 
 func tryJoin(t *testing.T, addr, user, room string) (*member, error) {
@@ -363,7 +363,7 @@ func (o *observer) converge(within time.Duration, want []string) {
 	o.t.Helper()
 	want = slices.Sorted(slices.Values(want))
 	var core, rep, query []string
-	agree := poll(within, 100*time.Millisecond, func() bool {
+	err := testkit.Poll(within, 100*time.Millisecond, func() error {
 		o.mu.Lock()
 		core, rep = o.core.users(), o.replay.users()
 		o.mu.Unlock()
@@ -372,10 +372,10 @@ func (o *observer) converge(within time.Duration, want []string) {
 		for _, m := range s.Members {
 			query = append(query, m.User)
 		}
-		return slices.Equal(core, want) && slices.Equal(rep, want) && slices.Equal(query, want)
+		return errors.Join(testkit.WantSlice("core", core, want), testkit.WantSlice("stream", rep, want), testkit.WantSlice("query", query, want))
 	})
-	if !agree {
-		o.t.Fatalf("after %v the readers disagree with the truth:\ntruth  %v\ncore   %v\nstream %v\nquery  %v", within, want, core, rep, query)
+	if err != nil {
+		o.t.Fatalf("the readers disagree with the truth: %v\ntruth  %v\ncore   %v\nstream %v\nquery  %v", err, want, core, rep, query)
 	}
 }
 
@@ -542,8 +542,8 @@ func TestE2EFaultNATSStoreLost(t *testing.T) {
 
 	w.stopNATS()
 	start := time.Now()
-	waitFor(t, 10*time.Second, "the nodes to report the outage", func() bool {
-		return health(w.nodes[0]) == http.StatusServiceUnavailable && health(w.nodes[1]) == http.StatusServiceUnavailable
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		return errors.Join(testkit.Want("node 0's health", health(w.nodes[0]), http.StatusServiceUnavailable), testkit.Want("node 1's health", health(w.nodes[1]), http.StatusServiceUnavailable))
 	})
 	for _, m := range leaving {
 		m.leave()
@@ -569,8 +569,8 @@ func TestE2EFaultNATSStoreLost(t *testing.T) {
 	joiners := res.names
 	truth := append(slices.Clone(stayers), joiners...)
 	o.converge(w.timing.grace+w.timing.ttl+15*time.Second, truth)
-	waitFor(t, 15*time.Second, "the nodes to be healthy again", func() bool {
-		return health(w.nodes[0]) == http.StatusOK && health(w.nodes[1]) == http.StatusOK
+	testkit.CheckFor(t, 15*time.Second, 10*time.Millisecond, func() error {
+		return errors.Join(testkit.Want("node 0's health", health(w.nodes[0]), http.StatusOK), testkit.Want("node 1's health", health(w.nodes[1]), http.StatusOK))
 	})
 	recovered := time.Since(start) - 4*time.Second
 	w.quiet()
@@ -672,7 +672,7 @@ func TestE2EFaultLongNATSOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	offlines := map[string]int{}
-	waitFor(t, 30*time.Second, "every departure stored", func() bool {
+	testkit.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
 		clear(offlines)
 		for _, m := range readAll(t, stream) {
 			if tr, err := bus.DecodeEvent(m); err == nil && tr.Room == "r" && tr.Kind == presence.Offline {
@@ -681,10 +681,10 @@ func TestE2EFaultLongNATSOutage(t *testing.T) {
 		}
 		for _, u := range leavers {
 			if offlines[u] == 0 {
-				return false
+				return fmt.Errorf("%s's departure not in the stream (offlines %v)", u, offlines)
 			}
 		}
-		return true
+		return nil
 	})
 	for _, u := range leavers {
 		if offlines[u] != 1 {
@@ -738,9 +738,12 @@ func TestE2EFaultIdleFlood(t *testing.T) {
 	// one); the node holds a bounded number: MaxHTTPConns, and what it
 	// holds anyway (Redis pool, NATS, listeners).
 	held := 0
-	waitFor(t, 10*time.Second, "the flood to be bounded", func() bool {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		held = openFiles(t, p.cmd.Process.Pid)
-		return held <= before+node.DefaultMaxHTTPConns+redisPool+64
+		if most := before + node.DefaultMaxHTTPConns + redisPool + 64; held > most {
+			return fmt.Errorf("the node holds %d open files, want at most %d", held, most)
+		}
+		return nil
 	})
 	start := time.Now()
 	w.mustPeople("real", "r", 20)

@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/presence-dev/presence/internal/testkit"
 )
 
 // README's ghost check, run as written through a shell against the Redis
@@ -37,8 +39,8 @@ func TestE2EGhostCheckCommand(t *testing.T) {
 
 	w.nodes[1].signal(syscall.SIGKILL)
 	killed := time.Now()
-	if !poll(w.timing.ttl+5*time.Second, 50*time.Millisecond, func() bool { return count(readme) == "2" }) {
-		t.Fatalf("the killed node's user still counted %v after the kill: %s", time.Since(killed), count(readme))
+	if err := testkit.Poll(w.timing.ttl+5*time.Second, 50*time.Millisecond, func() error { return testkit.Want("the count", count(readme), "2") }); err != nil {
+		t.Fatalf("the killed node's user still counted %v after the kill: %v", time.Since(killed), err)
 	}
 	gone := time.Since(killed)
 	// The last refresh was at most a heartbeat before the kill; until is

@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -12,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testnats"
 	"github.com/presence-dev/presence/internal/testredis"
 	"github.com/presence-dev/presence/presence"
@@ -104,12 +107,15 @@ func TestE2EGlobalViewAcrossRegions(t *testing.T) {
 	// Operators see it too: the aggregator's health and metrics, and the
 	// nodes' store and publisher metrics.
 	var aggAddr string
-	waitFor(t, 5*time.Second, "the aggregator's http address", func() bool {
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		m := regexp.MustCompile(`msg="presenced: aggregator http" addr=(\S+)`).FindStringSubmatch(agg.out.String())
 		if m != nil {
 			aggAddr = m[1]
 		}
-		return m != nil
+		if m == nil {
+			return errors.New("no aggregator http line in its log yet")
+		}
+		return nil
 	})
 	var h struct {
 		Status  string `json:"status"`
@@ -151,10 +157,10 @@ func tryJSON(url string, v any) error {
 // expectMetrics waits until the exposition at url has every line.
 func expectMetrics(t *testing.T, url string, lines ...string) {
 	t.Helper()
-	waitFor(t, 5*time.Second, url+" to show "+strings.Join(lines, ", "), func() bool {
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		r, err := http.Get(url)
 		if err != nil {
-			return false
+			return fmt.Errorf("%s: %w", url, err)
 		}
 		b, _ := io.ReadAll(r.Body)
 		r.Body.Close()
@@ -164,10 +170,10 @@ func expectMetrics(t *testing.T, url string, lines ...string) {
 		}
 		for _, l := range lines {
 			if !have[l] {
-				return false
+				return fmt.Errorf("%s lacks %q", url, l)
 			}
 		}
-		return true
+		return nil
 	})
 }
 
@@ -282,14 +288,17 @@ func TestE2EGlobalNodeServesItsRegionWithoutTheGlobalView(t *testing.T) {
 	}
 	lobby.follow(t, alice, 10*time.Second, "carol in the regional view", func(v *seenRoom) bool { return v.is("a", "alice", "carol") })
 	var lateAddr string
-	waitFor(t, 10*time.Second, "the late aggregator's health", func() bool {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		m := aggregatorHTTP.FindStringSubmatch(late.out.String())
 		if m == nil {
-			return false
+			return errors.New("no http line in the late aggregator's log yet")
 		}
 		lateAddr = m[1]
 		var h struct{ Status string }
-		return tryJSON("http://"+lateAddr+"/healthz", &h) == nil && h.Status == "starting"
+		if err := tryJSON("http://"+lateAddr+"/healthz", &h); err != nil {
+			return err
+		}
+		return testkit.Want("the late aggregator's health", h.Status, "starting")
 	})
 
 	sc.Heal("a")

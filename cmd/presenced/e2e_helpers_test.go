@@ -141,7 +141,7 @@ func (e *env) startBin(bin string, args, environ []string, health bool) *proc {
 	if !health {
 		return p
 	}
-	waitFor(e.t, 15*time.Second, "node healthy", func() bool {
+	testkit.CheckFor(e.t, 15*time.Second, 10*time.Millisecond, func() error {
 		select {
 		case <-p.done:
 			e.t.Fatalf("node exited: %v\n%s", p.err, out.String())
@@ -150,16 +150,16 @@ func (e *env) startBin(bin string, args, environ []string, health bool) *proc {
 		if p.addr == "" {
 			m := listening.FindStringSubmatch(out.String())
 			if m == nil {
-				return false
+				return errors.New("no listening line in the node's log yet")
 			}
 			p.addr = m[1]
 		}
 		r, err := http.Get("http://" + p.addr + "/healthz")
 		if err != nil {
-			return false
+			return fmt.Errorf("the node's health: %w", err)
 		}
 		r.Body.Close()
-		return r.StatusCode == http.StatusOK
+		return testkit.Want("the node's health", r.StatusCode, http.StatusOK)
 	})
 	return p
 }
@@ -179,9 +179,6 @@ func (p *proc) exit(t *testing.T, within time.Duration) int {
 }
 
 func (p *proc) signal(s syscall.Signal) { _ = p.cmd.Process.Signal(s) }
-
-// waitFor polls with a deadline (see testkit.WaitFor).
-var waitFor = testkit.WaitFor
 
 // token signs an HS256 client token for user with the given rooms claim.
 func token(t *testing.T, user string, rooms ...string) string {
@@ -326,18 +323,3 @@ func skipIfShort(t *testing.T, what string) {
 		t.Skip(what + "; skipped with -short")
 	}
 }
-
-// poll checks cond every interval until it holds or within has passed,
-// and reports whether it held: a wait on a condition for callers that
-// judge the outcome themselves (waitFor fails the test instead).
-func poll(within, every time.Duration, cond func() bool) bool {
-	return testkit.Poll(within, every, func() error {
-		if cond() {
-			return nil
-		}
-		return errNotYet
-	}) == nil
-}
-
-// errNotYet is poll's reason: its callers say what they waited for.
-var errNotYet = errors.New("not yet")

@@ -93,7 +93,7 @@ var aggregatorHTTP = regexp.MustCompile(`msg="presenced: aggregator http" addr=(
 func waitAggregatorOK(t *testing.T, p *proc) string {
 	t.Helper()
 	var addr string
-	waitFor(t, 30*time.Second, "the aggregator's health", func() bool {
+	testkit.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
 		select {
 		case <-p.done:
 			t.Fatalf("aggregator exited: %v\n%s", p.err, p.out.String())
@@ -102,12 +102,15 @@ func waitAggregatorOK(t *testing.T, p *proc) string {
 		if addr == "" {
 			m := aggregatorHTTP.FindStringSubmatch(p.out.String())
 			if m == nil {
-				return false
+				return errors.New("no http line in the aggregator's log yet")
 			}
 			addr = m[1]
 		}
 		var h struct{ Status string }
-		return tryJSON("http://"+addr+"/healthz", &h) == nil && h.Status == "ok"
+		if err := tryJSON("http://"+addr+"/healthz", &h); err != nil {
+			return err
+		}
+		return testkit.Want("the aggregator's health", h.Status, "ok")
 	})
 	return addr
 }
@@ -165,7 +168,9 @@ func TestE2ENATSConfigurationGivesEachRoleItsJob(t *testing.T) {
 	alice.join("lobby")
 	bob := dial(t, nb.addr, "bob", "tab")
 	bob.join("lobby")
-	waitFor(t, 20*time.Second, "the reader to see both global onlines", func() bool { return onlineSeen("alice") && onlineSeen("bob") })
+	testkit.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+		return errors.Join(testkit.Want("alice's global online read", onlineSeen("alice"), true), testkit.Want("bob's global online read", onlineSeen("bob"), true))
+	})
 	for seen := false; !seen; {
 		f := alice.expect("event")
 		ev := f["event"].(map[string]any)
@@ -212,7 +217,7 @@ func TestE2ENATSConfigurationGivesEachRoleItsJob(t *testing.T) {
 			t.Fatalf("the reader's read of %s: %v", global.StreamName, err)
 		}
 		if read = len(collect(batch.Messages())); read == 0 {
-			return errNotYet
+			return errors.New("a fetch read nothing")
 		}
 		return nil
 	})
@@ -222,7 +227,7 @@ func TestE2ENATSConfigurationGivesEachRoleItsJob(t *testing.T) {
 
 	// bob leaves: the leader stores his offline and purges his online.
 	bob.send(map[string]any{"type": "leave", "room": "lobby", "ref": "l"})
-	waitFor(t, 20*time.Second, "bob's global offline, and his online purged", func() bool {
+	testkit.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
 		mu.Lock()
 		left := slices.ContainsFunc(events, func(tr presence.Transition) bool { return tr.User == "bob" && tr.Kind == presence.Offline })
 		mu.Unlock()
@@ -230,7 +235,10 @@ func TestE2ENATSConfigurationGivesEachRoleItsJob(t *testing.T) {
 		for _, a := range aggAddrs {
 			purged = purged || metricLine("http://"+a+"/metrics", "presence_global_purges_total 1")
 		}
-		return left && purged
+		if !left || !purged {
+			return fmt.Errorf("bob's global offline read: %v; his online purged by an aggregator: %v", left, purged)
+		}
+		return nil
 	})
 
 	if v := sc.Log().Lines("Violation"); len(v) > 0 || len(readerDenied.all()) > 0 {
@@ -285,7 +293,12 @@ func TestE2ENATSConfigurationGivesEachRoleItsJob(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = nc.Flush()
-		waitFor(t, 5*time.Second, fmt.Sprintf("%s to be refused %s on %s", c.user, c.op, c.subject), func() bool { return d.has(c.op, c.subject) })
+		testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+			if !d.has(c.op, c.subject) {
+				return fmt.Errorf("%s not refused %s on %s (denials so far: %v)", c.user, c.op, c.subject, d.all())
+			}
+			return nil
+		})
 	}
 	// Nothing forged reached the global view.
 	gsnap, err = global.NewClient(reader).Snapshot(ctx, "lobby", 0, 10)

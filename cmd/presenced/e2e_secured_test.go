@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testnats"
 	"github.com/presence-dev/presence/internal/testredis"
 	"github.com/presence-dev/presence/presence"
@@ -29,7 +30,9 @@ func TestE2ESecuredNATS(t *testing.T) {
 	n := e.startNode("--nats-creds", creds)
 	c := dial(t, n.addr, "sam", "tab")
 	c.join("lobby")
-	waitFor(t, 5*time.Second, "sam's online on NATS", func() bool { return len(w.Of(presence.Online, "lobby", "sam")) == 1 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		return w.WantOf(presence.Online, "lobby", "sam", 1)
+	})
 
 	stranger := e.start([]string{"node", "--redis", e.redis, "--nats", e.nats, "--jwt-secret", e2eSecret, "--listen", "127.0.0.1:0"}, false)
 	if code := stranger.exit(t, 15*time.Second); code != 1 || !strings.Contains(strings.ToLower(stranger.out.String()), "authorization") {

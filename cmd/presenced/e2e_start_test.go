@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testnats"
 	"github.com/presence-dev/presence/internal/testredis"
 )
@@ -29,12 +31,15 @@ func TestE2ENodeWaitsForNATS(t *testing.T) {
 	e := &env{t: t, redis: testredis.Start(t).Addr, nats: fmt.Sprintf("nats://127.0.0.1:%d", port)}
 	p := e.start([]string{"node", "--region", "eu", "--redis", e.redis, "--nats", e.nats, "--listen", "127.0.0.1:0",
 		"--jwt-secret", e2eSecret}, false)
-	waitFor(t, 15*time.Second, "the node to listen", func() bool {
+	testkit.CheckFor(t, 15*time.Second, 10*time.Millisecond, func() error {
 		m := listening.FindStringSubmatch(p.out.String())
 		if m != nil {
 			p.addr = m[1]
 		}
-		return m != nil
+		if m == nil {
+			return errors.New("no listening line in the node's log yet")
+		}
+		return nil
 	})
 	health := func() (int, map[string]string) {
 		r, err := http.Get("http://" + p.addr + "/healthz")
@@ -46,16 +51,19 @@ func TestE2ENodeWaitsForNATS(t *testing.T) {
 		_ = json.NewDecoder(r.Body).Decode(&h)
 		return r.StatusCode, h
 	}
-	waitFor(t, 10*time.Second, "health to say it waits for nats", func() bool {
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		code, h := health()
-		return code == http.StatusServiceUnavailable && h["status"] == "starting" && h["waiting_for"] == "nats"
+		if code != http.StatusServiceUnavailable || h["status"] != "starting" || h["waiting_for"] != "nats" {
+			return fmt.Errorf("health %d %v, want 503 starting, waiting for nats", code, h)
+		}
+		return nil
 	})
 	o := testnats.Options(t)
 	o.Port = port
 	testnats.StartWith(t, o)
-	waitFor(t, 20*time.Second, "the node to become healthy", func() bool {
+	testkit.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
 		code, _ := health()
-		return code == http.StatusOK
+		return testkit.Want("the node's health", code, http.StatusOK)
 	})
 	c := dial(t, p.addr, "late", "tab")
 	c.join("lobby")

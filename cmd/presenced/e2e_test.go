@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -25,7 +27,7 @@ func TestE2EBlipIsSilent(t *testing.T) {
 	n := e.startNode()
 	c := dial(t, n.addr, "alice", "tab1")
 	c.join("room42")
-	waitFor(t, 5*time.Second, "online", func() bool { return w.count(presence.Online, "alice") == 1 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("alice's onlines", w.count(presence.Online, "alice"), 1) })
 
 	c.cut()
 	cut := time.Now()
@@ -49,22 +51,22 @@ func TestE2ESecondTab(t *testing.T) {
 	a.join("room42")
 	b := dial(t, n.addr, "bob", "tabB")
 	b.join("room42")
-	waitFor(t, 5*time.Second, "online", func() bool { return w.count(presence.Online, "bob") == 1 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("bob's onlines", w.count(presence.Online, "bob"), 1) })
 
-	waitFor(t, 5*time.Second, "tabB's update", func() bool { return len(w.All()) == 2 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("transitions, with tabB's update", len(w.All()), 2) })
 	if u := w.All()[1]; u.Kind != presence.Update || u.Reason != presence.Joined || u.Session != "tabB" || u.Sessions != 2 {
 		t.Fatalf("second tab: %v, want an update (joined) of tabB", u)
 	}
 
 	_ = a.ws.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye"))
 	closed := time.Now()
-	waitFor(t, e2eGrace+3*time.Second, "tabA's end", func() bool { return len(w.All()) == 3 })
+	testkit.CheckFor(t, e2eGrace+3*time.Second, 10*time.Millisecond, func() error { return testkit.Want("transitions, with tabA's end", len(w.All()), 3) })
 	if u := w.All()[2]; u.Kind != presence.Update || u.Reason != presence.Left || u.Session != "tabA" || u.Sessions != 1 || u.At.Sub(closed) < e2eGrace-100*time.Millisecond {
 		t.Fatalf("after closing one of two tabs: %v at %v, want an update (left) of tabA after the grace", u, u.At.Sub(closed))
 	}
 	_ = b.ws.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye"))
 	closed = time.Now()
-	waitFor(t, e2eGrace+3*time.Second, "offline", func() bool { return w.count(presence.Offline, "bob") == 1 })
+	testkit.CheckFor(t, e2eGrace+3*time.Second, 10*time.Millisecond, func() error { return testkit.Want("bob's offlines", w.count(presence.Offline, "bob"), 1) })
 	off := w.All()[3]
 	if off.Reason != presence.Left || off.At.Sub(closed) < e2eGrace-100*time.Millisecond {
 		t.Fatalf("offline %+v %v after the close, want reason left after the grace", off, off.At.Sub(closed))
@@ -91,7 +93,7 @@ func TestE2ECrash(t *testing.T) {
 	}
 	// A join's reply can come before its online is published: wait for
 	// all ten, so that w sees only what the crash causes.
-	waitFor(t, 5*time.Second, "ten onlines", func() bool { return joins.count(presence.Online, "") == 10 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("onlines", joins.count(presence.Online, ""), 10) })
 	w := e.watch()
 	killed := time.Now()
 	a.signal(syscall.SIGKILL)
@@ -103,7 +105,7 @@ func TestE2ECrash(t *testing.T) {
 	// Sessions were refreshed at most one heartbeat before the kill; their
 	// expiry is the TTL from then, rounded up to a whole second.
 	deadline := killed.Add(e2eTTL + time.Second + e2eReap)
-	waitFor(t, time.Until(deadline)+2*time.Second, "five offlines", func() bool { return w.count(presence.Offline, "") == 5 })
+	testkit.CheckFor(t, time.Until(deadline)+2*time.Second, 10*time.Millisecond, func() error { return testkit.Want("offlines", w.count(presence.Offline, ""), 5) })
 	pastGrace(time.Now())
 	for i, c := range clients {
 		want := 0
@@ -138,7 +140,7 @@ func TestE2EDrainIsSilent(t *testing.T) {
 		clients = append(clients, c)
 	}
 	// As in TestE2ECrash: w must not see the joins' own onlines.
-	waitFor(t, 5*time.Second, "five onlines", func() bool { return joins.count(presence.Online, "") == 5 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("onlines", joins.count(presence.Online, ""), 5) })
 	w := e.watch()
 	drained := time.Now()
 	a.signal(syscall.SIGTERM)
@@ -225,7 +227,7 @@ func TestE2ESnapshotThenReplay(t *testing.T) {
 		}
 		return true
 	}
-	waitFor(t, e2eGrace+5*time.Second, "replayed view to equal the live members", func() bool {
+	testkit.CheckFor(t, e2eGrace+5*time.Second, 10*time.Millisecond, func() error {
 		for {
 			select {
 			case tr := <-apply:
@@ -247,7 +249,10 @@ func TestE2ESnapshotThenReplay(t *testing.T) {
 			break
 		}
 		live := want()
-		return len(live) == 6 && same(view, live)
+		if len(live) != 6 || !same(view, live) {
+			return fmt.Errorf("the replayed view %v, the live members %v (want 6)", view, live)
+		}
+		return nil
 	})
 }
 
@@ -314,7 +319,12 @@ func TestE2ESecondSignalExitsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.signal(syscall.SIGTERM)
-	waitFor(t, 5*time.Second, "the drain to start", func() bool { return strings.Contains(n.out.String(), "presenced: draining") })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if !strings.Contains(n.out.String(), "presenced: draining") {
+			return errors.New("the node has not logged its drain")
+		}
+		return nil
+	})
 	n.signal(syscall.SIGTERM)
 	// A graceful end would be 0, after the close timeout; the second
 	// signal's is 1, at once.

@@ -8,6 +8,8 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
+	"fmt"
 	"math/big"
 	"net"
 	"net/http"
@@ -67,20 +69,20 @@ func TestE2ETLS(t *testing.T) {
 	p := e.start([]string{"node", "--region", "eu", "--redis", e.redis, "--nats", e.nats, "--listen", "127.0.0.1:0",
 		"--jwt-secret", e2eSecret, "--tls-cert-file", certFile, "--tls-key-file", keyFile}, false)
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConf}, Timeout: 5 * time.Second}
-	waitFor(t, 15*time.Second, "the node healthy over HTTPS", func() bool {
+	testkit.CheckFor(t, 15*time.Second, 10*time.Millisecond, func() error {
 		if p.addr == "" {
 			m := listening.FindStringSubmatch(p.out.String())
 			if m == nil {
-				return false
+				return errors.New("no listening line in the node's log yet")
 			}
 			p.addr = m[1]
 		}
 		r, err := hc.Get("https://" + p.addr + "/healthz")
 		if err != nil {
-			return false
+			return fmt.Errorf("health over HTTPS: %w", err)
 		}
 		r.Body.Close()
-		return r.StatusCode == http.StatusOK
+		return testkit.Want("the node's health over HTTPS", r.StatusCode, http.StatusOK)
 	})
 	if !strings.Contains(p.out.String(), "websocket=wss://") {
 		t.Fatalf("the log does not announce wss://:\n%s", p.out.String())

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -232,7 +233,12 @@ func TestE2EJWKS(t *testing.T) {
 	if code, body := handshake(t, d.addr, tok); code != http.StatusUnauthorized || !strings.Contains(body, "no signing keys yet") {
 		t.Fatalf("a token while the provider is down: %d %q", code, body)
 	}
-	waitFor(t, 10*time.Second, "the node to log the failed fetch", func() bool { return strings.Contains(d.out.String(), "JWKS fetch") })
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if !strings.Contains(d.out.String(), "JWKS fetch") {
+			return errors.New("the node has not logged the failed JWKS fetch")
+		}
+		return nil
+	})
 
 	expectUsageError(t, []string{"node", "--jwks-url", "idp.example/jwks"}, "auth: jwks url: want an http:// or https:// URL")
 	expectUsageError(t, []string{"node", "--jwks-url", "https://idp.example/jwks", "--jwks-refresh", "10ms"}, "auth: jwks refresh: must be at least 1s")

@@ -22,6 +22,7 @@ import (
 
 	"github.com/presence-dev/presence/bus"
 	"github.com/presence-dev/presence/internal/oracle"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -174,7 +175,7 @@ func (f *upFleet) connect() {
 	// An online per user, an update (joined) per further tab, an update
 	// (state) per tab.
 	want := upUsers + (len(f.tabs) - upUsers) + len(f.tabs)
-	waitFor(f.t, 60*time.Second, "every tab joined with its state", func() bool { return len(setup.All()) >= want })
+	testkit.CheckFor(f.t, 60*time.Second, 10*time.Millisecond, func() error { return testkit.AtLeast("tabs joined with their states", len(setup.All()), want) })
 	f.settled("the setup")
 	f.w = f.e.watch()
 }
@@ -194,7 +195,12 @@ func (f *upFleet) leave(n int) {
 		}
 		// A tab between two connections would leave by its session's
 		// expiry, not by a release: it leaves once joined.
-		waitFor(f.t, 30*time.Second, tb.sess+" joined before it leaves", tb.joined)
+		testkit.CheckFor(f.t, 30*time.Second, 10*time.Millisecond, func() error {
+			if !tb.joined() {
+				return fmt.Errorf("%s not joined yet, and it must before it leaves", tb.sess)
+			}
+			return nil
+		})
 		// Before the close is sent: its release, and so the grace, come
 		// after this.
 		f.leavers[tb.user] = time.Now()
@@ -449,8 +455,13 @@ func (f *upFleet) settled(when string) {
 	var last string
 	// Generous: on a loaded machine 300 clients moving and the query
 	// service's answers take their time; on an idle one this is a second.
-	if !poll(90*time.Second, 200*time.Millisecond, func() bool { last = f.mismatch(); return last == "" }) {
-		f.t.Fatalf("after %s: %s", when, last)
+	if err := testkit.Poll(90*time.Second, 200*time.Millisecond, func() error {
+		if last = f.mismatch(); last != "" {
+			return errors.New(last)
+		}
+		return nil
+	}); err != nil {
+		f.t.Fatalf("after %s: %v", when, err)
 	}
 }
 
@@ -582,7 +593,12 @@ func TestE2EFormatRollout(t *testing.T) {
 			if code != 0 || !strings.Contains(out, "switched the region from format 2 to 3") {
 				t.Fatalf("upgrade --finish: exit %d\n%s", code, out)
 			}
-			waitFor(t, 20*time.Second, "every state moved to format 3", func() bool { return f.formatOfStates(true) })
+			testkit.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+				if !f.formatOfStates(true) {
+					return fmt.Errorf("states %v, want every one in format 3", f.states())
+				}
+				return nil
+			})
 			if _, code := f.upgradeCmd(binary); code == 0 {
 				t.Fatal("presenced of format 2 accepted a region of format 3")
 			}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/webhook"
 )
 
@@ -53,9 +54,9 @@ func TestE2EWebhookReceiversFoldToTheSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name := range recv {
-		waitFor(t, 30*time.Second, "the consumer of "+name, func() bool {
+		testkit.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
 			_, err := js.Consumer(t.Context(), "PRESENCE_eu", webhook.ConsumerName(name))
-			return err == nil
+			return err
 		})
 	}
 	rooms := []string{"lobby", "room-2", "room=3@x"}
@@ -63,17 +64,17 @@ func TestE2EWebhookReceiversFoldToTheSnapshot(t *testing.T) {
 	for _, room := range rooms {
 		// Leavers are announced offline after the grace: until then the
 		// snapshot and the receivers still count them.
-		waitFor(t, 60*time.Second, "the snapshot of "+room+" to hold who is connected", func() bool {
-			return slices.Equal(snapshotUsers(t, api, room), truth[room])
+		testkit.CheckFor(t, 60*time.Second, 10*time.Millisecond, func() error {
+			return testkit.WantSlice("the snapshot of "+room+" (who is connected)", snapshotUsers(t, api, room), truth[room])
 		})
-		waitFor(t, 60*time.Second, "both receivers to fold "+room+" to the snapshot", func() bool {
+		testkit.CheckFor(t, 60*time.Second, 10*time.Millisecond, func() error {
 			want := snapshotUsers(t, api, room)
 			for _, u := range recv {
 				if got := receiverState(t, u); !slices.Equal(got.Rooms[room], want) {
-					return false
+					return fmt.Errorf("a receiver folds %s to %v, the snapshot has %v", room, got.Rooms[room], want)
 				}
 			}
-			return true
+			return nil
 		})
 	}
 	for name, u := range recv {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,6 +23,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testnats"
 	"github.com/presence-dev/presence/presence"
 	"github.com/presence-dev/presence/webhook"
@@ -115,15 +117,15 @@ func (e *env) startHooks(natsURL string, sink *hookSink) *proc {
 		e.t.Fatal(err)
 	}
 	p := e.start([]string{"webhooks", "--nats", natsURL, "--config", cfg, "--listen", "127.0.0.1:0", "--lease-ttl", "2s"}, false)
-	waitFor(e.t, 20*time.Second, "the dispatcher healthy", func() bool {
+	testkit.CheckFor(e.t, 20*time.Second, 10*time.Millisecond, func() error {
 		if p.addr == "" {
 			m := hooksListening.FindStringSubmatch(p.out.String())
 			if m == nil {
-				return false
+				return errors.New("no listening line in the dispatcher's log yet")
 			}
 			p.addr = m[1]
 		}
-		return health(p) == http.StatusOK
+		return testkit.Want("the dispatcher's health", health(p), http.StatusOK)
 	})
 	return p
 }
@@ -167,9 +169,9 @@ func TestE2EWebhookDispatcherKilledMidBatch(t *testing.T) {
 		}
 	}
 	d1 := e.startHooks(e.nats, sink)
-	waitFor(t, 20*time.Second, "the lane's consumer", func() bool {
+	testkit.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
 		_, err := js.Consumer(context.Background(), "PRESENCE_eu", webhook.ConsumerName("e2e"))
-		return err == nil
+		return err
 	})
 	seq := map[string]uint64{}
 	var ids []string
@@ -188,7 +190,9 @@ func TestE2EWebhookDispatcherKilledMidBatch(t *testing.T) {
 	d1.exit(t, 10*time.Second)
 	close(release)
 	e.startHooks(e.nats, sink)
-	waitFor(t, 30*time.Second, "every event after the restart", func() bool { return sink.distinct() == len(ids) })
+	testkit.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
+		return testkit.Want("distinct events, every one after the restart", sink.distinct(), len(ids))
+	})
 	items := sink.items()
 	checkHookOrder(t, items)
 	if extra := len(items) - len(ids); extra > 20 {
@@ -207,14 +211,16 @@ func TestE2EWebhookNATSRestartAndStoreLost(t *testing.T) {
 	w := newWorld(t, shortTiming, 1)
 	sink := newHookSink(t)
 	w.e.startHooks(w.e.nats, sink)
-	waitFor(t, 20*time.Second, "the lane's consumer", func() bool { return hookConsumer(t, w) })
+	testkit.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error { return hookConsumer(t, w) })
 	_, stayers := w.mustPeople("stay", "r", 6)
-	waitFor(t, 20*time.Second, "the joins delivered", func() bool { return sink.distinct() >= 6 })
+	testkit.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error { return testkit.AtLeast("distinct events, the joins", sink.distinct(), 6) })
 
 	w.stopNATS()
 	w.startNATS(false)
 	more, morers := w.mustPeople("more", "r", 4)
-	waitFor(t, 30*time.Second, "the joins after the restart", func() bool { return sink.distinct() >= 10 })
+	testkit.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
+		return testkit.AtLeast("distinct events, with the joins after the restart", sink.distinct(), 10)
+	})
 
 	w.stopNATS()
 	for _, m := range more {
@@ -224,20 +230,20 @@ func TestE2EWebhookNATSRestartAndStoreLost(t *testing.T) {
 	// room's outbox (presence:{r}:o, region/outbox.go's entries).
 	rdb := redis.NewClient(&redis.Options{Addr: w.e.redis})
 	defer rdb.Close()
-	waitFor(t, 30*time.Second, "the leavers' offlines in the outbox", func() bool {
+	testkit.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
 		n := 0
 		for _, e := range rdb.LRange(context.Background(), "presence:{r}:o", 0, -1).Val() {
 			if f := strings.Split(e, "|"); len(f) > 4 && f[2] == "offline" && slices.Contains(morers, f[4]) {
 				n++
 			}
 		}
-		return n == len(morers)
+		return testkit.Want("the leavers' offlines in the outbox", n, len(morers))
 	})
 	w.startNATS(true)
 	truth := stayers
 	client := bus.NewClient(testnats.Connect(t, w.ns), "eu")
-	waitFor(t, 60*time.Second, "the receiver's fold to equal who is connected", func() bool {
-		return slices.Equal(foldHooks(t, client, sink.items(), "r"), truth)
+	testkit.CheckFor(t, 60*time.Second, 10*time.Millisecond, func() error {
+		return testkit.WantSlice("the receiver's fold (who is connected)", foldHooks(t, client, sink.items(), "r"), truth)
 	})
 	// The endpoint is told in the documented way: a resync marker of the
 	// room with a reason docs/WEBHOOKS.md lists for a lost stream.
@@ -269,11 +275,14 @@ func TestE2EWebhookNATSRestartAndStoreLost(t *testing.T) {
 func checkHooksSettle(t *testing.T, sink *hookSink, had []hookItem, leavers []string) {
 	t.Helper()
 	n, since := len(had), time.Now()
-	waitFor(t, 30*time.Second, "the deliveries to stop", func() bool {
+	testkit.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
 		if m := len(sink.items()); m != n {
 			n, since = m, time.Now()
 		}
-		return time.Since(since) > 3*time.Second
+		if d := time.Since(since); d <= 3*time.Second {
+			return fmt.Errorf("%d items, the last %v ago, want none new for 3s", n, d.Round(time.Millisecond))
+		}
+		return nil
 	})
 	seen := map[string]bool{}
 	for _, it := range had {
@@ -290,11 +299,11 @@ func checkHooksSettle(t *testing.T, sink *hookSink, had []hookItem, leavers []st
 	}
 }
 
-func hookConsumer(t *testing.T, w *world) bool {
+func hookConsumer(t *testing.T, w *world) error {
 	nc := testnats.Connect(t, w.ns)
 	js, _ := jetstream.New(nc)
 	_, err := js.Consumer(context.Background(), "PRESENCE_eu", webhook.ConsumerName("e2e"))
-	return err == nil
+	return err
 }
 
 // foldHooks folds room's accepted items as docs/WEBHOOKS.md says: each

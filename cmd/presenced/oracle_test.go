@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/presence-dev/presence/internal/oracle"
+	"github.com/presence-dev/presence/internal/testkit"
 )
 
 // The oracle test: a seeded random schedule (oracle.Generate) of client
@@ -451,7 +453,12 @@ func runOracle(t *testing.T, sc oracle.Scenario, opts oracleOpts) (*oracle.Run, 
 	stream := h.readStream(nc)
 	// The core subscriber has seen the stream's last messages, or never
 	// will: poll with a deadline.
-	poll(5*time.Second, 20*time.Millisecond, func() bool { return h.coreHas(stream) })
+	_ = testkit.Poll(5*time.Second, 20*time.Millisecond, func() error {
+		if !h.coreHas(stream) {
+			return errors.New("the core subscriber lacks the stream's last messages")
+		}
+		return nil
+	})
 	dropped, _ := sub.Dropped()
 	_ = sub.Unsubscribe()
 
@@ -636,9 +643,14 @@ func (h *harness) final() oracle.Final {
 	// poll reads until the read equals want or the deadline passes; the
 	// last read is what is judged.
 	pollRead := func(read func() (map[string]oracle.Members, error), skip string) (got map[string]oracle.Members, err error) {
-		poll(5*time.Second, 100*time.Millisecond, func() bool {
-			got, err = read()
-			return err == nil && len(oracle.DiffMembers(want, got, skip)) == 0
+		_ = testkit.Poll(5*time.Second, 100*time.Millisecond, func() error {
+			if got, err = read(); err != nil {
+				return err
+			}
+			if d := oracle.DiffMembers(want, got, skip); len(d) > 0 {
+				return fmt.Errorf("the read differs: %v", d)
+			}
+			return nil
 		})
 		return got, err
 	}
@@ -652,14 +664,14 @@ func (h *harness) final() oracle.Final {
 		}
 	}
 	if f.Fresh != nil {
-		poll(5*time.Second, 100*time.Millisecond, func() bool {
+		_ = testkit.Poll(5*time.Second, 100*time.Millisecond, func() error {
 			f.Views = h.views(obs)
 			for _, v := range f.Views {
-				if len(oracle.DiffMembers(map[string]oracle.Members{v.Room: f.Fresh[v.Room]}, map[string]oracle.Members{v.Room: v.Members}, oracleObserver)) > 0 {
-					return false
+				if d := oracle.DiffMembers(map[string]oracle.Members{v.Room: f.Fresh[v.Room]}, map[string]oracle.Members{v.Room: v.Members}, oracleObserver); len(d) > 0 {
+					return fmt.Errorf("%s's view differs from a fresh read: %v", v.Room, d)
 				}
 			}
-			return true
+			return nil
 		})
 	}
 	f.At = h.now()
@@ -854,7 +866,12 @@ func (a *actor) do(op oracle.Op) {
 			// A return: keep the planned gap from the real end of the
 			// connection (the close sent, or the kill).
 			h.until(op.At)
-			poll(5*time.Second, 10*time.Millisecond, func() bool { return !a.conn.alive() })
+			_ = testkit.Poll(5*time.Second, 10*time.Millisecond, func() error {
+				if a.conn.alive() {
+					return errors.New("the connection is still open")
+				}
+				return nil
+			})
 			if a.conn.alive() {
 				h.note(a.conn.id, "planned return while still connected: handover instead")
 				a.handover(op)

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/presence-dev/presence/bus"
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testnats"
 	"github.com/presence-dev/presence/presence"
 )
@@ -44,9 +45,9 @@ func BenchmarkWebhookOutageMemory(b *testing.B) {
 	mu <- struct{}{}
 	sink.fail = func() bool { <-mu; defer func() { mu <- struct{}{} }(); return down }
 	p := e.startHooks(e.nats, sink)
-	waitFor(b, 20*time.Second, "the lane's consumer", func() bool {
+	testkit.CheckFor(b, 20*time.Second, 10*time.Millisecond, func() error {
 		_, err := js.Consumer(context.Background(), "PRESENCE_eu", "webhook_e2e")
-		return err == nil
+		return err
 	})
 	b.ResetTimer()
 	seq := map[string]uint64{}

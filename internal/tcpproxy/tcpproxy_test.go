@@ -113,8 +113,8 @@ func TestForwards(t *testing.T) {
 	// A clean close travels through: the echo server sees its end, and the
 	// proxy forgets the pair.
 	_ = a.Close()
-	testkit.WaitFor(t, 5*time.Second, "the echo server to see the close", func() bool { return echo.endedConns() == 1 })
-	testkit.WaitFor(t, 5*time.Second, "one open pair", func() bool { return p.Open() == 1 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("connections the echo server saw end", echo.endedConns(), 1) })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("open pairs", p.Open(), 1) })
 }
 
 func TestRefuseResetsBothSidesAndRefusesUntilRestore(t *testing.T) {
@@ -137,7 +137,7 @@ func TestRefuseResetsBothSidesAndRefusesUntilRestore(t *testing.T) {
 		t.Fatalf("read after Refuse timed out: the connection was not dropped")
 	}
 	// The target's side ends too.
-	testkit.WaitFor(t, 5*time.Second, "the echo server to see its connection end", func() bool { return echo.endedConns() == 1 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("connections the echo server saw end", echo.endedConns(), 1) })
 	if n := p.Open(); n != 0 {
 		t.Fatalf("Open after Refuse = %d, want 0", n)
 	}
@@ -150,7 +150,7 @@ func TestRefuseResetsBothSidesAndRefusesUntilRestore(t *testing.T) {
 		}
 		_ = c.Close()
 	}
-	testkit.WaitFor(t, 5*time.Second, "the refusal to be counted", func() bool { return p.Refused() >= 1 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.AtLeast("refusals counted", p.Refused(), 1) })
 	if n := p.Accepted(); n != 1 {
 		t.Fatalf("Accepted while cut = %d, want 1", n)
 	}
@@ -230,7 +230,7 @@ func TestCutHoldsNewConnectionsUntilRestore(t *testing.T) {
 	if _, err := ra.ReadByte(); err == nil || errors.Is(err, io.EOF) {
 		t.Fatalf("read after Cut: %v, want a connection reset", err)
 	}
-	testkit.WaitFor(t, 5*time.Second, "the echo server to see its connection end", func() bool { return echo.endedConns() == 1 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("connections the echo server saw end", echo.endedConns(), 1) })
 
 	// A connection made while cut is accepted, and its bytes go nowhere.
 	b, rb := dial(t, p.Addr())
@@ -243,7 +243,7 @@ func TestCutHoldsNewConnectionsUntilRestore(t *testing.T) {
 	} else if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
 		t.Fatalf("a held connection failed: %v", err)
 	}
-	testkit.WaitFor(t, 5*time.Second, "the held connection counted", func() bool { return p.Held() == 1 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("held connections", p.Held(), 1) })
 	if n := p.Accepted(); n != 1 {
 		t.Fatalf("Accepted while cut = %d, want 1", n)
 	}
@@ -269,7 +269,7 @@ func TestCloseEndsHeldConnections(t *testing.T) {
 	p := newProxy(t, echo.ln.Addr().String())
 	p.Cut()
 	c, rc := dial(t, p.Addr())
-	testkit.WaitFor(t, 5*time.Second, "the connection held", func() bool { return p.Held() == 1 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("held connections", p.Held(), 1) })
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +368,7 @@ func TestSetTarget(t *testing.T) {
 	// Held by a cut: it dials on Restore, to the target of then.
 	p.Cut()
 	c, rc := dial(t, p.Addr())
-	testkit.WaitFor(t, 5*time.Second, "the connection to be held", func() bool { return p.Held() == 1 })
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error { return testkit.Want("held connections", p.Held(), 1) })
 	p.SetTarget(one)
 	p.Restore()
 	if got := ask(t, c, rc, "c"); got != "one:c" {

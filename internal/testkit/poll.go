@@ -1,7 +1,9 @@
 package testkit
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -34,9 +36,56 @@ func CheckFor(tb testing.TB, total, every time.Duration, f func() error) {
 	}
 }
 
+// Holds checks that check passes for the whole of d, calling it every
+// interval, and fails tb at the first call where it does not, saying how
+// far into the watch: CheckFor's counterpart, a watch that nothing more
+// happens (d long enough for anything still due to have come out).
+func Holds(tb testing.TB, d, every time.Duration, check func() error) {
+	tb.Helper()
+	start := time.Now()
+	end := start.Add(d)
+	for {
+		if err := check(); err != nil {
+			tb.Fatalf("%v (%v into a %v watch)", err, time.Since(start).Round(time.Millisecond), d)
+		}
+		if !time.Now().Before(end) {
+			return
+		}
+		time.Sleep(every)
+	}
+}
+
+// Want is a poll's condition on a value: nil when got is want, else the
+// reason "what: got, want want".
+func Want[T comparable](what string, got, want T) error {
+	if got == want {
+		return nil
+	}
+	return fmt.Errorf("%s: %v, want %v", what, got, want)
+}
+
+// WantSlice is Want for slices: nil when got equals want element by
+// element.
+func WantSlice[T comparable](what string, got, want []T) error {
+	if slices.Equal(got, want) {
+		return nil
+	}
+	return fmt.Errorf("%s: %v, want %v", what, got, want)
+}
+
+// AtLeast is a poll's condition on a count: nil when got is at least
+// least, else the reason "what: got, want at least least".
+func AtLeast[T cmp.Ordered](what string, got, least T) error {
+	if got >= least {
+		return nil
+	}
+	return fmt.Errorf("%s: %v, want at least %v", what, got, least)
+}
+
 // WaitFor polls cond every 10ms until it holds, failing tb after timeout
-// with what it was waiting for: CheckFor for a condition that has no
-// reason to give.
+// with what it was waiting for. Its timeout says only that: new waits use
+// CheckFor, whose condition gives the reason it is still waiting; WaitFor
+// stays for the node tests not yet moved.
 func WaitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
 	tb.Helper()
 	CheckFor(tb, timeout, 10*time.Millisecond, func() error {

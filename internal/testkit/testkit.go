@@ -5,6 +5,7 @@
 package testkit
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -40,6 +41,31 @@ func (l *Log) All() []presence.Transition {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]presence.Transition(nil), l.ts...)
+}
+
+// WantOf is a poll's condition: l holds exactly n transitions of kind
+// (every kind: "") of user in room; the reason lists what it holds of
+// them.
+func (l *Log) WantOf(kind presence.Kind, room, user string, n int) error {
+	if got := l.Of(kind, room, user); len(got) != n {
+		return fmt.Errorf("%d %s transitions of %s in %s, want %d; of theirs: %v", len(got), kindName(kind), user, room, n, l.Of("", room, user))
+	}
+	return nil
+}
+
+// AtLeastOf is WantOf for at least n.
+func (l *Log) AtLeastOf(kind presence.Kind, room, user string, n int) error {
+	if got := l.Of(kind, room, user); len(got) < n {
+		return fmt.Errorf("%d %s transitions of %s in %s, want at least %d; of theirs: %v", len(got), kindName(kind), user, room, n, l.Of("", room, user))
+	}
+	return nil
+}
+
+func kindName(k presence.Kind) string {
+	if k == "" {
+		return "any"
+	}
+	return string(k)
 }
 
 // Of returns the transitions of one user in one room, of the given kind

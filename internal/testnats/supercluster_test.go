@@ -40,8 +40,13 @@ func TestSuperClusterIsolateAndHeal(t *testing.T) {
 	}
 
 	sc.Isolate("a")
-	testkit.WaitFor(t, 5*time.Second, "a's gateways down after Isolate", func() bool {
-		return sc.connected([]string{"a", "b"}) != nil && sc.connected([]string{"a", "c"}) != nil
+	testkit.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		for _, o := range []string{"b", "c"} {
+			if sc.connected([]string{"a", o}) == nil {
+				return fmt.Errorf("a and %s still have their gateways after Isolate", o)
+			}
+		}
+		return nil
 	})
 	for {
 		if _, err := sub.NextMsg(50 * time.Millisecond); err != nil {
