@@ -236,9 +236,12 @@ func TestWatchedEventsAreReorderedOrTheWatcherIsReadAgain(t *testing.T) {
 	// of its own, so the resync frame may be queued before this reads the
 	// queue or after; either way it comes after 11, 12 and 14, and last.
 	var got []string
-	testkit.WaitFor(t, 5*time.Second, "the watcher read again", func() bool {
+	testkit.CheckFor(t, 5*time.Second, 5*time.Millisecond, func() error {
 		got = append(got, c.takeQueue()...)
-		return len(got) > 0 && strings.Contains(got[len(got)-1], `"reason":"resync"`)
+		if len(got) > 0 && strings.Contains(got[len(got)-1], `"reason":"resync"`) {
+			return nil
+		}
+		return fmt.Errorf("the watcher's frames %q, want the resync last", got)
 	})
 	if len(got) != 4 || !strings.Contains(got[0], `"seq":11`) || !strings.Contains(got[1], `"seq":12`) || !strings.Contains(got[2], `"seq":14`) {
 		t.Fatalf("watcher got %q, want 11, 12, 14, then the resync", got)

@@ -359,10 +359,6 @@ func slow(t *testing.T) {
 	}
 }
 
-// waitFor is testkit.WaitFor, for the tests not yet moved to
-// testkit.CheckFor (whose condition says why it still waits).
-var waitFor = testkit.WaitFor
-
 func (e *env) redisNow() time.Time {
 	e.t.Helper()
 	t, err := e.rdb.Time(context.Background()).Result()

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
 	"github.com/presence-dev/presence/protocol"
 	"github.com/presence-dev/presence/region"
@@ -61,8 +62,8 @@ func TestJoinStormSharesSnapshotReads(t *testing.T) {
 	}
 	wg.Wait()
 	// The first read is held: every joiner waits on it or on the next.
-	waitFor(t, 10*time.Second, "40 joiners waiting for snapshot reads", func() bool {
-		return n.hub.flights.waiting("storm") == joiners
+	testkit.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		return testkit.Want("joiners waiting for snapshot reads", n.hub.flights.waiting("storm"), joiners)
 	})
 	close(cs.gate)
 	for i, c := range clients {
@@ -126,7 +127,9 @@ func TestOverloadIsRefusedWithRetryAdvice(t *testing.T) {
 	})
 	busy := n.dial(t, token(t, "busy", []string{"*"}, time.Hour), "s")
 	busy.send(map[string]string{"type": "join", "room": "r", "ref": "j"})
-	waitFor(t, 5*time.Second, "the first join to reach the store", func() bool { return gs.claims.Load() == 1 })
+	testkit.CheckFor(t, 5*time.Second, 5*time.Millisecond, func() error {
+		return testkit.Want("joins that reached the store", gs.claims.Load(), 1)
+	})
 	late := n.dial(t, token(t, "late", []string{"*"}, time.Hour), "s")
 	late.send(map[string]string{"type": "join", "room": "r", "ref": "j2"})
 	f := late.expectError(protocol.CodeUnavailable, "j2")
@@ -217,8 +220,8 @@ func TestRefusedJoinsKeepTheirSessions(t *testing.T) {
 			t.Fatalf("client %d refused %d times, want several", i, len(h))
 		}
 	}
-	waitFor(t, 10*time.Second, "kim, who never came back, to expire", func() bool {
-		return len(e.rec.Of(presence.Offline, "r", "kim")) == 1
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		return testkit.Want("offlines of kim, who never came back", len(e.rec.Of(presence.Offline, "r", "kim")), 1)
 	})
 	e.quiesce("r")
 	for _, u := range []string{"jo", "bo"} {

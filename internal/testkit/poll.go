@@ -11,7 +11,7 @@ import (
 // Poll calls f every interval until it returns nil or total has passed,
 // and returns nil or, on a timeout, f's last error: the reason the wait
 // was still waiting. It is the one polling loop of the tests; CheckFor
-// and WaitFor fail the test with it, callers that judge the outcome
+// fails the test with it, callers that judge the outcome
 // themselves use it directly.
 func Poll(total, every time.Duration, f func() error) error {
 	deadline := time.Now().Add(total)
@@ -80,18 +80,4 @@ func AtLeast[T cmp.Ordered](what string, got, least T) error {
 		return nil
 	}
 	return fmt.Errorf("%s: %v, want at least %v", what, got, least)
-}
-
-// WaitFor polls cond every 10ms until it holds, failing tb after timeout
-// with what it was waiting for. Its timeout says only that: new waits use
-// CheckFor, whose condition gives the reason it is still waiting; WaitFor
-// stays for the node tests not yet moved.
-func WaitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	CheckFor(tb, timeout, 10*time.Millisecond, func() error {
-		if cond() {
-			return nil
-		}
-		return fmt.Errorf("waiting for %s", what)
-	})
 }
