@@ -13,6 +13,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/presence"
 )
 
@@ -123,7 +124,11 @@ func runStall(t *testing.T, tm stallTiming, stall time.Duration, n int) stallRes
 			}
 		}
 	}
-	// Heartbeats spread over their period before the stall.
+	// Every user's online has come (so none is judged as a stall's), and
+	// heartbeats spread over their period before the stall.
+	testkit.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		return testkit.Want("onlines before the stall", w.count(presence.Online, ""), 3*n)
+	})
 	time.Sleep(2 * tm.beat)
 	before := len(w.All())
 	start := time.Now()
@@ -145,11 +150,34 @@ func runStall(t *testing.T, tm stallTiming, stall time.Duration, n int) stallRes
 	time.Sleep(time.Until(start.Add(stall)))
 	a.signal(syscall.SIGCONT)
 	wg.Wait()
-	// Every departure the stall or the closes can cause has come by then.
+	// Every departure the stall or the closes can cause has come by then;
+	// a stalled tab's user announced offline is online again once its
+	// node refreshes (within a heartbeat of the SIGCONT, later on a loaded
+	// machine).
 	time.Sleep(tm.ttl + time.Second + tm.grace + 4*tm.reap)
+	testkit.CheckFor(t, 3*tm.ttl, 50*time.Millisecond, func() error {
+		return allBack(w.All()[before:])
+	})
 	judgeStall(t, w.All()[before:], groups, &res)
 	wantRooms(t, b.addr, groups)
 	return res
+}
+
+// allBack reports a user whose last online or offline in ts is an
+// offline: not yet back.
+func allBack(ts []presence.Transition) error {
+	last := map[string]presence.Kind{}
+	for _, tr := range ts {
+		if tr.Kind != presence.Update {
+			last[tr.User] = tr.Kind
+		}
+	}
+	for u, k := range last {
+		if k == presence.Offline {
+			return fmt.Errorf("%s is offline, not back", u)
+		}
+	}
+	return nil
 }
 
 // stallRooms spread the users: a node refreshes a room's sessions
