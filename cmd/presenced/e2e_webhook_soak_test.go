@@ -852,11 +852,41 @@ func (s *soak) checkLane(t *testing.T, k *soakSink, events []soakEvent, ids map[
 		t.Errorf("%s: the lane had lag and no attempt for %v from %.3fs (NATS up), past the watchdog bound %v and its tick",
 			k.name, longestUp.Round(time.Millisecond), atUp.Sub(s.start).Seconds(), soakStallBound)
 	}
+	if longest > 5*time.Second {
+		s.stallTimeline(t, k, reqs, logs, at, longest)
+	}
 	classes := s.duplicates(t, k, ids, natsOff, logs)
 	t.Logf("%s: %d requests %v, %d markers, %d reorders; stored->accepted p99 %v max %v (all, %d), p99 %v max %v (outside faults, %d); "+
 		"longest without an attempt while lagging %v at %.1fs (NATS up: %v at %.1fs); duplicates %v",
 		k.name, len(reqs), outcomes, markers, reorders, pct(all, 99), pct(all, 100), len(all), pct(calm, 99), pct(calm, 100), len(calm),
 		longest.Round(time.Millisecond), at.Sub(s.start).Seconds(), longestUp.Round(time.Millisecond), atUp.Sub(s.start).Seconds(), classes)
+}
+
+// stallTimeline logs what happened around a lane's longest wait: the
+// requests, the faults and the lane's log lines from 10 s before it to
+// 5 s after.
+func (s *soak) stallTimeline(t *testing.T, k *soakSink, reqs []*soakReq, logs []laneLog, at time.Time, d time.Duration) {
+	from, to := at.Add(-10*time.Second), at.Add(d+5*time.Second)
+	in := func(x time.Time) bool { return x.After(from) && x.Before(to) }
+	var b strings.Builder
+	for _, rq := range reqs {
+		if in(rq.arrive) || in(rq.end) {
+			fmt.Fprintf(&b, "\n  %8.3fs-%8.3fs request of %s, %d items, %s", rq.arrive.Sub(s.start).Seconds(), rq.end.Sub(s.start).Seconds(), rq.by, len(rq.items), rq.outcome)
+		}
+	}
+	s.mu.Lock()
+	for _, f := range s.faults {
+		if in(f.start) || in(f.end) || (f.start.Before(from) && f.end.After(to)) {
+			fmt.Fprintf(&b, "\n  %8.3fs-%8.3fs %s", f.start.Sub(s.start).Seconds(), f.end.Sub(s.start).Seconds(), f.what)
+		}
+	}
+	s.mu.Unlock()
+	for _, l := range logs {
+		if l.lane == k.name+"/eu" && in(l.at) {
+			fmt.Fprintf(&b, "\n  %8.3fs %s: %s", l.at.Sub(s.start).Seconds(), l.by, l.what)
+		}
+	}
+	t.Logf("%s: the longest wait with lag, %v from %.3fs:%s", k.name, d.Round(time.Millisecond), at.Sub(s.start).Seconds(), b.String())
 }
 
 // duplicates classifies each acceptance of an id after its first, by
