@@ -15,6 +15,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -69,7 +70,6 @@ type soakReq struct {
 type soakSink struct {
 	name string
 	srv  *httptest.Server
-	port int
 	s    *soak
 	mu   sync.Mutex
 	reqs []*soakReq
@@ -137,9 +137,9 @@ func TestWebhookSoak(t *testing.T) {
 	s.startDispatcher("A")
 	s.startDispatcher("B")
 	for _, name := range soakEndpoints {
-		waitFor(t, 60*time.Second, "the consumer of "+name, func() bool {
+		testkit.CheckFor(t, 60*time.Second, 50*time.Millisecond, func() error {
 			_, err := js.Consumer(t.Context(), bus.StreamName("eu"), webhook.ConsumerName(name))
-			return err == nil
+			return err
 		})
 	}
 	base := streamLast(t, js)
@@ -160,23 +160,25 @@ func TestWebhookSoak(t *testing.T) {
 // accept every event, then checks and reports.
 func (s *soak) settle(t *testing.T, js jetstream.JetStream, base uint64) {
 	last, since := streamLast(t, js), time.Now()
-	waitFor(t, 2*time.Minute, "the stream to stop growing", func() bool {
+	testkit.CheckFor(t, 2*time.Minute, 50*time.Millisecond, func() error {
 		if l := streamLast(t, js); l != last {
 			last, since = l, time.Now()
 		}
-		return time.Since(since) > 3*(e2eGrace+e2eTTL)
+		if q := time.Since(since); q <= 3*(e2eGrace+e2eTTL) {
+			return fmt.Errorf("the stream grew to %d %v ago, want it quiet for %v", last, q.Round(time.Millisecond), 3*(e2eGrace+e2eTTL))
+		}
+		return nil
 	})
 	events := readStream(t, js, base, last)
-	ok := poll(5*time.Minute, time.Second, func() bool {
+	if err := testkit.Poll(5*time.Minute, time.Second, func() error {
 		for _, k := range s.sinks {
-			if len(k.missing(events)) > 0 {
-				return false
+			if m := len(k.missing(events)); m > 0 {
+				return fmt.Errorf("endpoint %s misses %d of %d events", k.name, m, len(events))
 			}
 		}
-		return true
-	})
-	if !ok {
-		t.Error("not every endpoint accepted every event within 5 minutes of the quiet period")
+		return nil
+	}); err != nil {
+		t.Errorf("not every endpoint accepted every event within 5 minutes of the quiet period: %v", err)
 	}
 	s.report(t, events)
 }
@@ -277,23 +279,23 @@ func (n *natsProc) run(port string) {
 	pf := filepath.Join(n.dir, fmt.Sprintf("nats-server_%d.ports", n.cmd.Process.Pid))
 	// Polled without Fatal: the fault loop restarts NATS off the test's
 	// goroutine.
-	if !poll(30*time.Second, 50*time.Millisecond, func() bool {
+	if err := testkit.Poll(30*time.Second, 50*time.Millisecond, func() error {
 		u := readPortsFile(pf)
 		if u == "" {
-			return false
+			return errors.New("no ports file yet")
 		}
 		nc, err := nats.Connect(u)
 		if err != nil {
-			return false
+			return err
 		}
 		defer nc.Close()
 		if _, err := nc.Request("$JS.API.INFO", nil, 2*time.Second); err != nil {
-			return false
+			return err
 		}
 		n.url = u
-		return true
-	}) {
-		n.t.Errorf("nats-server (port %s) not serving JetStream within 30 s", port)
+		return nil
+	}); err != nil {
+		n.t.Errorf("nats-server (port %s) not serving JetStream within 30 s: %v", port, err)
 	}
 	if n.port == 0 {
 		_, p, _ := net.SplitHostPort(strings.TrimPrefix(n.url, "nats://"))
@@ -348,17 +350,17 @@ func (s *soak) startDispatcher(slot string) *soakDispatcher {
 	s.procs[p.cmd.Process.Pid] = d
 	s.all = append(s.all, d)
 	s.mu.Unlock()
-	if !poll(60*time.Second, 100*time.Millisecond, func() bool {
+	if err := testkit.Poll(60*time.Second, 100*time.Millisecond, func() error {
 		if p.addr == "" {
 			m := hooksListening.FindStringSubmatch(p.out.String())
 			if m == nil {
-				return false
+				return errors.New("not listening yet")
 			}
 			p.addr = m[1]
 		}
-		return health(p) == http.StatusOK
-	}) {
-		s.t.Errorf("dispatcher %s not healthy within a minute", label)
+		return testkit.Want("health", health(p), http.StatusOK)
+	}); err != nil {
+		s.t.Errorf("dispatcher %s not healthy within a minute: %v", label, err)
 	}
 	return d
 }
@@ -712,7 +714,7 @@ func (s *soak) report(t *testing.T, events []soakEvent) {
 		if out, err = os.MkdirTemp("", "presence-webhook-soak-"); err != nil {
 			t.Fatal(err)
 		}
-	} else if err := os.MkdirAll(out, 0o755); err != nil {
+	} else if err := os.MkdirAll(out, 0o750); err != nil { //nolint:gosec // the soak's own output directory, named in its own environment
 		t.Fatal(err)
 	}
 	s.mu.Lock()
@@ -752,7 +754,7 @@ func (s *soak) report(t *testing.T, events []soakEvent) {
 		}
 		s.checkLane(t, k, events, ids, reqs, global, natsOff, logs)
 	}
-	if err := os.WriteFile(filepath.Join(out, "timeline.tsv"), []byte(tl.String()), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(out, "timeline.tsv"), []byte(tl.String()), 0o600); err != nil { //nolint:gosec // the soak's own output directory, named in its own environment
 		t.Error(err)
 	}
 }
@@ -765,7 +767,7 @@ func (s *soak) writeFiles(t *testing.T, out string, faults []soakFault, logs []l
 	for _, l := range logs {
 		fmt.Fprintf(&b, "%.3f\t-\t%s %s %s\n", l.at.Sub(s.start).Seconds(), l.by, l.what, l.lane)
 	}
-	_ = os.WriteFile(filepath.Join(out, "faults.tsv"), []byte(b.String()), 0o644)
+	_ = os.WriteFile(filepath.Join(out, "faults.tsv"), []byte(b.String()), 0o600) //nolint:gosec // the soak's own output directory, named in its own environment
 	var r strings.Builder
 	r.WriteString("endpoint\tarrive\tend\tby\twebhook_id\titems\toutcome\n")
 	for _, k := range s.sinks {
@@ -773,9 +775,9 @@ func (s *soak) writeFiles(t *testing.T, out string, faults []soakFault, logs []l
 			fmt.Fprintf(&r, "%s\t%.3f\t%.3f\t%s\t%s\t%d\t%s\n", k.name, rq.arrive.Sub(s.start).Seconds(), rq.end.Sub(s.start).Seconds(), rq.by, rq.hookID, len(rq.items), rq.outcome)
 		}
 	}
-	_ = os.WriteFile(filepath.Join(out, "requests.tsv"), []byte(r.String()), 0o644)
+	_ = os.WriteFile(filepath.Join(out, "requests.tsv"), []byte(r.String()), 0o600) //nolint:gosec // the soak's own output directory, named in its own environment
 	for _, d := range s.all {
-		_ = os.WriteFile(filepath.Join(out, d.label+".log"), []byte(d.p.out.String()), 0o644)
+		_ = os.WriteFile(filepath.Join(out, d.label+".log"), []byte(d.p.out.String()), 0o600) //nolint:gosec // the soak's own output directory, named in its own environment
 	}
 }
 
