@@ -531,7 +531,7 @@ func TestE2EFaultRedisRestartedEmpty(t *testing.T) {
 // joins are refused until NATS is back, and retried) and some set a
 // state. Nodes report themselves unhealthy while they cannot store
 // transitions, make the stream again, and every transition reaches the
-// stream, and subscribers, once.
+// stream once; readers following BUS.md end with exactly who is there.
 func TestE2EFaultNATSStoreLost(t *testing.T) {
 	skipIfShort(t, "faults: outages and floods against real nodes")
 	w := newWorld(t, shortTiming, 2)
@@ -575,7 +575,11 @@ func TestE2EFaultNATSStoreLost(t *testing.T) {
 	recovered := time.Since(start) - 4*time.Second
 	w.quiet()
 	o.converge(time.Second, truth)
-	s, l, d := o.counts(stayers, leavers, joiners)
+	// The core reader was cut off too, and core NATS is at most once: it
+	// may miss what the nodes published before it reconnected (its
+	// reconnect snapshot covers that), so it is judged only for what it
+	// must never see, and the stream for what must not be lost.
+	s, _, d := o.counts(stayers, nil, nil)
 
 	// The new stream holds each transition once.
 	nc := testnats.Connect(t, w.ns)
@@ -584,7 +588,7 @@ func TestE2EFaultNATSStoreLost(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the stream was not made again: %v", err)
 	}
-	ids := map[string]int{}
+	ids, onlines, offlines := map[string]int{}, map[string]int{}, map[string]int{}
 	msgs := readAll(t, stream)
 	// No room goes on with its old numbering in the new stream: each
 	// opens an epoch from the stream's creation on, and its seqs start at
@@ -597,6 +601,12 @@ func TestE2EFaultNATSStoreLost(t *testing.T) {
 			t.Fatal(err)
 		}
 		ids[tr.ID]++
+		switch tr.Kind {
+		case presence.Online:
+			onlines[tr.User]++
+		case presence.Offline:
+			offlines[tr.User]++
+		}
 		if tr.Epoch < created {
 			t.Errorf("%s is of epoch %d, older than the new stream (%d)", tr.ID, tr.Epoch, created)
 		}
@@ -614,8 +624,21 @@ func TestE2EFaultNATSStoreLost(t *testing.T) {
 			t.Errorf("%s stored %d times", id, n)
 		}
 	}
-	t.Logf("NATS restarted on an empty store after 4s: %d in the new stream; spurious %d, lost %d, doubled %d; readers agreed %v after",
-		len(msgs), s, l, d, recovered.Round(100*time.Millisecond))
+	lost := 0
+	for _, want := range []struct {
+		users []string
+		got   map[string]int
+		what  string
+	}{{leavers, offlines, "departure"}, {joiners, onlines, "arrival"}} {
+		for _, u := range want.users {
+			if n := want.got[u]; n != 1 {
+				t.Errorf("%s's %s is in the new stream %d times, want once", u, want.what, n)
+				lost += max(1-n, 0)
+			}
+		}
+	}
+	t.Logf("NATS restarted on an empty store after 4s: %d in the new stream, lost %d; at the core subscriber spurious %d, doubled %d; readers agreed %v after",
+		len(msgs), lost, s, d, recovered.Round(100*time.Millisecond))
 }
 
 // readAll returns every message body of a stream.

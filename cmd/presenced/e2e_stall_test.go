@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -163,18 +165,48 @@ func runStall(t *testing.T, tm stallTiming, stall time.Duration, n int) stallRes
 	return res
 }
 
-// allBack reports a user whose last online or offline in ts is an
-// offline: not yet back.
+// inSeqOrder returns ts ordered as BUS.md tells readers to: by room,
+// epoch and seq. Two nodes publish for a room (the stalled one the
+// online, the other the offline before it), so arrival order is not the
+// rooms' order.
+func inSeqOrder(ts []presence.Transition) []presence.Transition {
+	out := slices.Clone(ts)
+	slices.SortStableFunc(out, func(a, b presence.Transition) int {
+		return cmp.Or(strings.Compare(a.Room, b.Room), cmp.Compare(a.Epoch, b.Epoch), cmp.Compare(a.Seq, b.Seq))
+	})
+	return out
+}
+
+// reordered counts the users whose onlines and offlines in ts arrived
+// in another order than their seqs'.
+func reordered(ts []presence.Transition) int {
+	last, out := map[string]uint64{}, map[string]bool{}
+	for _, tr := range ts {
+		if tr.Kind == presence.Update {
+			continue
+		}
+		if tr.Seq < last[tr.User] {
+			out[tr.User] = true
+		}
+		last[tr.User] = max(last[tr.User], tr.Seq)
+	}
+	return len(out)
+}
+
+// allBack reports a user whose last online or offline in ts, in seq
+// order, is an offline: not yet back.
 func allBack(ts []presence.Transition) error {
 	last := map[string]presence.Kind{}
-	for _, tr := range ts {
+	seen := map[string][]string{}
+	for _, tr := range inSeqOrder(ts) {
+		seen[tr.User] = append(seen[tr.User], fmt.Sprintf("%s(%s) seq %d", tr.Kind, tr.Reason, tr.Seq))
 		if tr.Kind != presence.Update {
 			last[tr.User] = tr.Kind
 		}
 	}
 	for u, k := range last {
 		if k == presence.Offline {
-			return fmt.Errorf("%s is offline, not back", u)
+			return fmt.Errorf("%s is offline, not back: %v", u, seen[u])
 		}
 	}
 	return nil
@@ -203,10 +235,14 @@ func drain(c *client, room string) *client {
 }
 
 // judgeStall counts the offlines of each group and checks that each is
-// followed by the user's online, that kept users saw none and that no
-// update left a member with no session.
+// followed, in seq order, by the user's online, that kept users saw none
+// and that no update left a member with no session.
 func judgeStall(t *testing.T, ts []presence.Transition, groups map[string][]string, res *stallResult) {
 	t.Helper()
+	if n := reordered(ts); n > 0 {
+		t.Logf("%d users' onlines and offlines arrived out of seq order (two nodes publish for a room)", n)
+	}
+	ts = inSeqOrder(ts)
 	for g, users := range groups {
 		res.reasons[g] = map[string]int{}
 		for _, u := range users {
