@@ -38,35 +38,75 @@ func (s *Store) deliver(ctx context.Context, pending map[string][]string) []pres
 	return ts
 }
 
-// runDeliverer delivers what deliver queued, until ctx is done. It takes
-// what is waiting in one go, a room's entries in the order queued.
+// runDeliverer delivers what deliver queued, until ctx is done. Each
+// room is a lane: one delivery of a room at a time, its entries in the
+// order queued (what comes while one is under way waits for its publish
+// and ack, then goes in one batch), so the sink stores a room's
+// transitions in seq order; other rooms' deliveries run beside it, up to
+// deliverParallel, so an event never waits for another room's round
+// trip. What is still queued when ctx ends stays in the outbox for the
+// reaper.
 func (s *Store) runDeliverer(ctx context.Context) {
+	l := lanes{busy: map[string]bool{}, waiting: map[string][]string{}, done: make(chan string, deliverParallel)}
+	defer l.wg.Wait()
 	for {
-		var first map[string][]string
 		select {
 		case <-ctx.Done():
 			return
-		case first = <-s.outq:
-		}
-		merged := map[string][]string{}
-		for room, es := range first {
-			merged[room] = append(merged[room], es...)
-		}
-	more:
-		for range 255 {
-			select {
-			case p := <-s.outq:
-				for room, es := range p {
-					merged[room] = append(merged[room], es...)
-				}
-			default:
-				break more
+		case p := <-s.outq:
+			for room, es := range p {
+				l.queue(room, es)
 			}
+		case room := <-l.done:
+			delete(l.busy, room)
 		}
-		dctx, cancel := context.WithTimeout(ctx, s.opt.PublishLease)
-		s.deliverRooms(dctx, merged)
-		cancel()
+		l.startDue(func(room string, es []string) {
+			dctx, cancel := context.WithTimeout(ctx, s.opt.PublishLease)
+			defer cancel()
+			s.deliverNow(dctx, map[string][]string{room: es})
+		})
 	}
+}
+
+// lanes is the deliverer's state, owned by its goroutine: the rooms with
+// a delivery under way and the entries waiting, per room, in the order
+// their rooms first waited.
+type lanes struct {
+	busy    map[string]bool
+	waiting map[string][]string
+	order   []string // rooms of waiting, first waited first
+	done    chan string
+	wg      sync.WaitGroup
+}
+
+func (l *lanes) queue(room string, es []string) {
+	if _, ok := l.waiting[room]; !ok {
+		l.order = append(l.order, room)
+	}
+	l.waiting[room] = append(l.waiting[room], es...)
+}
+
+// startDue starts a delivery of every waiting room that has none under
+// way, while fewer than deliverParallel run.
+func (l *lanes) startDue(deliver func(room string, es []string)) {
+	kept := l.order[:0]
+	for _, room := range l.order {
+		if l.busy[room] || len(l.busy) >= deliverParallel {
+			kept = append(kept, room)
+			continue
+		}
+		es := l.waiting[room]
+		delete(l.waiting, room)
+		l.busy[room] = true
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			deliver(room, es)
+			l.done <- room // never blocks: at most deliverParallel run
+		}()
+	}
+	clear(l.order[len(kept):])
+	l.order = kept
 }
 
 // publishRoom hands one room's entries to the sink, renumbered first if
@@ -104,30 +144,8 @@ func (s *Store) publishRoom(ctx context.Context, room string, entries []string) 
 // ackTimeout bounds the acknowledgement of delivered entries.
 const ackTimeout = 2 * time.Second
 
-// deliverParallel bounds the rooms one delivery round publishes at once.
+// deliverParallel bounds the rooms the deliverer publishes at once.
 const deliverParallel = 64
-
-// deliverRooms delivers each room's entries from its own goroutine and
-// waits for all: a round costs about one publish round trip, not one per
-// room. A room's entries stay in one goroutine and rounds do not overlap,
-// so each room's transitions still reach the sink in seq order.
-func (s *Store) deliverRooms(ctx context.Context, pending map[string][]string) {
-	if len(pending) == 1 {
-		s.deliverNow(ctx, pending)
-		return
-	}
-	sem := make(chan struct{}, deliverParallel)
-	var wg sync.WaitGroup
-	for room, entries := range pending {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			s.deliverNow(ctx, map[string][]string{room: entries})
-		}()
-	}
-	wg.Wait()
-}
 
 // deliverNow hands each room's outbox entries to the sink and acknowledges
 // the delivered ones. Entries it cannot deliver stay in the outbox, and a
