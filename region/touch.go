@@ -61,8 +61,27 @@ func (s *Store) touch(ctx context.Context, op string, refs []presence.SessionRef
 	pending := s.touchReplies(calls, cmds, &res)
 	s.noteHeld(refs, res.Lost)
 	res.Transitions = s.deliver(ctx, pending)
-	s.noteActivity(ctx, refs)
+	s.noteActivity(ctx, unannounced(refs, res.Transitions))
 	return res, nil
+}
+
+// unannounced drops the refs of users whose online or offline ts holds:
+// their delivery writes their last seen (departuresSeen), so this call
+// does not, and the claims queued behind it wait one round trip less.
+func unannounced(refs []presence.SessionRef, ts []presence.Transition) []presence.SessionRef {
+	if len(ts) == 0 {
+		return refs
+	}
+	announced := map[string]bool{}
+	for _, t := range ts {
+		if t.Kind == presence.Online || t.Kind == presence.Offline {
+			announced[t.User] = true
+		}
+	}
+	if len(announced) == 0 {
+		return refs
+	}
+	return slices.DeleteFunc(slices.Clone(refs), func(r presence.SessionRef) bool { return announced[r.User] })
 }
 
 // checkBatch rejects an empty or oversized batch, or one with an invalid

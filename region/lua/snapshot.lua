@@ -4,6 +4,7 @@
 -- ARGV[1] offset, ARGV[2] limit, ARGV[3] cut, ARGV[4] slack (see read_cut)
 -- Returns {now, room seq, stream seq, total, epoch, then per member on the page:
 -- user, until (seconds), k, then k triples (session, expiry seconds, state)}.
+local STATES_AT_ONCE = 256 -- well under Lua's unpack limit
 local now = now_ms()
 local at = read_cut(now, ARGV[3], ARGV[4])
 local off, lim = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -54,13 +55,25 @@ for i = off + 1, math.min(off + lim, #users) do
 end
 if #page > 0 then
   local ss = redis.call('ZRANGEBYSCORE', KEYS[2], live_s(at), '+inf', 'WITHSCORES')
+  -- The page's states in one HMGET per STATES_AT_ONCE sessions, not one
+  -- call each: a join's snapshot is the commonest read.
+  local fields, at_l, at_i = {}, {}, {}
   for i = 1, #ss, 2 do
     local u, sid = parse(ss[i])
     if type(page[u]) == 'table' then
       local l = page[u]
       l[#l + 1] = sid
       l[#l + 1] = ss[i + 1]
-      l[#l + 1] = state_read(redis.call('HGET', KEYS[4], u .. ':' .. sid)) or ''
+      l[#l + 1] = ''
+      fields[#fields + 1] = u .. ':' .. sid
+      at_l[#fields], at_i[#fields] = l, #l
+    end
+  end
+  for from = 1, #fields, STATES_AT_ONCE do
+    local to = math.min(from + STATES_AT_ONCE - 1, #fields)
+    local vs = redis.call('HMGET', KEYS[4], unpack(fields, from, to))
+    for j = from, to do
+      at_l[j][at_i[j]] = state_read(vs[j - from + 1]) or ''
     end
   end
 end
