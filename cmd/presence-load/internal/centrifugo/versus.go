@@ -34,7 +34,10 @@ import (
 //   - cf-latency: one observer per channel of 50 (join_leave), --rate
 //     subscribes a second for --duration on an absolute schedule, from
 //     connections connected beforehand; each join push at its channel's
-//     observer is timed from the subscribe.
+//     observer is timed from the subscribe. The joiners subscribe with
+//     join_leave too (--cf-join-leave), so each gets the later joins of
+//     its channel, as a node's joiners get their room's later onlines in
+//     latency: both servers write the same frames.
 
 // cfClient is one Centrifugo connection: a reader that answers pings and
 // hands replies and join pushes on.
@@ -223,13 +226,13 @@ func Latency(ctx context.Context, o load.Options, out io.Writer) error {
 	if failedO+failedJ > 0 {
 		return fmt.Errorf("FAIL: %d observers and %d joiners failed to open (%v; %v)", failedO, failedJ, errO, errJ)
 	}
-	fmt.Fprintf(out, "%d joins at %.0f/s over %v into %d channels of %d, each with an observer; connections opened in %v\n",
-		joins, o.Rate, o.Duration, channels, perChannel, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(out, "%d joins at %.0f/s over %v into %d channels of %d, each with an observer; joiners with join_leave: %v; connections opened in %v\n",
+		joins, o.Rate, o.Duration, channels, perChannel, o.CFJoinLeave, time.Since(start).Round(time.Millisecond))
 	var writeErr error
 	sctx, stop := context.WithCancel(ctx)
 	churn.Pacer{Rate: o.Rate}.Run(sctx, len(js), func(i int, _ time.Time) {
 		sent[i].Store(time.Now().UnixNano())
-		if err := js[i].Send(cfSubscribeCmd(2, channel(i/perChannel), false)); err != nil {
+		if err := js[i].Send(cfSubscribeCmd(2, channel(i/perChannel), o.CFJoinLeave)); err != nil {
 			writeErr = fmt.Errorf("subscribe %s: %w", user(i), err)
 			stop()
 		}
