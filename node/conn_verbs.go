@@ -233,7 +233,10 @@ func (c *conn) joinAllowed(req protocol.Request) (interest, bool, bool) {
 func (c *conn) joinPresent(ctx context.Context, req protocol.Request, in interest) {
 	room := req.Room
 	ref := c.ref(room)
-	if err := c.d.sessions.hold(ctx, ref, c); err != nil {
+	began := time.Now()
+	err := c.d.sessions.hold(ctx, ref, c)
+	c.d.metrics.claim.Observe(time.Since(began).Seconds())
+	if err != nil {
 		c.d.rooms.remove(room, c)
 		c.d.log.Warn("node: join failed", "user", c.user, "session", c.session, "err", err)
 		c.refuseJoin(req, c.d.joins.Refused(ref), "join failed")

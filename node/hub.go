@@ -492,8 +492,12 @@ func (h *hub) onMsg(msg *nats.Msg) {
 		h.log.Debug("node: ignoring a malformed event", "subject", msg.Subject, "err", err)
 		return
 	}
-	e := event{epoch: t.Epoch, seq: t.Seq, frame: frame, entry: encodeEntry(t), delta: delta, user: t.User, sessionsOnly: sessionsOnly(t), at: time.Now()}
-	if msg.Sub != nil && h.watches.offer(t.Room, msg.Sub, e, time.Now()) {
+	now := time.Now()
+	if !t.At.IsZero() {
+		h.metrics.eventAge.Observe(max(now.Sub(t.At), 0).Seconds())
+	}
+	e := event{epoch: t.Epoch, seq: t.Seq, frame: frame, entry: encodeEntry(t), delta: delta, user: t.User, sessionsOnly: sessionsOnly(t), at: now}
+	if msg.Sub != nil && h.watches.offer(t.Room, msg.Sub, e, now) {
 		return
 	}
 	h.mu.Lock()
