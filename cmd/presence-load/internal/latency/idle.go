@@ -80,7 +80,12 @@ func Idle(ctx context.Context, o load.Options, out io.Writer) error {
 	fmt.Fprintf(out, "node RSS before: %.1f MiB\n", rss0/(1<<20))
 	start := time.Now()
 	clients, tally, dropped := openIdle(ctx, d, o)
-	defer closeClients(clients)
+	closed := false
+	defer func() {
+		if !closed {
+			closeClients(clients)
+		}
+	}()
 	open, failed := tally.Opened, o.Sessions-tally.Opened
 	fmt.Fprintf(out, "opened %d sessions in %v (%d failed", open, time.Since(start).Round(time.Millisecond), failed)
 	if tally.FirstErr != "" {
@@ -115,6 +120,10 @@ func Idle(ctx context.Context, o load.Options, out io.Writer) error {
 	if err := reportIdleCPU(out, cpu, window, open); err != nil {
 		return err
 	}
+	closed = true
+	if err := closeAndQuiesce(ctx, o, out, clients, open); err != nil {
+		return err
+	}
 	if failed > 0 {
 		return fmt.Errorf("FAIL: %d of %d sessions failed to open", failed, o.Sessions)
 	}
@@ -122,6 +131,34 @@ func Idle(ctx context.Context, o load.Options, out io.Writer) error {
 		return fmt.Errorf("FAIL: the node dropped %d connections during the run (each client reconnected)", n)
 	}
 	return nil
+}
+
+// closeAndQuiesce closes the clients and waits, up to --quiesce (default
+// 90s), for the node to deliver their departures, one offline each, a
+// grace after the close: a run that follows (versus runs latency next)
+// would otherwise measure its joins beside a burst of them.
+func closeAndQuiesce(ctx context.Context, o load.Options, out io.Writer, clients []*client.Client, open int) error {
+	before, err := load.Metric(o.Metrics, "presence_region_transitions_total")
+	if err != nil {
+		return err
+	}
+	closeClients(clients)
+	t0 := time.Now()
+	bound := o.Quiesce
+	if bound == 0 {
+		bound = 90 * time.Second
+	}
+	var got float64
+	for time.Since(t0) < bound {
+		if got, err = load.Metric(o.Metrics, "presence_region_transitions_total"); err == nil && got-before >= float64(open) {
+			fmt.Fprintf(out, "closed; the node delivered their %d departures %v after the close\n", open, time.Since(t0).Round(100*time.Millisecond))
+			return nil
+		}
+		if !load.SleepCtx(ctx, 200*time.Millisecond) {
+			return ctx.Err()
+		}
+	}
+	return fmt.Errorf("FAIL: %v after the close the node had delivered %.0f transitions, want the %d departures", bound, got-before, open)
 }
 
 // reportIdleCPU prints the CPU of each process over the window, as % of

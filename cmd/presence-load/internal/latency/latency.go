@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -182,9 +183,45 @@ type stepResult struct {
 	pendingReply           int
 	pendingNATS, pendingWS int
 	writeErrs              int
-	quiet                  time.Duration // how long the node took to go quiet after the run (sweep)
-	notQuiet               string        // why the node was not quiet when the wait ended
-	afterNotQuiet          bool          // this step began on a node that was not quiet
+	quiet                  time.Duration                // how long the node took to go quiet after the run (sweep)
+	notQuiet               string                       // why the node was not quiet when the wait ended
+	afterNotQuiet          bool                         // this step began on a node that was not quiet
+	stages                 map[string]measure.Histogram // the node's, over the joins and the wait
+}
+
+// stageNames are the node's histograms of a join's way, in its order:
+// the claim, the event from the store to the node off NATS, the wait for
+// room order.
+var stageNames = []string{"presence_node_join_claim_seconds", "presence_node_event_age_seconds", "presence_node_event_reorder_seconds"}
+
+// bound formats a bucket's upper bound in seconds.
+func bound(s float64) string {
+	if math.IsInf(s, 1) {
+		return "past the last bucket"
+	}
+	return "≤" + measure.FmtDur(time.Duration(s*float64(time.Second)))
+}
+
+// stagesLine reports the stages as bucket bounds ("≤"): where the p50 and
+// p99 of each fell.
+func stagesLine(st map[string]measure.Histogram) string {
+	var parts []string
+	for i, n := range stageNames {
+		h, ok := st[n]
+		if !ok {
+			continue
+		}
+		p50, count := h.Quantile(.50)
+		p99, _ := h.Quantile(.99)
+		if count == 0 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s p50 %s p99 %s (n %.0f)", []string{"claim", "store → node", "reorder"}[i], bound(p50), bound(p99), count))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "node stages (its histograms' bucket bounds): " + strings.Join(parts, "; ")
 }
 
 func (r stepResult) failures() []string {
@@ -221,6 +258,7 @@ func (e *latencyEnv) runStep(ctx context.Context, p stepPlan) (stepResult, error
 	}
 
 	m0, _ := measure.Scrape(e.o.Metrics)
+	h0, _ := measure.Histograms(e.o.Metrics, stageNames...)
 	dropped0, _ := e.sub.Dropped()
 	bad0 := e.rt.bad.Load()
 	cpu0 := measure.ReadMeters(e.meters)
@@ -234,6 +272,12 @@ func (e *latencyEnv) runStep(ctx context.Context, p stepPlan) (stepResult, error
 	if m1, err := measure.Scrape(e.o.Metrics); err == nil && m0 != nil {
 		res.resyncs = m1["presence_node_resyncs_total"] - m0["presence_node_resyncs_total"]
 		res.rejected = m1["presence_node_rejected_frames_total"] - m0["presence_node_rejected_frames_total"]
+	}
+	if h1, err := measure.Histograms(e.o.Metrics, stageNames...); err == nil {
+		res.stages = map[string]measure.Histogram{}
+		for _, n := range stageNames {
+			res.stages[n] = h1[n].Sub(h0[n])
+		}
 	}
 	if n, err := e.sub.Dropped(); err == nil {
 		res.natsDropped = n - dropped0
@@ -540,6 +584,9 @@ func report(out io.Writer, r stepResult, o load.Options) {
 	if s.watchersLost+s.joinersLost+s.badFrames+s.wsDuplicates+s.natsDuplicates+r.natsDropped > 0 || r.natsBad > 0 || len(s.errorFrames) > 0 {
 		fmt.Fprintf(out, "anomalies: watchers lost %d (%s), joiners lost %d, bad frames %d, WebSocket duplicates %d, NATS duplicates %d, NATS dropped %d, NATS bad %d, other error frames: %s\n",
 			s.watchersLost, measure.Codes(s.watcherLoss), s.joinersLost, s.badFrames, s.wsDuplicates, s.natsDuplicates, r.natsDropped, r.natsBad, measure.Codes(s.errorFrames))
+	}
+	if l := stagesLine(r.stages); l != "" {
+		fmt.Fprintln(out, l)
 	}
 	if len(r.cpu) > 0 {
 		fmt.Fprintf(out, "CPU over the joins and the wait (%v), %% of one core: %s\n", r.window.Round(time.Millisecond), measure.FmtCPU(r.cpu, r.window))

@@ -43,7 +43,7 @@ type Options struct {
 	Sweep       string        `flag:"rates,sweep" help:"sweep: comma-separated join rates, lowest first (default 250,500,1000,1500,2000); latency: run a sweep over these rates"`
 	Late        time.Duration `flag:"late" default:"1s" help:"latency, sweep: an event seen later than this after its join counts as late (it still enters the percentiles)"`
 	Straggle    time.Duration `flag:"straggle" default:"30s" help:"latency, sweep: how long after the last join to wait for events still due"`
-	Quiesce     time.Duration `flag:"quiesce" help:"latency, sweep: after a run, wait up to this long for its users' offline events and the node's connections to drop (default: sweep 90s, latency none)"`
+	Quiesce     time.Duration `flag:"quiesce" help:"latency, sweep, idle: after a run, wait up to this long for its users' offline events (and in latency and sweep the node's connections) to drop (default: sweep and idle 90s, latency none)"`
 	MaxConns    int           `flag:"max-conns" default:"12000" help:"latency, sweep: at most this many WebSockets per run (joiners + watchers); longer runs are cut"`
 	OkP99       time.Duration `flag:"ok-p99" default:"25ms" help:"sweep: the p99 target"`
 	BadP99      time.Duration `flag:"bad-p99" default:"100ms" help:"sweep: the p99 that marks a collapse"`
