@@ -32,8 +32,8 @@ type metrics struct {
 	// store call under way, then its own), and its event's way from the
 	// store to this node (outbox, delivery, the stream, NATS).
 	claim, eventAge prometheus.Histogram
-	join                         storm.JoinMetrics
-	extend                       storm.ExtendMetrics
+	join            storm.JoinMetrics
+	extend          storm.ExtendMetrics
 }
 
 // gauges are the readings behind the node's gauges, each from the part
