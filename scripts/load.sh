@@ -58,7 +58,9 @@
 #                                (presence-load cf-idle, cf-latency), then
 #                                join -> event p50/p99, RSS per idle session,
 #                                CPU per 10k idle sessions and their ratios
-#                                (presence-load versus). Latency and CPU
+#                                (presence-load versus); further flags go to
+#                                the latency runs and the table, e.g.
+#                                --rate 2000 --duration 5s. Latency and CPU
 #                                mean something only on a quiet machine: the
 #                                load average is printed with the table.
 #
@@ -335,15 +337,21 @@ versus)
 	# presence first (a fresh node), then Centrifugo on the same Redis;
 	# each run's log is kept for the table.
 	"$bin/presence-load" idle "${common[@]}" "${cpu[@]}" --sessions 15000 --hold 60s | tee "$work/pr-idle.log" || rc=1
-	"$bin/presence-load" latency "${common[@]}" "${cpu[@]}" "${lat[@]}" --rate 1000 --duration 10s | tee "$work/pr-latency.log" || rc=1
+	"$bin/presence-load" latency "${common[@]}" "${cpu[@]}" "${lat[@]}" --rate 1000 --duration 10s "$@" | tee "$work/pr-latency.log" || rc=1
 	start_centrifugo '{"type": "redis", "redis": {"address": "127.0.0.1:'"$rport"'"}}'
 	echo "=== Centrifugo v6.9.1 pid $cf_pid on 127.0.0.1:$cport (Redis engine on :$rport)"
 	cf=(--addr "127.0.0.1:$cport" --jwt-secret "$secret")
 	"$bin/presence-load" cf-idle "${cf[@]}" --node-pid "$cf_pid" --sessions 15000 --hold 60s | tee "$work/cf-idle.log" || rc=1
-	"$bin/presence-load" cf-latency "${cf[@]}" --rate 1000 --duration 10s | tee "$work/cf-latency.log" || rc=1
+	"$bin/presence-load" cf-latency "${cf[@]}" --rate 1000 --duration 10s "$@" | tee "$work/cf-latency.log" || rc=1
 	stop_centrifugo
 	echo "=== side by side: one run each, $(nproc) cores, load average now $(cut -d' ' -f1-3 /proc/loadavg)"
-	"$bin/presence-load" versus --rate 1000 --idle "$work/pr-idle.log" --latency "$work/pr-latency.log" \
+	rate=1000 # the table's: the last --rate given, as the runs read it
+	args=("$@")
+	for ((i = 0; i < ${#args[@]}; i++)); do
+		[[ ${args[i]} == --rate ]] && rate=${args[i + 1]:-$rate}
+		[[ ${args[i]} == --rate=* ]] && rate=${args[i]#--rate=}
+	done
+	"$bin/presence-load" versus --rate "$rate" --idle "$work/pr-idle.log" --latency "$work/pr-latency.log" \
 		--cf-idle "$work/cf-idle.log" --cf-latency "$work/cf-latency.log" || rc=1
 	;;
 esac
