@@ -258,7 +258,7 @@ func (tb *upTab) run() {
 // state the first time, and folds the frames into the view until the
 // connection ends.
 func (tb *upTab) session(addr string) error {
-	tok, err := oracleToken(tb.user)
+	tok, err := oracleToken(e2eSecret, tb.user)
 	if err != nil {
 		return err
 	}

@@ -26,8 +26,8 @@ import (
 
 // oracleToken signs a client token valid for two days, so that a long run
 // never meets a token expiry (4002).
-func oracleToken(user string) (string, error) {
-	return testkit.Token([]byte(e2eSecret), user, []string{"*"}, 48*time.Hour)
+func oracleToken(secret, user string) (string, error) {
+	return testkit.Token([]byte(secret), user, []string{"*"}, 48*time.Hour)
 }
 
 // wsFrame is any frame a node sends.
@@ -195,7 +195,7 @@ var errConnGone = errors.New("connection gone")
 // dialWS opens a connection of (user, session) to the node with id node at
 // addr and waits for its hello.
 func (h *harness) dialWS(node int, addr, user, session string) (*wsClient, error) {
-	tok, err := oracleToken(user)
+	tok, err := oracleToken(h.secret, user)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	crand "crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -213,6 +214,7 @@ type harness struct {
 	opts   oracleOpts
 	start  time.Time
 	args   []string // node flags
+	secret string   // the nodes' JWT secret, this run's own
 	starts int      // nodes started, on the test goroutine
 
 	mu       sync.Mutex
@@ -413,9 +415,15 @@ func runOracle(t *testing.T, sc oracle.Scenario, opts oracleOpts) (*oracle.Run, 
 	plan := oracle.Generate(sc)
 	tm := sc.Timing
 	h := &harness{t: t, e: newProcessEnv(t), plan: plan, opts: opts, ops: map[string]int{}, live: map[int]*wsClient{}, slotNode: make([]int, sc.Nodes), crashed: make(chan int, 16)}
+	// A secret of this run's own: its nodes listen on ports the kernel
+	// picks, and a port one of them leaves (killed) may go to a node of
+	// another run beside it; a client of this run redialling it must be
+	// refused there, not join that run's rooms.
+	h.secret = crand.Text() + crand.Text() // 52 characters: a node wants 32 bytes at least
 	h.args = append([]string{
 		"--session-ttl", tm.TTL.String(), "--heartbeat", tm.Heartbeat.String(),
 		"--offline-grace", tm.Grace.String(), "--reap-interval", tm.Reap.String(),
+		"--jwt-secret", h.secret,
 	}, opts.nodeArgs...)
 	t.Logf("oracle seed %d: %s; %d users, %d tabs, %d rooms, %d nodes; %d operations planned",
 		sc.Seed, tm, sc.Users, len(plan.Tabs), sc.Rooms, sc.Nodes, plan.Ops)
