@@ -107,12 +107,7 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 	m.reorder = latency("event_reorder_seconds", "From an event's arrival off NATS until it is in its room's order (a gap before it holds it).")
 	m.fanWait = latency("fanout_wait_seconds", "Per room and tick that sends events frames (to all members, or to those whose turn it is): how long the oldest event it sends waited, in order, for it.")
 	m.frameWrite = latency("frame_write_seconds", "Shared events frames: from queued at the tick until written to the member's socket.")
-	fine := func(name, help string) prometheus.Histogram {
-		return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: name, Help: help,
-			Buckets: []float64{.0005, .001, .002, .003, .005, .0075, .01, .015, .025, .05, .1, .25, .5, 1, 2.5}})
-	}
-	m.claim = fine("join_claim_seconds", "A join with presence: from its claim's queueing (behind a store call under way) until the store answered it.")
-	m.eventAge = fine("event_age_seconds", "From a transition's time in the regional store (its at, by Redis's clock) until it arrived off NATS: the outbox, its delivery, the stream and NATS. Across hosts it includes their clocks' skew.")
+	m.claim, m.eventAge = joinStages(ns, sub)
 	cs := []prometheus.Collector{
 		m.reorder, m.fanWait, m.frameWrite, m.claim, m.eventAge,
 		m.joins, m.leaves, m.touchSeconds, m.touchErrors, m.rejectedFrames, m.rejectedConns, m.closes,
@@ -155,4 +150,15 @@ func (m *metrics) initLabels() {
 	for _, r := range []string{"auth", "capacity", "draining", "bad_request", "origin"} {
 		m.rejectedConns.WithLabelValues(r)
 	}
+}
+
+// joinStages are the histograms of a join's claim and of its event's way
+// from the store to the node, with buckets fine enough for milliseconds.
+func joinStages(ns, sub string) (claim, eventAge prometheus.Histogram) {
+	fine := func(name, help string) prometheus.Histogram {
+		return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: name, Help: help,
+			Buckets: []float64{.0005, .001, .002, .003, .005, .0075, .01, .015, .025, .05, .1, .25, .5, 1, 2.5}})
+	}
+	return fine("join_claim_seconds", "A join with presence: from its claim's queueing (behind a store call under way) until the store answered it."),
+		fine("event_age_seconds", "From a transition's time in the regional store (its at, by Redis's clock) until it arrived off NATS: the outbox, its delivery, the stream and NATS. Across hosts it includes their clocks' skew.")
 }
