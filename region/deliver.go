@@ -44,16 +44,22 @@ func (s *Store) deliver(ctx context.Context, pending map[string][]string) []pres
 // and ack, then goes in one batch), so the sink stores a room's
 // transitions in seq order; other rooms' deliveries run beside it, up to
 // deliverParallel, so an event never waits for another room's round
-// trip. What is still queued when ctx ends stays in the outbox for the
-// reaper.
+// trip. While outQueue entries wait for their lanes it takes nothing
+// more, so deliver's queue fills and what comes then is left to the
+// reaper: a sink that hangs holds a bounded backlog here. What is still
+// queued when ctx ends stays in the outbox for the reaper.
 func (s *Store) runDeliverer(ctx context.Context) {
 	l := lanes{busy: map[string]bool{}, waiting: map[string][]string{}, done: make(chan string, deliverParallel)}
 	defer l.wg.Wait()
 	for {
+		in := s.outq
+		if l.entries >= outQueue {
+			in = nil
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case p := <-s.outq:
+		case p := <-in:
 			for room, es := range p {
 				l.queue(room, es)
 			}
@@ -74,6 +80,7 @@ func (s *Store) runDeliverer(ctx context.Context) {
 type lanes struct {
 	busy    map[string]bool
 	waiting map[string][]string
+	entries int      // in waiting
 	order   []string // rooms of waiting, first waited first
 	done    chan string
 	wg      sync.WaitGroup
@@ -84,19 +91,25 @@ func (l *lanes) queue(room string, es []string) {
 		l.order = append(l.order, room)
 	}
 	l.waiting[room] = append(l.waiting[room], es...)
+	l.entries += len(es)
 }
 
 // startDue starts a delivery of every waiting room that has none under
 // way, while fewer than deliverParallel run.
 func (l *lanes) startDue(deliver func(room string, es []string)) {
 	kept := l.order[:0]
-	for _, room := range l.order {
-		if l.busy[room] || len(l.busy) >= deliverParallel {
+	for i, room := range l.order {
+		if len(l.busy) >= deliverParallel {
+			kept = append(kept, l.order[i:]...)
+			break
+		}
+		if l.busy[room] {
 			kept = append(kept, room)
 			continue
 		}
 		es := l.waiting[room]
 		delete(l.waiting, room)
+		l.entries -= len(es)
 		l.busy[room] = true
 		l.wg.Add(1)
 		go func() {

@@ -112,3 +112,34 @@ func TestASlowRoomDelaysOnlyItsOwnEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A sink that hangs holds a bounded backlog in the deliverer: once
+// outQueue entries wait for their lanes it takes no more, its queue
+// fills, and what comes then is left in the outbox for the reaper
+// (counted as a publish error) instead of piling up in memory.
+func TestAHangingSinkLeavesTheBacklogToTheReaper(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	g := &gatedSink{gate: make(chan struct{})}
+	s := newStore(t, rdb, g, func(o *Options) { o.AsyncDelivery = true; o.PublishLease = time.Minute })
+	startReaper(t, s)
+	// More rooms than the lanes and their waiting room hold, in one call.
+	var refs []presence.SessionRef
+	for i := range deliverParallel + outQueue {
+		refs = append(refs, ref(fmt.Sprintf("a%d", i), "u", "tab"))
+	}
+	if _, err := s.Claim(context.Background(), refs); err != nil {
+		t.Fatal(err)
+	}
+	// Then one delivery more than the queue holds, each its own.
+	for i := range outQueue + 1 {
+		if _, err := s.Claim(context.Background(), []presence.SessionRef{ref(fmt.Sprintf("b%d", i), "u", "tab")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testkit.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		return testkit.AtLeast("deliveries left to the reaper", s.Stats().PublishErrors.Load(), int64(1))
+	})
+	if n := len(g.All()); n != 0 {
+		t.Fatalf("%d delivered through a closed gate", n)
+	}
+}
