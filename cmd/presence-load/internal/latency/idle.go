@@ -80,12 +80,7 @@ func Idle(ctx context.Context, o load.Options, out io.Writer) error {
 	fmt.Fprintf(out, "node RSS before: %.1f MiB\n", rss0/(1<<20))
 	start := time.Now()
 	clients, tally, dropped := openIdle(ctx, d, o)
-	closed := false
-	defer func() {
-		if !closed {
-			closeClients(clients)
-		}
-	}()
+	defer closeClients(clients) // again after closeAndQuiesce: a client closes once
 	open, failed := tally.Opened, o.Sessions-tally.Opened
 	fmt.Fprintf(out, "opened %d sessions in %v (%d failed", open, time.Since(start).Round(time.Millisecond), failed)
 	if tally.FirstErr != "" {
@@ -120,7 +115,6 @@ func Idle(ctx context.Context, o load.Options, out io.Writer) error {
 	if err := reportIdleCPU(out, cpu, window, open); err != nil {
 		return err
 	}
-	closed = true
 	if err := closeAndQuiesce(ctx, o, out, clients, open); err != nil {
 		return err
 	}

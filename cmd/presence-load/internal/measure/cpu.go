@@ -356,25 +356,14 @@ func VarzMeter(monitor string) (Meter, error) {
 // Scrape reads a Prometheus text page; each metric name maps to the sum
 // of its series (labels dropped).
 func Scrape(u string) (map[string]float64, error) {
-	resp, err := http.Get(u)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %s", u, resp.Status)
-	}
 	m := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
+	err := scrapeLines(u, func(line string) {
 		if line == "" || line[0] == '#' {
-			continue
+			return
 		}
 		name, val, ok := strings.Cut(line, " ")
 		if !ok {
-			continue
+			return
 		}
 		if i := strings.IndexByte(name, '{'); i >= 0 {
 			// Labels may hold spaces: the value follows the closing brace.
@@ -383,13 +372,31 @@ func Scrape(u string) (map[string]float64, error) {
 		}
 		fields := strings.Fields(val)
 		if len(fields) == 0 {
-			continue
+			return
 		}
 		if f, err := strconv.ParseFloat(fields[0], 64); err == nil {
 			m[name] += f
 		}
+	})
+	return m, err
+}
+
+// scrapeLines hands each line of the Prometheus text page at u to line.
+func scrapeLines(u string, line func(string)) error {
+	resp, err := http.Get(u)
+	if err != nil {
+		return err
 	}
-	return m, sc.Err()
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", u, resp.Status)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line(sc.Text())
+	}
+	return sc.Err()
 }
 
 // MachineMeter reads the CPU of every process on the machine (allProcs).

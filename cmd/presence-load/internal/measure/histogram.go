@@ -1,10 +1,7 @@
 package measure
 
 import (
-	"bufio"
-	"fmt"
 	"math"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,36 +17,30 @@ type Histogram struct {
 // Histograms reads the named histograms (without their _bucket suffix,
 // series without labels other than le) from a Prometheus text page.
 func Histograms(u string, names ...string) (map[string]Histogram, error) {
-	resp, err := http.Get(u)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %s", u, resp.Status)
-	}
 	out := map[string]Histogram{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		name, rest, ok := strings.Cut(sc.Text(), `_bucket{le="`)
+	err := scrapeLines(u, func(line string) {
+		name, rest, ok := strings.Cut(line, `_bucket{le="`)
 		if !ok || !slices.Contains(names, name) {
-			continue
+			return
 		}
 		le, val, ok := strings.Cut(rest, `"} `)
 		if !ok {
-			continue
+			return
+		}
+		fields := strings.Fields(val)
+		if len(fields) == 0 {
+			return
 		}
 		b, err1 := strconv.ParseFloat(le, 64)
-		c, err2 := strconv.ParseFloat(strings.Fields(val)[0], 64)
+		c, err2 := strconv.ParseFloat(fields[0], 64)
 		if err1 != nil || err2 != nil {
-			continue
+			return
 		}
 		h := out[name]
 		h.Bounds, h.Counts = append(h.Bounds, b), append(h.Counts, c)
 		out[name] = h
-	}
-	return out, sc.Err()
+	})
+	return out, err
 }
 
 // Sub is what h counted since before (the same histogram, read earlier).

@@ -16,7 +16,8 @@ func TestHistogramsReadsBucketsAndQuantilesAreBucketBounds(t *testing.T) {
 			"x_seconds_bucket{le=\"0.01\"} " + itoa(c3) + "\n" +
 			"x_seconds_bucket{le=\"+Inf\"} " + itoa(inf) + "\n" +
 			"x_seconds_sum 1\nx_seconds_count " + itoa(inf) + "\n" +
-			"other_bucket{le=\"1\"} 5\n"
+			"other_bucket{le=\"1\"} 5\n" +
+			"x_seconds_bucket{le=\"2\"} \n" // no value: skipped, not a panic
 	}
 	body := page(10, 20, 30, 30)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(body)) }))
