@@ -476,9 +476,49 @@ func (h *hub) onMsg(msg *nats.Msg) {
 	if err == nil && t.Region != h.region && (h.views == nil || !h.views.known(t.Region)) {
 		err = errors.New("event of another region")
 	}
-	var frame []byte
-	if err == nil {
-		frame, err = encodeEvent(t)
+	if err != nil {
+		h.metrics.badEvents.Inc()
+		h.log.Debug("node: ignoring a malformed event", "subject", msg.Subject, "err", err)
+		return
+	}
+	if !t.At.IsZero() {
+		h.metrics.eventAge.Observe(max(time.Since(t.At), 0).Seconds())
+	}
+	h.onEvent(t, msg.Sub)
+}
+
+// stored passes on the transitions that this node's own store calls
+// caused, once the region has stored them (they are in its outbox), so
+// the room's local members see them without waiting for the bus's round
+// trip. Each goes through the room's sequencer as the bus's copy does:
+// that copy, arriving later with the same epoch and seq, is dropped as a
+// redelivery, and a later seq of this node still waits for an earlier
+// one of another node. Both copies make the same frame: it is the bus's
+// JSON of the transition (encodeEvent), whose at has milliseconds, as
+// the store's. Watch lists take theirs from the bus only. A transition
+// the publisher renumbers later (its stream was made again) reaches the
+// room under its new epoch, which starts the room over.
+func (h *hub) stored(ts []presence.Transition) {
+	for _, t := range ts {
+		if t.Region == h.region { // a node of the global view follows the aggregators
+			h.onEvent(t, nil)
+		}
+	}
+}
+
+// onEvent passes one transition on to its room's members (and, from the
+// bus, to the watch lists): sub is the subscription it came on, nil for
+// one of this node's own (stored).
+func (h *hub) onEvent(t presence.Transition, sub *nats.Subscription) {
+	if sub != nil && h.passedOn(t, sub) {
+		h.metrics.busCopies.Inc() // nothing to encode
+		return
+	}
+	frame, err := encodeEvent(t)
+	if err != nil {
+		h.metrics.badEvents.Inc()
+		h.log.Debug("node: ignoring an event it cannot encode", "id", t.ID, "err", err)
+		return
 	}
 	var delta int8
 	switch t.Kind {
@@ -487,24 +527,16 @@ func (h *hub) onMsg(msg *nats.Msg) {
 	case presence.Offline:
 		delta = -1
 	}
-	if err != nil {
-		h.metrics.badEvents.Inc()
-		h.log.Debug("node: ignoring a malformed event", "subject", msg.Subject, "err", err)
-		return
-	}
 	now := time.Now()
-	if !t.At.IsZero() {
-		h.metrics.eventAge.Observe(max(now.Sub(t.At), 0).Seconds())
-	}
 	e := event{epoch: t.Epoch, seq: t.Seq, frame: frame, entry: encodeEntry(t), delta: delta, user: t.User, sessionsOnly: sessionsOnly(t), at: now}
-	if msg.Sub != nil && h.watches.offer(t.Room, msg.Sub, e, now) {
+	if sub != nil && h.watches.offer(t.Room, sub, e, now) {
 		return
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	// A room takes the events of the view it follows; the other view's,
 	// queued before it moved, are dropped.
-	if r := h.rooms[t.Room]; r != nil && t.Region == r.view && (msg.Sub == nil || msg.Sub == r.sub) {
+	if r := h.rooms[t.Room]; r != nil && t.Region == r.view && (sub == nil || sub == r.sub) {
 		if delta != 0 && r.counters > 0 {
 			// Counts are read at the tick, whatever the room's position:
 			// a room of count members only never takes a snapshot.
@@ -513,6 +545,20 @@ func (h *hub) onMsg(msg *nats.Msg) {
 		}
 		h.eventLocked(r, e)
 	}
+}
+
+// passedOn reports whether the room that sub is the subscription of has
+// passed t on already (every seq up to its base is passed on or in a
+// snapshot). sub is then no watch list's, and t changes nothing.
+func (h *hub) passedOn(t presence.Transition, sub *nats.Subscription) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r := h.rooms[t.Room]
+	if r == nil || r.sub != sub || r.view != t.Region {
+		return false
+	}
+	epoch, base, synced := r.seq.Position()
+	return synced && epoch == t.Epoch && t.Seq <= base
 }
 
 // dispatch runs the hub until ctx is done.

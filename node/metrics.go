@@ -23,6 +23,7 @@ type metrics struct {
 	behind         prometheus.Counter
 	watchSubs      prometheus.Counter
 	badEvents      prometheus.Counter
+	busCopies      prometheus.Counter
 	overloaded     prometheus.Counter
 	// Where an event's time goes inside the node, for events frames:
 	// off NATS until in room order (a gap holds it), then until its
@@ -97,6 +98,8 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 			Help: "NATS subscriptions made for watched users (one per room and user watched on this node)."}),
 		badEvents: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "bad_events_total",
 			Help: "Messages on room subjects that are not valid events of this region."}),
+		busCopies: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "bus_copies_passed_total",
+			Help: "Events off NATS that their room had passed on already: mostly the bus's copies of this node's own transitions, which its members got as soon as the store had them."}),
 		overloaded: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "overloaded_requests_total",
 			Help: "Client requests refused (unavailable, with retry advice) because MaxInflight requests already waited on the store."}),
 	}
@@ -111,7 +114,7 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 	cs := []prometheus.Collector{
 		m.reorder, m.fanWait, m.frameWrite, m.claim, m.eventAge,
 		m.joins, m.leaves, m.touchSeconds, m.touchErrors, m.rejectedFrames, m.rejectedConns, m.closes,
-		m.resyncs, m.snapshotReads, m.forwarded, m.batches, m.behind, m.watchSubs, m.badEvents, m.overloaded,
+		m.resyncs, m.snapshotReads, m.forwarded, m.batches, m.behind, m.watchSubs, m.badEvents, m.busCopies, m.overloaded,
 	}
 	cs = append(cs, gaugeCollectors(g)...)
 	for _, c := range append(cs, m.stormCollectors(g)...) {

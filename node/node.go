@@ -146,7 +146,8 @@ func (n *Node) wire() error {
 	cfg := n.cfg
 	n.joins = newJoinGate(cfg)
 	n.beats, n.joinMeter = newWindows(statusWindow, false, n.epoch), newWindows(statusWindow, true, n.epoch)
-	n.keeper = newSessionKeeper(cfg.Store, cfg.heartbeat, cfg.HeartbeatSlots, cfg.Limits.TouchBatch, cfg.StoreTimeout, n.log,
+	store := &announcing{Store: cfg.Store}
+	n.keeper = newSessionKeeper(store, cfg.heartbeat, cfg.HeartbeatSlots, cfg.Limits.TouchBatch, cfg.StoreTimeout, n.log,
 		func(d time.Duration, _ int, err error) {
 			n.beats.add(time.Now(), float64(d))
 			n.metrics.touchSeconds.Observe(d.Seconds())
@@ -182,6 +183,7 @@ func (n *Node) wire() error {
 		views = newViews(cfg, n.log)
 	}
 	n.hub = newHub(n.ctx, cfg, views, n.log, n.metrics, &n.wg)
+	store.stored = n.hub.stored
 	n.drops = &dropper{region: cfg.Region, nc: cfg.NATS, store: cfg.Revocations, revs: newRevocations(), wheel: &n.wheel, hub: n.hub,
 		every: cfg.heartbeat, timeout: cfg.StoreTimeout, log: n.log}
 	n.conns = &connDeps{lim: cfg.Limits, storeTimeout: cfg.StoreTimeout, global: cfg.Global != nil, rooms: n.hub, watches: n.hub.watches, sessions: n.keeper, tokens: n.auth,
