@@ -342,7 +342,7 @@ versus)
 	echo "=== Centrifugo v6.9.1 pid $cf_pid on 127.0.0.1:$cport (Redis engine on :$rport)"
 	cf=(--addr "127.0.0.1:$cport" --jwt-secret "$secret")
 	"$bin/presence-load" cf-idle "${cf[@]}" --node-pid "$cf_pid" --sessions 15000 --hold 60s | tee "$work/cf-idle.log" || rc=1
-	"$bin/presence-load" cf-latency "${cf[@]}" --rate 1000 --duration 10s "$@" | tee "$work/cf-latency.log" || rc=1
+	"$bin/presence-load" cf-latency "${cf[@]}" --node-pid "$cf_pid" --redis "127.0.0.1:$rport" --rate 1000 --duration 10s "$@" | tee "$work/cf-latency.log" || rc=1
 	stop_centrifugo
 	echo "=== side by side: one run each, $(nproc) cores, load average now $(cut -d' ' -f1-3 /proc/loadavg)"
 	rate=1000 # the table's: the last --rate given, as the runs read it

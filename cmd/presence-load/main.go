@@ -101,12 +101,14 @@ var own = map[string]func(ctx context.Context, args []string, out io.Writer) err
 // shared are the modes that take the shared flags: load.Options and the
 // big-room ones (bigroom.BigOpts), which Centrifugo's runs mirror.
 var shared = map[string]func(ctx context.Context, o load.Options, b bigroom.Options, out io.Writer) error{
-	"idle":       nodeOnly(latency.Idle),
-	"latency":    nodeOnly(latency.Run),
-	"sweep":      nodeOnly(latency.Sweep),
-	"storm":      nodeOnly(latency.Storm),
-	"hog":        nodeOnly(latency.Hog),
-	"cf-latency": nodeOnly(centrifugo.Latency),
+	"idle":    nodeOnly(latency.Idle),
+	"latency": nodeOnly(latency.Run),
+	"sweep":   nodeOnly(latency.Sweep),
+	"storm":   nodeOnly(latency.Storm),
+	"hog":     nodeOnly(latency.Hog),
+	"cf-latency": func(ctx context.Context, o load.Options, b bigroom.Options, out io.Writer) error {
+		return centrifugo.Latency(ctx, o, b.NodePID, out)
+	},
 	"bigroom":    bigroom.Run,
 	"centrifugo": centrifugo.Run,
 	"cf-idle": func(ctx context.Context, o load.Options, b bigroom.Options, out io.Writer) error {

@@ -192,9 +192,15 @@ func Idle(ctx context.Context, o load.Options, pid int, out io.Writer) error {
 }
 
 // Latency is the cf-latency mode: join pushes timed at an observer per
-// channel.
-func Latency(ctx context.Context, o load.Options, out io.Writer) error {
+// channel, and the CPU over the joins as latency reads a node's:
+// Centrifugo's (pid, when given), Redis's (--redis), the machine's, this
+// tool's and what the hypervisor took.
+func Latency(ctx context.Context, o load.Options, pid int, out io.Writer) error {
 	d, err := load.NewDialer(o)
+	if err != nil {
+		return err
+	}
+	meters, err := cfMeters(o, pid)
 	if err != nil {
 		return err
 	}
@@ -229,6 +235,7 @@ func Latency(ctx context.Context, o load.Options, out io.Writer) error {
 	fmt.Fprintf(out, "%d joins at %.0f/s over %v into %d channels of %d, each with an observer; joiners with join_leave: %v; connections opened in %v\n",
 		joins, o.Rate, o.Duration, channels, perChannel, o.CFJoinLeave, time.Since(start).Round(time.Millisecond))
 	var writeErr error
+	cpu0, began := measure.ReadMeters(meters), time.Now()
 	sctx, stop := context.WithCancel(ctx)
 	churn.Pacer{Rate: o.Rate}.Run(sctx, len(js), func(i int, _ time.Time) {
 		sent[i].Store(time.Now().UnixNano())
@@ -255,13 +262,34 @@ func Latency(ctx context.Context, o load.Options, out io.Writer) error {
 			return ctx.Err()
 		}
 	}
+	window := time.Since(began)
+	cpu := measure.Delta(cpu0, measure.ReadMeters(meters))
 	lat, missing := rankSeen(seen)
 	fmt.Fprintf(out, "join -> %-22s p50 %-8s p90 %-8s p99 %-8s max %-8s seen %d/%d  missing %d\n", "online on WebSocket:",
 		measure.FmtDur(measure.Percentile(lat, .50)), measure.FmtDur(measure.Percentile(lat, .90)), measure.FmtDur(measure.Percentile(lat, .99)), measure.FmtDur(measure.Percentile(lat, 1)), joins-missing, joins, missing)
+	fmt.Fprintf(out, "CPU over the joins and the wait (%v), %% of one core: %s\n", window.Round(time.Millisecond), measure.FmtCPU(cpu, window))
 	if missing > 0 {
 		return fmt.Errorf("FAIL: %d join pushes missing", missing)
 	}
 	return nil
+}
+
+// cfMeters are cf-latency's CPU meters.
+func cfMeters(o load.Options, pid int) ([]measure.Meter, error) {
+	var ms []measure.Meter
+	if pid > 0 {
+		if _, err := measure.ProcCPU(pid); err != nil {
+			return nil, fmt.Errorf("--node-pid: %w", err)
+		}
+		ms = append(ms, measure.ProcMeter("centrifugo", pid))
+	}
+	if o.Redis != "" {
+		if _, err := measure.RedisCPU(o.Redis); err != nil {
+			return nil, fmt.Errorf("--redis: %w", err)
+		}
+		ms = append(ms, measure.Meter{Name: "redis", Source: "INFO cpu used_cpu_sys+used_cpu_user", Read: func() (float64, error) { return measure.RedisCPU(o.Redis) }})
+	}
+	return append(ms, measure.MachineMeter(), measure.StealMeter(), measure.SelfMeter()), nil
 }
 
 // rankSeen sorts the latencies seen (ns, 0 for a push never seen), each
@@ -288,17 +316,22 @@ type sideFigures struct {
 	rssKiB    float64
 	cpuPer10k float64
 	sessions  int
+	// The machine's CPU, and the hypervisor's steal, over the joins, in
+	// % of one core.
+	machine, steal float64
 }
 
 var (
-	reWSLine = regexp.MustCompile(`join -> online on WebSocket:\s+p50 (\S+)\s+p90 \S+\s+p99 (\S+)`)
-	reRSS    = regexp.MustCompile(`node RSS with (\d+) sessions: [\d.]+ MiB; per session: ([\d.]+) KiB`)
-	reCPU    = regexp.MustCompile(`CPU per 10k sessions, % of one core: node ([\d.]+)%`)
+	reWSLine   = regexp.MustCompile(`join -> online on WebSocket:\s+p50 (\S+)\s+p90 \S+\s+p99 (\S+)`)
+	reRSS      = regexp.MustCompile(`node RSS with (\d+) sessions: [\d.]+ MiB; per session: ([\d.]+) KiB`)
+	reCPU      = regexp.MustCompile(`CPU per 10k sessions, % of one core: node ([\d.]+)%`)
+	reJoinsCPU = regexp.MustCompile(`^CPU over the joins and the wait .*whole machine ([\d.]+)%`)
+	reSteal    = regexp.MustCompile(`stolen by the hypervisor ([\d.]+)%`)
 )
 
 // parseFigures reads an idle log and a latency log.
 func parseFigures(idleLog, latencyLog string) sideFigures {
-	f := sideFigures{p50: -1, p99: -1, rssKiB: -1, cpuPer10k: -1}
+	f := sideFigures{p50: -1, p99: -1, rssKiB: -1, cpuPer10k: -1, machine: -1, steal: -1}
 	if m := reRSS.FindStringSubmatch(idleLog); m != nil {
 		f.sessions, _ = strconv.Atoi(m[1])
 		f.rssKiB, _ = strconv.ParseFloat(m[2], 64)
@@ -310,6 +343,14 @@ func parseFigures(idleLog, latencyLog string) sideFigures {
 		f.p50, _ = parseFmtDur(m[1])
 		f.p99, _ = parseFmtDur(m[2])
 	}
+	for _, line := range strings.Split(latencyLog, "\n") {
+		if m := reJoinsCPU.FindStringSubmatch(line); m != nil {
+			f.machine, _ = strconv.ParseFloat(m[1], 64)
+			if m := reSteal.FindStringSubmatch(line); m != nil {
+				f.steal, _ = strconv.ParseFloat(m[1], 64)
+			}
+		}
+	}
 	return f
 }
 
@@ -320,6 +361,9 @@ func parseFmtDur(s string) (time.Duration, error) {
 	}
 	return time.ParseDuration(s)
 }
+
+// stealUnit marks the steal row: a disturbance, not a figure to compare.
+const stealUnit = " % "
 
 // versusTable is the side by side, Markdown: a row per figure, the
 // ratio presence / Centrifugo (below 1: presence is ahead).
@@ -337,10 +381,10 @@ func versusTable(cf, pr sideFigures, rate float64) string {
 			if v < 0 {
 				return "n/a"
 			}
-			return strconv.FormatFloat(v, 'f', 2, 64) + unit
+			return strconv.FormatFloat(v, 'f', 2, 64) + strings.TrimRight(unit, " ")
 		}
 		ratio := "n/a"
-		if c > 0 && p >= 0 {
+		if c > 0 && p >= 0 && unit != stealUnit {
 			ratio = strconv.FormatFloat(p/c, 'f', 2, 64) + "×"
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", name, cell(c), cell(p), ratio)
@@ -350,6 +394,8 @@ func versusTable(cf, pr sideFigures, rate float64) string {
 	row("same, p99", ms(cf.p99), ms(pr.p99), " ms")
 	row(fmt.Sprintf("RSS per idle WebSocket session, %s JWT clients", sessionsLabel(cf, pr)), cf.rssKiB, pr.rssKiB, " KiB")
 	row("node CPU per 10k idle sessions", cf.cpuPer10k, pr.cpuPer10k, " %")
+	row("whole machine's CPU over the joins, % of one core", cf.machine, pr.machine, " %")
+	row("of it taken by the hypervisor (steal; high: a disturbed run)", cf.steal, pr.steal, stealUnit)
 	return b.String()
 }
 

@@ -21,6 +21,7 @@ CPU per 10k sessions, % of one core: node 1.18%, redis 1.15%, nats 0.13%; sum 3.
 	prLatLog = `join -> online on NATS:        p50 0.70ms   p90 1.2ms    p99 8.05ms   max 20.0ms   seen 10000/10000  late(>1s) 0  missing 0
 join -> online on WebSocket:   p50 0.92ms   p90 1.5ms    p99 11.9ms   max 25.1ms   seen 10000/10000  late(>1s) 0  missing 0  replaced by resync 0
 join -> own snapshot reply:    p50 0.50ms   p90 0.9ms    p99 3.00ms   max 9.0ms    seen 10000/10000  late(>1s) 0  missing 0
+CPU over the joins and the wait (10.025s), % of one core: node 67.9%, redis 37.9%, nats 15.6%, whole machine 168.2% (everything else 2.1%), stolen by the hypervisor 1.5%, load tool 44.7%
 `
 	cfIdleLog = `centrifugo RSS before: 30.0 MiB
 opened 15000 sessions in 20s (0 failed; first error: <nil>)
@@ -28,22 +29,23 @@ node RSS with 15000 sessions: 740.0 MiB; per session: 48.5 KiB
 CPU per 10k sessions, % of one core: node 9.30% (Centrifugo, /proc/1/stat over 40s)
 `
 	cfLatLog = `join -> online on WebSocket:   p50 0.56ms   p90 1.0ms    p99 3.14ms   max 7.0ms    seen 10000/10000  missing 0
+CPU over the joins and the wait (10.02s), % of one core: centrifugo 76.0%, redis 10.3%, whole machine 133.0% (everything else 1.0%), stolen by the hypervisor 0.4%, load tool 45.7%
 `
 )
 
 func TestParseFigures(t *testing.T) {
 	pr := parseFigures(prIdleLog, prLatLog)
-	want := sideFigures{p50: 920 * time.Microsecond, p99: 11900 * time.Microsecond, rssKiB: 12.6, cpuPer10k: 1.18, sessions: 15000}
+	want := sideFigures{p50: 920 * time.Microsecond, p99: 11900 * time.Microsecond, rssKiB: 12.6, cpuPer10k: 1.18, sessions: 15000, machine: 168.2, steal: 1.5}
 	if pr != want {
 		t.Errorf("presence: got %+v, want %+v (the WebSocket line, not NATS or the reply)", pr, want)
 	}
 	cf := parseFigures(cfIdleLog, cfLatLog)
-	want = sideFigures{p50: 560 * time.Microsecond, p99: 3140 * time.Microsecond, rssKiB: 48.5, cpuPer10k: 9.3, sessions: 15000}
+	want = sideFigures{p50: 560 * time.Microsecond, p99: 3140 * time.Microsecond, rssKiB: 48.5, cpuPer10k: 9.3, sessions: 15000, machine: 133, steal: 0.4}
 	if cf != want {
 		t.Errorf("centrifugo: got %+v, want %+v", cf, want)
 	}
 	none := parseFigures("", "join -> online on WebSocket:   p50 never    p90 never    p99 never    max never")
-	if none.rssKiB >= 0 || none.cpuPer10k >= 0 || none.p50 >= 0 || none.p99 >= 0 {
+	if none.rssKiB >= 0 || none.cpuPer10k >= 0 || none.p50 >= 0 || none.p99 >= 0 || none.machine >= 0 || none.steal >= 0 {
 		t.Errorf("figures missing from the logs must read as missing: %+v", none)
 	}
 }
@@ -56,6 +58,8 @@ func TestVersusTable(t *testing.T) {
 | same, p99 | 3.14 ms | 11.90 ms | 3.79× |
 | RSS per idle WebSocket session, 15,000 JWT clients | 48.50 KiB | 12.60 KiB | 0.26× |
 | node CPU per 10k idle sessions | 9.30 % | 1.18 % | 0.13× |
+| whole machine's CPU over the joins, % of one core | 133.00 % | 168.20 % | 1.26× |
+| of it taken by the hypervisor (steal; high: a disturbed run) | 0.40 % | 1.50 % | n/a |
 `
 	if got != want {
 		t.Errorf("table:\n%s\nwant:\n%s", got, want)

@@ -42,7 +42,7 @@ func NewMeters(o Options, self bool) ([]measure.Meter, error) {
 		}
 		ms = append(ms, m)
 	}
-	ms = append(ms, measure.MachineMeter())
+	ms = append(ms, measure.MachineMeter(), measure.StealMeter())
 	if self {
 		ms = append(ms, measure.SelfMeter())
 	}

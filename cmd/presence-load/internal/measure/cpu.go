@@ -73,9 +73,11 @@ func OtherCPU(rs []Reading, window time.Duration) (float64, bool) {
 		if r.Err != nil {
 			continue
 		}
-		if r.Name == "machine" {
+		switch r.Name {
+		case "machine":
 			machine, have = r.Secs, true
-		} else {
+		case stealName:
+		default:
 			known += r.Secs
 		}
 	}
@@ -93,6 +95,7 @@ func FmtCPU(rs []Reading, window time.Duration) string {
 	var parts []string
 	var known, machine float64
 	haveMachine := false
+	steal := ""
 	for _, r := range rs {
 		if r.Err != nil {
 			parts = append(parts, fmt.Sprintf("%s ? (%v)", r.Name, r.Err))
@@ -103,11 +106,18 @@ func FmtCPU(rs []Reading, window time.Duration) string {
 			machine, haveMachine = pct, true
 			continue
 		}
+		if r.Name == stealName {
+			steal = fmt.Sprintf("%s %.1f%%", r.Name, pct)
+			continue
+		}
 		known += pct
 		parts = append(parts, fmt.Sprintf("%s %.1f%%", r.Name, pct))
 	}
 	if haveMachine {
 		parts = append(parts, fmt.Sprintf("whole machine %.1f%% (everything else %.1f%%)", machine, max(machine-known, 0)))
+	}
+	if steal != "" {
+		parts = append(parts, steal)
 	}
 	return strings.Join(parts, ", ")
 }
@@ -402,6 +412,33 @@ func scrapeLines(u string, line func(string)) error {
 // MachineMeter reads the CPU of every process on the machine (allProcs).
 func MachineMeter() Meter {
 	return Meter{Name: "machine", Source: "every process in /proc, sampled every 250ms", Read: newAllProcs().Read}
+}
+
+// StealMeter reads the CPU time the hypervisor gave other guests while
+// this machine's vCPUs wanted it (/proc/stat's steal, in USER_HZ ticks of
+// 10 ms): on a shared VM, a run with much of it was slowed from outside.
+// It counts in no process, so it is printed apart from them.
+func StealMeter() Meter {
+	return Meter{Name: stealName, Source: "/proc/stat steal", Read: readSteal}
+}
+
+const stealName = "stolen by the hypervisor"
+
+func readSteal() (float64, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat: no steal in %q", line)
+	}
+	ticks, err := strconv.ParseFloat(f[8], 64)
+	if err != nil {
+		return 0, fmt.Errorf("/proc/stat steal: %w", err)
+	}
+	return ticks / 100, nil
 }
 
 // SelfMeter reads this process's CPU.
