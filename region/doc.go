@@ -176,7 +176,9 @@
 //
 // # Time
 //
-// Scripts score entries with Redis's own clock (TIME), never a node's: a
+// Scripts score entries with Redis's own clock (TIME), never a node's (and
+// the one read that is not a script, a small room's snapshot in a MULTI,
+// cuts by the TIME read in it; snaptx.go): a
 // node whose clock is ahead or behind still writes the same expiry, so skew
 // between nodes cannot expire a live session or keep a dead one. Within a
 // room there is one clock, the one of the Redis primary holding its slot.

@@ -23,6 +23,18 @@ func (s *Store) Snapshot(ctx context.Context, room string, offset, limit int) (p
 	if offset < 0 || limit <= 0 {
 		return snap, &OpError{"snapshot", fmt.Errorf("offset must be >= 0 and limit > 0, got %d and %d", offset, limit)}
 	}
+	if tx, ok, err := s.snapshotTx(ctx, room, offset, limit); err != nil {
+		return snap, &OpError{"snapshot", err}
+	} else if ok {
+		return tx, nil
+	}
+	return s.snapshotScript(ctx, snap, limit)
+}
+
+// snapshotScript is Snapshot read by snapshot.lua; a whole small room it
+// reads is marked for the transaction (snaptx.go).
+func (s *Store) snapshotScript(ctx context.Context, snap presence.Snapshot, limit int) (presence.Snapshot, error) {
+	room, offset := snap.Room, snap.Offset
 	res, err := scriptSnapshot.Run(ctx, s.rdb, s.roomKeys(room).snapshotKeys(), offset, limit, s.readCut(), ms(s.readSlack())).Slice()
 	if err != nil {
 		return snap, &OpError{"snapshot", err}
@@ -31,6 +43,7 @@ func (s *Store) Snapshot(ctx context.Context, room string, offset, limit int) (p
 		return snap, &OpError{"snapshot", fmt.Errorf("short reply of %d items", len(res))}
 	}
 	decodeSnapshot(&snap, res)
+	s.noteSnapshot(snap)
 	return snap, nil
 }
 

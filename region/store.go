@@ -71,6 +71,7 @@ type Store struct {
 	badFormat atomic.Pointer[SchemaError] // the region switched to a format this store cannot read
 
 	stats Stats
+	small smallRooms // rooms whose snapshots a transaction reads (snaptx.go)
 }
 
 // Start runs the store's reaper (and, with AsyncDelivery, its deliverer)
