@@ -166,7 +166,7 @@ func reportIdleCPU(out io.Writer, cpu []measure.Reading, window time.Duration, o
 			return fmt.Errorf("%s CPU (%s): %w", r.Name, r.Source, r.Err)
 		}
 		pct := r.Secs / window.Seconds() * 100
-		if r.Name == "machine" || r.Name == "load tool" {
+		if r.Name == "machine" || r.Name == "load tool" || r.Name == measure.StealName {
 			// Context, not a cost of the sessions.
 			continue
 		}
@@ -175,7 +175,7 @@ func reportIdleCPU(out io.Writer, cpu []measure.Reading, window time.Duration, o
 		per = append(per, fmt.Sprintf("%s %.2f%%", r.Name, pct*10000/float64(open)))
 	}
 	fmt.Fprintf(out, "CPU per 10k sessions, %% of one core: %s; sum %.2f%%\n", strings.Join(per, ", "), sum*10000/float64(open))
-	if len(cpu) < 5 {
+	if len(per) < 3 {
 		fmt.Fprintln(out, "(the sum covers only the processes above: give --redis and --nats-pid or --nats-monitor for the rest)")
 	}
 	fmt.Fprintf(out, "context, %% of one core: %s\n", measure.FmtCPU(cpu, window))

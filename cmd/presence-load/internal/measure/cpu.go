@@ -76,7 +76,7 @@ func OtherCPU(rs []Reading, window time.Duration) (float64, bool) {
 		switch r.Name {
 		case "machine":
 			machine, have = r.Secs, true
-		case stealName:
+		case StealName:
 		default:
 			known += r.Secs
 		}
@@ -106,7 +106,7 @@ func FmtCPU(rs []Reading, window time.Duration) string {
 			machine, haveMachine = pct, true
 			continue
 		}
-		if r.Name == stealName {
+		if r.Name == StealName {
 			steal = fmt.Sprintf("%s %.1f%%", r.Name, pct)
 			continue
 		}
@@ -419,10 +419,11 @@ func MachineMeter() Meter {
 // 10 ms): on a shared VM, a run with much of it was slowed from outside.
 // It counts in no process, so it is printed apart from them.
 func StealMeter() Meter {
-	return Meter{Name: stealName, Source: "/proc/stat steal", Read: readSteal}
+	return Meter{Name: StealName, Source: "/proc/stat steal", Read: readSteal}
 }
 
-const stealName = "stolen by the hypervisor"
+// StealName is the steal meter's name.
+const StealName = "stolen by the hypervisor"
 
 func readSteal() (float64, error) {
 	b, err := os.ReadFile("/proc/stat")

@@ -66,3 +66,20 @@ func TestParseProcTimes(t *testing.T) {
 }
 
 func ms(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+
+// What the hypervisor took is printed apart: it is no process's, so it
+// is neither in the processes' sum nor in what they leave unexplained.
+func TestStealIsPrintedApartFromTheProcesses(t *testing.T) {
+	rs := []Reading{{Name: "node", Secs: 5}, {Name: "machine", Secs: 8}, {Name: StealName, Secs: 1}, {Name: "load tool", Secs: 2}}
+	got := FmtCPU(rs, 10*time.Second)
+	want := "node 50.0%, load tool 20.0%, whole machine 80.0% (everything else 10.0%), stolen by the hypervisor 10.0%"
+	if got != want {
+		t.Errorf("FmtCPU = %q, want %q", got, want)
+	}
+	if other, ok := OtherCPU(rs, 10*time.Second); !ok || other != 10 {
+		t.Errorf("OtherCPU = %v, %v; want 10, true", other, ok)
+	}
+	if s, err := readSteal(); err != nil || s < 0 {
+		t.Errorf("readSteal on this machine: %v, %v", s, err)
+	}
+}
