@@ -23,6 +23,7 @@ const (
 	maxHeld     = 4096
 	maxBuffered = 4096
 	msgQueue    = 16384 // NATS messages waiting for the dispatcher
+	storedQueue = 1024  // store calls' transitions waiting for it (stored)
 	// gapTimeout: a busy room's transitions reach NATS out of seq order by
 	// up to a second under load, and a resync of a room of thousands costs
 	// a snapshot per member: wait longer than that before deciding one
@@ -69,6 +70,7 @@ type hub struct {
 	ctx      context.Context
 	timeout  time.Duration
 	msgs     chan *nats.Msg
+	stores   chan []presence.Transition // stored's, for the dispatcher
 	wg       *sync.WaitGroup
 	gapAfter time.Duration
 	counter  Counter // where count frames come from; nil: view count refused
@@ -92,6 +94,7 @@ func newHub(ctx context.Context, cfg Config, views *views, log *slog.Logger, m *
 		nc: cfg.NATS, region: cfg.viewRegion(), store: cfg.snapshots(), limit: cfg.Limits.SnapshotMembers,
 		log: log, metrics: m, ctx: ctx, timeout: cfg.StoreTimeout, wg: wg,
 		msgs:     make(chan *nats.Msg, msgQueue),
+		stores:   make(chan []presence.Transition, storedQueue),
 		gapAfter: cmp.Or(cfg.gapTimeout, gapTimeout),
 		rooms:    map[string]*room{}, gappy: map[*room]struct{}{},
 	}
@@ -498,7 +501,20 @@ func (h *hub) onMsg(msg *nats.Msg) {
 // the store's. Watch lists take theirs from the bus only. A transition
 // the publisher renumbers later (its stream was made again) reaches the
 // room under its new epoch, which starts the room over.
+//
+// The dispatcher passes them on, as it does the bus's messages: a store
+// call never waits for the hub's lock (a big room's tick holds it for
+// milliseconds), and when the dispatcher is that far behind they are
+// left to the bus.
 func (h *hub) stored(ts []presence.Transition) {
+	select {
+	case h.stores <- ts:
+	default:
+	}
+}
+
+// passStored is the dispatcher's half of stored.
+func (h *hub) passStored(ts []presence.Transition) {
 	for _, t := range ts {
 		if t.Region == h.region { // a node of the global view follows the aggregators
 			h.onEvent(t, nil)
@@ -573,6 +589,8 @@ func (h *hub) dispatch(ctx context.Context) {
 			return
 		case m := <-h.msgs:
 			h.onMsg(m)
+		case ts := <-h.stores:
+			h.passStored(ts)
 		case now := <-t.C:
 			h.checkGaps(now)
 		case <-fan.C:
