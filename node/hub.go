@@ -513,12 +513,12 @@ func (h *hub) stored(ts []presence.Transition) {
 	}
 }
 
-// passStored is the dispatcher's half of stored.
+// passStored is the dispatcher's half of stored. A room takes them only
+// while it follows the region's view (onEvent): on a node of the global
+// view, while it is degraded to the regional one.
 func (h *hub) passStored(ts []presence.Transition) {
 	for _, t := range ts {
-		if t.Region == h.region { // a node of the global view follows the aggregators
-			h.onEvent(t, nil)
-		}
+		h.onEvent(t, nil)
 	}
 }
 

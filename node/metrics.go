@@ -107,7 +107,7 @@ func newMetrics(reg prometheus.Registerer, g gauges) (*metrics, error) {
 		return prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: name, Help: help,
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}})
 	}
-	m.reorder = latency("event_reorder_seconds", "From an event's arrival off NATS until it is in its room's order (a gap before it holds it).")
+	m.reorder = latency("event_reorder_seconds", "From an event's arrival (off NATS, or from this node's own store call) until it is in its room's order (a gap before it holds it).")
 	m.fanWait = latency("fanout_wait_seconds", "Per room and tick that sends events frames (to all members, or to those whose turn it is): how long the oldest event it sends waited, in order, for it.")
 	m.frameWrite = latency("frame_write_seconds", "Shared events frames: from queued at the tick until written to the member's socket.")
 	m.claim, m.eventAge = joinStages(ns, sub)
