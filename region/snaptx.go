@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -117,32 +116,23 @@ func (s *Store) snapshotTx(ctx context.Context, room string, offset, limit int) 
 // the page of them from offset, each with their entries of s scored at or
 // above live, in s's order, and their states.
 func txSnapshot(region, room string, offset, limit int, now int64, live float64, meta []any, zs, ss []redis.Z, st map[string]string) presence.Snapshot {
-	field := func(i int) int64 {
-		if i < len(meta) {
-			if v, ok := meta[i].(string); ok {
-				n, _ := strconv.ParseFloat(v, 64)
-				return int64(n)
-			}
-		}
-		return 0
-	}
+	meta = append(meta, nil, nil, nil) // HMGET answers three; num reads nil as 0
 	snap := presence.Snapshot{Region: region, Room: room, Offset: offset, At: time.UnixMilli(now),
-		RoomSeq: uint64(field(0)), StreamSeq: uint64(field(1)), Epoch: field(2), Members: []presence.Member{}}
-	var users []string
-	until := map[string]float64{}
+		RoomSeq: uint64(num(meta[0])), StreamSeq: uint64(num(meta[1])), Epoch: num(meta[2]), Members: []presence.Member{}}
+	members := zs[:0:0]
 	for _, z := range zs {
-		if u, _ := z.Member.(string); z.Score >= live {
-			users = append(users, u)
-			until[u] = z.Score
+		if _, ok := z.Member.(string); ok && z.Score >= live {
+			members = append(members, z) // only strings: the asserts below hold
 		}
 	}
-	slices.Sort(users)
-	snap.Total = len(users)
-	page := users[min(offset, len(users)):min(offset+limit, len(users))]
-	at := make(map[string]int, len(page))
-	for _, u := range page {
+	slices.SortFunc(members, func(a, b redis.Z) int { return strings.Compare(a.Member.(string), b.Member.(string)) })
+	snap.Total = len(members)
+	at := map[string]int{}
+	from := min(offset, len(members))
+	for _, z := range members[from : from+min(limit, len(members)-from)] { // no offset+limit: it may overflow
+		u := z.Member.(string)
 		at[u] = len(snap.Members)
-		snap.Members = append(snap.Members, presence.Member{User: u, Until: time.Unix(int64(until[u]), 0), Sessions: []presence.SessionInfo{}})
+		snap.Members = append(snap.Members, presence.Member{User: u, Until: time.Unix(int64(z.Score), 0), Sessions: []presence.SessionInfo{}})
 	}
 	for _, z := range ss {
 		e, _ := z.Member.(string)

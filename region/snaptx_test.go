@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"testing"
@@ -26,9 +27,7 @@ func longTiming(o *Options) {
 // sessions in their grace, dead entries not yet reaped, states in format
 // 3 (read as such by a build of that format), empty rooms.
 func TestASmallRoomsTransactionReadsWhatTheScriptReads(t *testing.T) {
-	srv := testredis.Start(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb, _ := testredis.Client(t)
 	ctx := context.Background()
 	a := newStore(t, rdb, &collector{}, longTiming)
 	// b's sessions last longer: z's order by until is not user id order.
@@ -101,9 +100,7 @@ func TestASmallRoomsTransactionReadsWhatTheScriptReads(t *testing.T) {
 // marked, and read by a transaction from then on. A room with a member
 // index (past 512 entries) is the script's again, and unmarked.
 func TestOnlyRoomsFoundSmallAreReadByATransaction(t *testing.T) {
-	srv := testredis.Start(t)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb, _ := testredis.Client(t)
 	ctx := context.Background()
 	s := newStore(t, rdb, &collector{}, longTiming)
 	claim := func(room string, n int) {
@@ -165,5 +162,15 @@ func TestSmallRoomMarksAreBounded(t *testing.T) {
 	m.note("b", false, t0)
 	if m.marked("b", t0) {
 		t.Fatal("an unmarked room is marked")
+	}
+}
+
+// A page reaches to the room's end whatever the limit: offset + limit
+// may not fit an int.
+func TestATransactionsPageTakesAnyLimit(t *testing.T) {
+	zs := []redis.Z{{Score: 100, Member: "c"}, {Score: 100, Member: "a"}, {Score: 100, Member: "b"}, {Score: 1, Member: "dead"}}
+	snap := txSnapshot("eu", "r", 1, math.MaxInt, 50_000, 50, []any{"7"}, zs, nil, nil)
+	if snap.Total != 3 || len(snap.Members) != 2 || snap.Members[0].User != "b" || snap.Members[1].User != "c" || snap.RoomSeq != 7 {
+		t.Fatalf("page from 1 of a, b, c: %+v", snap)
 	}
 }
