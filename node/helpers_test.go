@@ -114,7 +114,13 @@ type node struct {
 // have) on the env's Redis and its own NATS connection.
 func (e *env) newNode(edit ...func(*Config)) *node {
 	e.t.Helper()
-	st := e.newStore()
+	return e.newNodeOn(e.newStore(), edit...)
+}
+
+// newNodeOn starts a node on st, whose reaper runs beside it, with its
+// own NATS connection.
+func (e *env) newNodeOn(st *region.Store, edit ...func(*Config)) *node {
+	e.t.Helper()
 	cfg := testConfig(st, testnats.Connect(e.t, e.ns))
 	for _, f := range edit {
 		f(&cfg)

@@ -9,25 +9,30 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/presence-dev/presence/internal/testredis"
 	"github.com/presence-dev/presence/presence"
 )
 
 // BenchmarkJoin is a join's work in Redis as a node does it: the claim
 // of a new user's session in a room of up to 50 (its delivery acked by
-// the sink), then the snapshot of the room for the join's reply. It
-// reports Redis's CPU per join and each script's share, from INFO
-// commandstats.
+// the sink), then the snapshot of the room for the join's reply, read by
+// snapshot.lua (script) or as Snapshot reads it (snapshot: by a
+// transaction once the room is marked small). It reports Redis's CPU per
+// join (INFO cpu) and each script's time from SLOWLOG, per join and the
+// median call (a transaction's commands are logged one by one, so its
+// time is only in redis-µs/join).
 //
-//	go test ./region -run '^$' -bench BenchmarkJoin
+//	go test ./region -run '^$' -bench BenchmarkJoin -benchtime 3000x
 func BenchmarkJoin(b *testing.B) {
-	srv := testredis.Start(b)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	b.Cleanup(func() { _ = rdb.Close() })
+	for _, read := range []string{"script", "snapshot"} {
+		b.Run(read, func(b *testing.B) { benchJoin(b, read == "script") })
+	}
+}
+
+func benchJoin(b *testing.B, script bool) {
+	rdb, _ := testredis.Client(b)
 	ctx := context.Background()
-	s := newStore(b, rdb, &collector{})
+	s := newStore(b, rdb, &collector{}, longTiming) // no session ends while measured
 	const rooms, per = 200, 50
 	ref := func(i int) presence.SessionRef {
 		return presence.SessionRef{Room: "room" + strconv.Itoa(i%rooms), User: fmt.Sprintf("u%07d", i), Session: "s0"}
@@ -42,6 +47,16 @@ func BenchmarkJoin(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	snapshot := func(room string) error {
+		_, err := s.Snapshot(ctx, room, 0, 1000)
+		return err
+	}
+	if script {
+		snapshot = func(room string) error {
+			_, err := s.snapshotScript(ctx, presence.Snapshot{Region: "eu", Room: room}, 1000)
+			return err
+		}
+	}
 	cpu0 := redisCPU(b, rdb)
 	b.ResetTimer()
 	for i := range b.N {
@@ -49,7 +64,7 @@ func BenchmarkJoin(b *testing.B) {
 		if _, err := s.Claim(ctx, []presence.SessionRef{r}); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := s.Snapshot(ctx, r.Room, 0, 1000); err != nil {
+		if err := snapshot(r.Room); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -79,5 +94,46 @@ func BenchmarkJoin(b *testing.B) {
 		}
 		b.ReportMetric(float64(sum.Microseconds())/float64(b.N), name+"-µs/join")
 		b.ReportMetric(float64(ds[len(ds)/2].Microseconds()), name+"-p50-µs")
+	}
+}
+
+// BenchmarkSnapshotReads is one snapshot of a room of 50 read both ways:
+// by snapshot.lua and by the transaction of a room marked small. It
+// reports Redis's CPU per read, its I/O included (INFO cpu).
+//
+//	go test ./region -run '^$' -bench BenchmarkSnapshotReads -benchtime 3000x
+func BenchmarkSnapshotReads(b *testing.B) {
+	rdb, _ := testredis.Client(b)
+	ctx := context.Background()
+	s := newStore(b, rdb, &collector{}, longTiming) // no session ends while measured
+	for i := range 50 {
+		if _, err := s.Claim(ctx, []presence.SessionRef{{Room: "r", User: fmt.Sprintf("u%07d", i), Session: "s0"}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	reads := map[string]func() error{
+		"script": func() error {
+			_, err := s.snapshotScript(ctx, presence.Snapshot{Region: "eu", Room: "r"}, 1000)
+			return err
+		},
+		"transaction": func() error {
+			s.small.note("r", true, time.Now())
+			_, ok, err := s.snapshotTx(ctx, "r", 0, 1000)
+			if err == nil && !ok {
+				err = fmt.Errorf("the room of 50 was not read by a transaction")
+			}
+			return err
+		},
+	}
+	for _, name := range []string{"script", "transaction"} {
+		b.Run(name, func(b *testing.B) {
+			cpu0 := redisCPU(b, rdb)
+			for range b.N {
+				if err := reads[name](); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64((redisCPU(b, rdb)-cpu0).Microseconds())/float64(b.N), "redis-µs/read")
+		})
 	}
 }
