@@ -16,7 +16,8 @@ import (
 // A small room's snapshot is read in one MULTI of plain commands instead
 // of snapshot.lua: a script's replies cross into Lua and back, and that
 // made a join's snapshot the largest share of Redis's time under join
-// load (go test ./region -bench BenchmarkJoin). The transaction reads the
+// load; the transaction costs a third of it (go test ./region -bench
+// BenchmarkSnapshotReads). The transaction reads the
 // room whole (TIME, m, u's existence, z, s, st) and Go does what the
 // script's small-room path does: the same cut, members in user id order,
 // each with its live sessions in s's order, the same page. A test reads
