@@ -3,11 +3,14 @@ package region
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/presence-dev/presence/internal/testkit"
 	"github.com/presence-dev/presence/internal/testredis"
@@ -275,4 +278,67 @@ func TestRefreshLandingAfterItsOwnReleaseIsLost(t *testing.T) {
 	if on := c.Of(presence.Online, "r1", "ida"); len(on) != 2 {
 		t.Fatalf("onlines %v, want two", on)
 	}
+}
+
+// A claim finds the session's entries of other holders, held or released,
+// whether the slot has few holder codes (touch looks the entries up by
+// name) or more than FEW_CODES in lib.lua (it scans s): the claim takes a
+// held session over, takes a released one silently, and leaves one entry.
+func TestAClaimFindsTheSessionsOtherEntriesByNameOrByScan(t *testing.T) {
+	for _, codes := range []int{0, 17} {
+		t.Run(strconv.Itoa(codes)+" more codes", func(t *testing.T) {
+			rdb, _ := testredis.Client(t)
+			ctx := context.Background()
+			c := &collector{}
+			a, b := newStore(t, rdb, c), newStore(t, rdb, c)
+			room := "r1"
+			w := writesKey(a.indexKey(room))
+			for i := range codes { // codes of stores long gone, as w keeps them
+				if err := rdb.HSet(ctx, w, "\xf0"+strconv.Itoa(i), 1).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			held, released := ref(room, "dave", "tab"), ref(room, "erin", "tab")
+			touch(t, a, held, released)
+			release(t, a, released)
+			if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			res, err := b.Claim(ctx, []presence.SessionRef{held, released})
+			if err != nil || len(res.Taken) != 1 || res.Taken[0] != held || len(res.Transitions) != 0 {
+				t.Fatalf("b's claim: %+v %v, want dave's session taken over, erin's released one taken silently", res, err)
+			}
+			if scans := zscans(t, rdb); (codes == 0) != (scans == 0) {
+				t.Fatalf("%d ZSCANs with %d more codes: want the scan only past FEW_CODES", scans, codes)
+			}
+			entries, err := rdb.ZRange(ctx, a.roomKeys(room).s, 0, -1).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []string{"dave:tab" + b.code(), "erin:tab" + b.code()}
+			slices.Sort(entries)
+			if !slices.Equal(entries, want) {
+				t.Fatalf("entries of s %q, want only b's %q", entries, want)
+			}
+			if m := members(t, a, room); m["dave"] != 1 || m["erin"] != 1 {
+				t.Fatalf("members %v, want dave and erin with one session each", m)
+			}
+		})
+	}
+}
+
+// zscans is how many ZSCANs Redis ran since its stats were reset.
+func zscans(tb testing.TB, rdb *redis.Client) int {
+	tb.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_zscan:calls="); ok {
+			n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+			return n
+		}
+	}
+	return 0
 }

@@ -281,7 +281,11 @@ local function mark(r, u)
   end
 end
 
+-- emitted counts the events emit appended to the outbox in this script
+-- (a script that writes several rooms counts each anew); emits holds
+-- those still in the outbox, in order: what LRANGE -emitted -1 reads.
 local emitted = 0
+local emits = {}
 
 -- emit appends one event to the outbox in the entry format of outbox.go:
 -- seq|epoch|kind|reason|user|sessions|at|session|state. Ids cannot
@@ -297,13 +301,16 @@ local function emit(r, now, kind, reason, user, sessions, sid, state, maxo)
     -- this one, which tells readers that missed them to take a new
     -- snapshot. Without a cap (the default) nothing is ever dropped.
     redis.call('DEL', r.o)
+    emits = {}
     epoch = math.max(now, epoch + 1)
     redis.call('HSET', r.m, 'epoch', epoch, 'seq', 0, 'jsroom', 0)
   end
   local seq = redis.call('HINCRBY', r.m, 'seq', 1)
-  redis.call('RPUSH', r.o, seq .. '|' .. epoch .. '|' .. kind .. '|' .. reason .. '|' ..
-    user .. '|' .. sessions .. '|' .. now .. '|' .. (sid or '') .. '|' .. (state or ''))
+  local e = seq .. '|' .. epoch .. '|' .. kind .. '|' .. reason .. '|' ..
+    user .. '|' .. sessions .. '|' .. now .. '|' .. (sid or '') .. '|' .. (state or '')
+  redis.call('RPUSH', r.o, e)
   emitted = emitted + 1
+  emits[#emits + 1] = e
   mark(r, user)
 end
 
@@ -343,16 +350,33 @@ local function user_entries(r, u)
   return set, n
 end
 
+-- FEW_CODES bounds the holder codes of a slot (its w) for which
+-- session_entries names a session's entries instead of scanning s.
+local FEW_CODES = 16
+
 -- session_entries returns the entries of s of one session of a user
 -- other than m: those of other holders (normally none; one after a claim
--- raced another node's).
-local function session_entries(r, u, sid, m)
+-- raced another node's). w, if given, is the slot's holders' last
+-- writes: every code an entry of s can end with is a field of it (only
+-- touch writes coded entries, and it writes its code to w first; w loses
+-- no field), so with few codes the entries are looked up by name, not
+-- found by a scan of s.
+local function session_entries(r, u, sid, m, w)
   local out, seen = {}, {}
   if r.u and redis.call('EXISTS', r.u) == 1 then
     local member = index_get(r, u)
     for _, tok in ipairs(member and index_sids(u, member) or {}) do
       local e = u .. ':' .. tok
       if e ~= m and tok_sid(tok) == sid then out[#out + 1] = e end
+    end
+    return out
+  end
+  if w and redis.call('HLEN', w) <= FEW_CODES then
+    local names = {u .. ':' .. sid} -- released: no code
+    for _, code in ipairs(redis.call('HKEYS', w)) do names[#names + 1] = names[1] .. code end
+    local scores = redis.call('ZMSCORE', r.s, unpack(names))
+    for i, e in ipairs(names) do
+      if scores[i] and e ~= m then out[#out + 1] = e end
     end
     return out
   end

@@ -27,7 +27,7 @@ if more then
   redis.call('ZADD', idx, now, room)
 end
 if emitted > 0 then
-  for _, e in ipairs(redis.call('LRANGE', r.o, -emitted, -1)) do
+  for _, e in ipairs(emits) do
     old[#old + 1] = e
   end
 end

@@ -48,7 +48,7 @@ end
 local out = {found, inc}
 if emitted > 0 then
   redis.call('ZADD', KEYS[1], 'LT', now + lease, room)
-  for _, e in ipairs(redis.call('LRANGE', r.o, -emitted, -1)) do
+  for _, e in ipairs(emits) do
     out[#out + 1] = e
   end
 end

@@ -77,7 +77,7 @@ while a <= #ARGV do
     ng = redis.call('ZCARD', r.g)
     if ng == 0 then redis.call('SREM', gs, z) end
   end
-  emitted = 0
+  emitted, emits = 0, {}
   if claim then
     -- The reaper is late: reads already leave out what is overdue beyond
     -- the read slack. A join settles it first, so that its own events
@@ -104,7 +104,7 @@ while a <= #ARGV do
       -- a session that moved here from another holder.
       r = r or room_of(z, s, KEYS[2], plen)
       local tok = sid .. holder
-      local others = session_entries(r, u, sid, m)
+      local others = session_entries(r, u, sid, m, KEYS[4])
       if not claim and (#others > 0 or redis.call('ZSCORE', r.mv, m)) then
         -- Taken over by another holder, or released: a refresh never
         -- takes it back. Orphaned when no holder has it now, only a
@@ -189,7 +189,7 @@ while a <= #ARGV do
     local ev = {}
     if emitted > 0 then
       redis.call('ZADD', idx, 'LT', now + lease, r.room)
-      ev = redis.call('LRANGE', r.o, -emitted, -1)
+      ev = emits
     end
     out[#out + 1] = ri
     out[#out + 1] = {ev, lost or {}, taken or {}, orphaned or {}}
