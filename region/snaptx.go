@@ -119,7 +119,7 @@ func (s *Store) snapshotTx(ctx context.Context, room string, offset, limit int) 
 func txSnapshot(region, room string, offset, limit int, now int64, live float64, meta []any, zs, ss []redis.Z, st map[string]string) presence.Snapshot {
 	meta = append(meta, nil, nil, nil) // HMGET answers three; num reads nil as 0
 	snap := presence.Snapshot{Region: region, Room: room, Offset: offset, At: time.UnixMilli(now),
-		RoomSeq: uint64(num(meta[0])), StreamSeq: uint64(num(meta[1])), Epoch: num(meta[2]), Members: []presence.Member{}}
+		RoomSeq: uint64(num(meta[0])), StreamSeq: uint64(num(meta[1])), Epoch: num(meta[2])}
 	members := zs[:0:0]
 	for _, z := range zs {
 		if _, ok := z.Member.(string); ok && z.Score >= live {
@@ -128,9 +128,11 @@ func txSnapshot(region, room string, offset, limit int, now int64, live float64,
 	}
 	slices.SortFunc(members, func(a, b redis.Z) int { return strings.Compare(a.Member.(string), b.Member.(string)) })
 	snap.Total = len(members)
-	at := map[string]int{}
 	from := min(offset, len(members))
-	for _, z := range members[from : from+min(limit, len(members)-from)] { // no offset+limit: it may overflow
+	page := members[from : from+min(limit, len(members)-from)] // no offset+limit: it may overflow
+	at := make(map[string]int, len(page))
+	snap.Members = make([]presence.Member, 0, len(page))
+	for _, z := range page {
 		u := z.Member.(string)
 		at[u] = len(snap.Members)
 		snap.Members = append(snap.Members, presence.Member{User: u, Until: time.Unix(int64(z.Score), 0), Sessions: []presence.SessionInfo{}})
@@ -143,8 +145,10 @@ func txSnapshot(region, room string, offset, limit int, now int64, live float64,
 			continue
 		}
 		si := presence.SessionInfo{ID: sid, Expires: time.Unix(int64(z.Score), 0)}
-		if v := stateRead(st[u+":"+sid]); v != "" {
-			si.State = json.RawMessage(v)
+		if len(st) > 0 { // most rooms hold no state: no key to make
+			if v := stateRead(st[u+":"+sid]); v != "" {
+				si.State = json.RawMessage(v)
+			}
 		}
 		snap.Members[i].Sessions = append(snap.Members[i].Sessions, si)
 	}
