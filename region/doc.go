@@ -79,7 +79,10 @@
 //	                          Releases and the reaper judge by it, to the ms,
 //	                          whether a session's holder has gone silent (see
 //	                          Transitions). One field per code ever used,
-//	                          never removed.
+//	                          never removed: every code that ends an entry
+//	                          of s is in it (only touch writes coded entries,
+//	                          its code first), so a claim in a slot of few
+//	                          codes looks a session's entries up by name.
 //	presence:reap:{tag}:swept  STRING, cluster only: a master's sweep is
 //	                          claimed (PX 4/5 of the reap interval).
 //	presence:clock        HASH  seen, hold, from: the region's clock (clock.lua).
