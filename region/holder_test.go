@@ -290,7 +290,9 @@ func TestAClaimFindsTheSessionsOtherEntriesByNameOrByScan(t *testing.T) {
 			rdb, _ := testredis.Client(t)
 			ctx := context.Background()
 			c := &collector{}
-			a, b := newStore(t, rdb, c), newStore(t, rdb, c)
+			// Long timing: nothing falls due between the release and the
+			// claim, so the claim settles nothing (a settle scans s).
+			a, b := newStore(t, rdb, c, longTiming), newStore(t, rdb, c, longTiming)
 			room := "r1"
 			w := writesKey(a.indexKey(room))
 			for i := range codes { // codes of stores long gone, as w keeps them
