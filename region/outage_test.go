@@ -301,3 +301,28 @@ func TestAsyncDeliveryNeverHoldsTheHeartbeat(t *testing.T) {
 		}
 	}
 }
+
+// A call whose events overflow the outbox's cap hands on only those the
+// outbox still holds, the new epoch's: the events the overflow dropped are
+// not delivered as if stored.
+func TestACallOverflowingTheOutboxHandsOnWhatItHolds(t *testing.T) {
+	rdb, _ := testredis.Client(t)
+	c := &collector{}
+	s := newStore(t, rdb, c, func(o *Options) { o.MaxOutbox = 3 })
+	var refs []presence.SessionRef
+	for i := range 5 { // one call, one room: the fourth event finds the outbox full
+		refs = append(refs, ref("r1", fmt.Sprintf("u%02d", i), "tab"))
+	}
+	res, err := s.Claim(context.Background(), refs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.All(); len(res.Transitions) != 2 || len(got) != 2 {
+		t.Fatalf("returned %v, delivered %v: want the two events after the overflow", res.Transitions, got)
+	}
+	for i, tr := range res.Transitions {
+		if tr.Seq != uint64(i+1) || tr.User != fmt.Sprintf("u%02d", 3+i) {
+			t.Fatalf("returned %v, want u03 and u04 numbered 1 and 2 under the new epoch", res.Transitions)
+		}
+	}
+}

@@ -281,10 +281,9 @@ local function mark(r, u)
   end
 end
 
--- emitted counts the events emit appended to the outbox in this script
--- (a script that writes several rooms counts each anew); emits holds
--- those still in the outbox, in order: what LRANGE -emitted -1 reads.
-local emitted = 0
+-- emits holds the entries emit appended to the outbox in this script and
+-- still there (an outbox cut at its cap starts it over), in order; a
+-- script that writes several rooms starts it anew for each.
 local emits = {}
 
 -- emit appends one event to the outbox in the entry format of outbox.go:
@@ -309,7 +308,6 @@ local function emit(r, now, kind, reason, user, sessions, sid, state, maxo)
   local e = seq .. '|' .. epoch .. '|' .. kind .. '|' .. reason .. '|' ..
     user .. '|' .. sessions .. '|' .. now .. '|' .. (sid or '') .. '|' .. (state or '')
   redis.call('RPUSH', r.o, e)
-  emitted = emitted + 1
   emits[#emits + 1] = e
   mark(r, user)
 end

@@ -26,7 +26,7 @@ reindex(idx, r, room, now, lease, hold)
 if more then
   redis.call('ZADD', idx, now, room)
 end
-if emitted > 0 then
+if #emits > 0 then
   for _, e in ipairs(emits) do
     old[#old + 1] = e
   end

@@ -71,7 +71,7 @@ if found == 1 or lost then
 end
 if lost then found = 1 end
 local out = {found, inc}
-if emitted > 0 then
+if #emits > 0 then
   redis.call('ZADD', idx, 'LT', now + lease, room)
   for _, e in ipairs(emits) do
     out[#out + 1] = e

@@ -46,7 +46,7 @@ elseif moved(r, u, sid, m) then
   found = 2
 end
 local out = {found, inc}
-if emitted > 0 then
+if #emits > 0 then
   redis.call('ZADD', KEYS[1], 'LT', now + lease, room)
   for _, e in ipairs(emits) do
     out[#out + 1] = e

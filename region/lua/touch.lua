@@ -77,7 +77,7 @@ while a <= #ARGV do
     ng = redis.call('ZCARD', r.g)
     if ng == 0 then redis.call('SREM', gs, z) end
   end
-  emitted, emits = 0, {}
+  emits = {}
   if claim then
     -- The reaper is late: reads already leave out what is overdue beyond
     -- the read slack. A join settles it first, so that its own events
@@ -185,9 +185,9 @@ while a <= #ARGV do
     end
     if wrote and wfmt >= 3 then state_move(wfmt, z .. ':st', u .. ':' .. sid) end
   end
-  if emitted > 0 or lost or taken or orphaned then
+  if #emits > 0 or lost or taken or orphaned then
     local ev = {}
-    if emitted > 0 then
+    if #emits > 0 then
       redis.call('ZADD', idx, 'LT', now + lease, r.room)
       ev = emits
     end
