@@ -55,7 +55,11 @@
 #                                in centrifugo: built, or CENTRIFUGO_BIN;
 #                                Redis engine on the same redis-server, JWT
 #                                clients, join_leave) measured the same way
-#                                (presence-load cf-idle, cf-latency), then
+#                                (presence-load cf-idle, cf-latency), and
+#                                once more with Centrifugo's joiners also
+#                                asking for presence (cf-latency
+#                                --cf-presence: the member list a join's
+#                                snapshot gives), then
 #                                join -> event p50/p99, RSS per idle session,
 #                                CPU per 10k idle sessions and their ratios
 #                                (presence-load versus); further flags go to
@@ -343,6 +347,9 @@ versus)
 	cf=(--addr "127.0.0.1:$cport" --jwt-secret "$secret")
 	"$bin/presence-load" cf-idle "${cf[@]}" --node-pid "$cf_pid" --sessions 15000 --hold 60s | tee "$work/cf-idle.log" || rc=1
 	"$bin/presence-load" cf-latency "${cf[@]}" --node-pid "$cf_pid" --redis "127.0.0.1:$rport" --rate 1000 --duration 10s "$@" | tee "$work/cf-latency.log" || rc=1
+	# Again with each joiner asking for its channel's presence, as a client
+	# listing who is in the room must: the work of a join's snapshot.
+	"$bin/presence-load" cf-latency "${cf[@]}" --node-pid "$cf_pid" --redis "127.0.0.1:$rport" --rate 1000 --duration 10s --cf-presence "$@" | tee "$work/cf-latency-presence.log" || rc=1
 	stop_centrifugo
 	echo "=== side by side: one run each, $(nproc) cores, load average now $(cut -d' ' -f1-3 /proc/loadavg)"
 	rate=1000 # the table's: the last --rate given, as the runs read it
@@ -352,7 +359,7 @@ versus)
 		[[ ${args[i]} == --rate=* ]] && rate=${args[i]#--rate=}
 	done
 	"$bin/presence-load" versus --rate "$rate" --idle "$work/pr-idle.log" --latency "$work/pr-latency.log" \
-		--cf-idle "$work/cf-idle.log" --cf-latency "$work/cf-latency.log" || rc=1
+		--cf-idle "$work/cf-idle.log" --cf-latency "$work/cf-latency.log" --cf-latency-presence "$work/cf-latency-presence.log" || rc=1
 	;;
 esac
 

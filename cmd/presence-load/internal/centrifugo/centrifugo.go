@@ -274,6 +274,13 @@ func cfSubscribeCmd(id int, channel string, joinLeave bool) []byte {
 	return []byte(`{"id":` + strconv.Itoa(id) + `,"subscribe":{"channel":` + string(ch) + jl + `}}`)
 }
 
+// cfPresenceCmd asks for a channel's presence (the client must be
+// subscribed to it).
+func cfPresenceCmd(id int, channel string) []byte {
+	ch, _ := json.Marshal(channel)
+	return []byte(`{"id":` + strconv.Itoa(id) + `,"presence":{"channel":` + string(ch) + `}}`)
+}
+
 func cfUnsubscribeCmd(id int, channel string) []byte {
 	ch, _ := json.Marshal(channel)
 	return []byte(`{"id":` + strconv.Itoa(id) + `,"unsubscribe":{"channel":` + string(ch) + `}}`)

@@ -156,6 +156,9 @@ type cfMsg struct {
 		Ping    uint32 `json:"ping"`
 		Pong    bool   `json:"pong"`
 	} `json:"connect"`
+	Presence *struct {
+		Presence map[string]cfInfo `json:"presence"`
+	} `json:"presence"`
 	PresenceStats *struct {
 		NumClients uint32 `json:"num_clients"`
 		NumUsers   uint32 `json:"num_users"`

@@ -37,7 +37,12 @@ import (
 //     observer is timed from the subscribe. The joiners subscribe with
 //     join_leave too (--cf-join-leave), so each gets the later joins of
 //     its channel, as a node's joiners get their room's later onlines in
-//     latency: both servers write the same frames.
+//     latency: both servers write the same frames. With --cf-presence each
+//     joiner also asks for its channel's presence in its subscribe's
+//     frame, as a client that lists who is in the room must: the reading,
+//     encoding and sending of the member list that a node's join does for
+//     its snapshot; the reply is timed from the subscribe, like latency's
+//     own snapshot reply.
 
 // cfClient is one Centrifugo connection: a reader that answers pings and
 // hands replies and join pushes on.
@@ -45,6 +50,7 @@ type cfClient struct {
 	load.Conn
 	replies chan cfMsg
 	onJoin  func(channel, user string, at time.Time)
+	onReply func(m cfMsg, at time.Time) // every reply, if set
 }
 
 func (c *cfClient) read() {
@@ -72,6 +78,9 @@ func (c *cfClient) line(line []byte, at time.Time) {
 	case cfReply, cfErrReply:
 		var m cfMsg
 		if json.Unmarshal(line, &m) == nil {
+			if c.onReply != nil {
+				c.onReply(m, at)
+			}
 			select {
 			case c.replies <- m:
 			default:
@@ -81,12 +90,13 @@ func (c *cfClient) line(line []byte, at time.Time) {
 }
 
 // cfOpenClient connects as user and, unless channel is empty, subscribes.
-func cfOpenClient(ctx context.Context, d *load.Dialer, secret, user, channel string, joinLeave bool, onJoin func(string, string, time.Time)) (*cfClient, error) {
+// onReply, if set, sees every reply from the connect's on.
+func cfOpenClient(ctx context.Context, d *load.Dialer, secret, user, channel string, joinLeave bool, onJoin func(string, string, time.Time), onReply func(cfMsg, time.Time)) (*cfClient, error) {
 	ws, err := cfDial(ctx, d)
 	if err != nil {
 		return nil, err
 	}
-	c := &cfClient{Conn: load.Conn{WS: ws}, replies: make(chan cfMsg, 4), onJoin: onJoin}
+	c := &cfClient{Conn: load.Conn{WS: ws}, replies: make(chan cfMsg, 4), onJoin: onJoin, onReply: onReply}
 	go c.read()
 	fail := func(err error) (*cfClient, error) { ws.Close(); return nil, err }
 	tok, err := load.SignToken(secret, user, false)
@@ -109,6 +119,19 @@ func cfOpenClient(ctx context.Context, d *load.Dialer, secret, user, channel str
 		return fail(fmt.Errorf("subscribe: %w", err))
 	}
 	return c, nil
+}
+
+// cfPresenceID is the id of a joiner's presence request.
+const cfPresenceID = 3
+
+// cfListsUser reports whether a presence reply lists user.
+func cfListsUser(p map[string]cfInfo, user string) bool {
+	for _, in := range p {
+		if in.User == user {
+			return true
+		}
+	}
+	return false
 }
 
 // cfOpenMany opens n clients, 64 at a time; open makes client i. It
@@ -153,7 +176,7 @@ func Idle(ctx context.Context, o load.Options, pid int, out io.Writer) error {
 	run := rand.Uint32()
 	start := time.Now()
 	cs, failed, first := cfOpenMany(o.Sessions, func(i int) (*cfClient, error) {
-		return cfOpenClient(ctx, d, o.Secret, fmt.Sprintf("u%d-%d", run, i), fmt.Sprintf("load%d-%d", run, i/o.PerRoom), true, nil)
+		return cfOpenClient(ctx, d, o.Secret, fmt.Sprintf("u%d-%d", run, i), fmt.Sprintf("load%d-%d", run, i/o.PerRoom), true, nil, nil)
 	})
 	defer cfCloseAll(cs)
 	open := o.Sessions - failed
@@ -220,26 +243,62 @@ func Latency(ctx context.Context, o load.Options, pid int, out io.Writer) error 
 			}
 		}
 	}
+	// With --cf-presence: answered[i] is ns from joiner i's subscribe to
+	// the reply to its presence request, if the reply lists it.
+	answered := make([]atomic.Int64, joins)
+	var refused atomic.Int64
+	presenceReply := func(i int) func(cfMsg, time.Time) {
+		if !o.CFPresence {
+			return nil
+		}
+		return func(m cfMsg, at time.Time) {
+			if m.ID != cfPresenceID {
+				return
+			}
+			if m.Error != nil || m.Presence == nil || !cfListsUser(m.Presence.Presence, user(i)) {
+				refused.Add(1)
+				return
+			}
+			if s := sent[i].Load(); s > 0 {
+				answered[i].CompareAndSwap(0, at.UnixNano()-s)
+			}
+		}
+	}
+	unanswered := func() bool {
+		for i := range answered {
+			if answered[i].Load() == 0 {
+				return true
+			}
+		}
+		return false
+	}
+	joinCmd := func(ch string) []byte {
+		sub := cfSubscribeCmd(2, ch, o.CFJoinLeave)
+		if !o.CFPresence {
+			return sub
+		}
+		return slices.Concat(sub, []byte("\n"), cfPresenceCmd(cfPresenceID, ch))
+	}
 	start := time.Now()
 	obs, failedO, errO := cfOpenMany(channels, func(i int) (*cfClient, error) {
-		return cfOpenClient(ctx, d, o.Secret, fmt.Sprintf("w%d-%d", run, i), channel(i), true, onJoin)
+		return cfOpenClient(ctx, d, o.Secret, fmt.Sprintf("w%d-%d", run, i), channel(i), true, onJoin, nil)
 	})
 	defer cfCloseAll(obs)
 	js, failedJ, errJ := cfOpenMany(joins, func(i int) (*cfClient, error) {
-		return cfOpenClient(ctx, d, o.Secret, user(i), "", false, nil)
+		return cfOpenClient(ctx, d, o.Secret, user(i), "", false, nil, presenceReply(i))
 	})
 	defer cfCloseAll(js)
 	if failedO+failedJ > 0 {
 		return fmt.Errorf("FAIL: %d observers and %d joiners failed to open (%v; %v)", failedO, failedJ, errO, errJ)
 	}
-	fmt.Fprintf(out, "%d joins at %.0f/s over %v into %d channels of %d, each with an observer; joiners with join_leave: %v; connections opened in %v\n",
-		joins, o.Rate, o.Duration, channels, perChannel, o.CFJoinLeave, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(out, "%d joins at %.0f/s over %v into %d channels of %d, each with an observer; joiners with join_leave: %v, reading presence: %v; connections opened in %v\n",
+		joins, o.Rate, o.Duration, channels, perChannel, o.CFJoinLeave, o.CFPresence, time.Since(start).Round(time.Millisecond))
 	var writeErr error
 	cpu0, began := measure.ReadMeters(meters), time.Now()
 	sctx, stop := context.WithCancel(ctx)
 	churn.Pacer{Rate: o.Rate}.Run(sctx, len(js), func(i int, _ time.Time) {
 		sent[i].Store(time.Now().UnixNano())
-		if err := js[i].Send(cfSubscribeCmd(2, channel(i/perChannel), o.CFJoinLeave)); err != nil {
+		if err := js[i].Send(joinCmd(channel(i / perChannel))); err != nil {
 			writeErr = fmt.Errorf("subscribe %s: %w", user(i), err)
 			stop()
 		}
@@ -257,7 +316,7 @@ func Latency(ctx context.Context, o load.Options, pid int, out io.Writer) error 
 		}
 		return false
 	}
-	for time.Now().Before(waitFor) && unseen() {
+	for time.Now().Before(waitFor) && (unseen() || o.CFPresence && unanswered()) {
 		if !load.SleepCtx(ctx, 50*time.Millisecond) {
 			return ctx.Err()
 		}
@@ -267,9 +326,19 @@ func Latency(ctx context.Context, o load.Options, pid int, out io.Writer) error 
 	lat, missing := rankSeen(seen)
 	fmt.Fprintf(out, "join -> %-22s p50 %-8s p90 %-8s p99 %-8s max %-8s seen %d/%d  missing %d\n", "online on WebSocket:",
 		measure.FmtDur(measure.Percentile(lat, .50)), measure.FmtDur(measure.Percentile(lat, .90)), measure.FmtDur(measure.Percentile(lat, .99)), measure.FmtDur(measure.Percentile(lat, 1)), joins-missing, joins, missing)
+	replyMissing := 0
+	if o.CFPresence {
+		var rlat []time.Duration
+		rlat, replyMissing = rankSeen(answered)
+		fmt.Fprintf(out, "join -> %-22s p50 %-8s p90 %-8s p99 %-8s max %-8s seen %d/%d  missing %d  refused %d\n", "own presence reply:",
+			measure.FmtDur(measure.Percentile(rlat, .50)), measure.FmtDur(measure.Percentile(rlat, .90)), measure.FmtDur(measure.Percentile(rlat, .99)), measure.FmtDur(measure.Percentile(rlat, 1)), joins-replyMissing, joins, replyMissing, refused.Load())
+	}
 	fmt.Fprintf(out, "CPU over the joins and the wait (%v), %% of one core: %s\n", window.Round(time.Millisecond), measure.FmtCPU(cpu, window))
 	if missing > 0 {
 		return fmt.Errorf("FAIL: %d join pushes missing", missing)
+	}
+	if replyMissing > 0 {
+		return fmt.Errorf("FAIL: %d presence replies missing or without the joiner (%d refused)", replyMissing, refused.Load())
 	}
 	return nil
 }
@@ -367,7 +436,10 @@ const stealUnit = " % "
 
 // versusTable is the side by side, Markdown: a row per figure, the
 // ratio presence / Centrifugo (below 1: presence is ahead).
-func versusTable(cf, pr sideFigures, rate float64) string {
+// cfp, if it has figures, is Centrifugo's run with joiners reading
+// presence (cf-latency --cf-presence): the same work per join as a node's
+// join with its snapshot, in rows of its own.
+func versusTable(cf, cfp, pr sideFigures, rate float64) string {
 	var b strings.Builder
 	b.WriteString("| | Centrifugo | presence | ratio |\n|---|---|---|---|\n")
 	ms := func(d time.Duration) float64 {
@@ -392,9 +464,14 @@ func versusTable(cf, pr sideFigures, rate float64) string {
 	r := strconv.FormatFloat(rate, 'f', -1, 64)
 	row("join → event at an observer WebSocket, "+r+" joins/s, p50", ms(cf.p50), ms(pr.p50), " ms")
 	row("same, p99", ms(cf.p99), ms(pr.p99), " ms")
+	row("whole machine's CPU over the joins, % of one core", cf.machine, pr.machine, " %")
+	if cfp.p50 >= 0 || cfp.p99 >= 0 {
+		row("the same with Centrifugo's joiners also reading presence (a join's snapshot), p50", ms(cfp.p50), ms(pr.p50), " ms")
+		row("same, p99", ms(cfp.p99), ms(pr.p99), " ms")
+		row("whole machine's CPU over those joins, % of one core", cfp.machine, pr.machine, " %")
+	}
 	row(fmt.Sprintf("RSS per idle WebSocket session, %s JWT clients", sessionsLabel(cf, pr)), cf.rssKiB, pr.rssKiB, " KiB")
 	row("node CPU per 10k idle sessions", cf.cpuPer10k, pr.cpuPer10k, " %")
-	row("whole machine's CPU over the joins, % of one core", cf.machine, pr.machine, " %")
 	row("of it taken by the hypervisor (steal; high: a disturbed run)", cf.steal, pr.steal, stealUnit)
 	return b.String()
 }
@@ -419,6 +496,7 @@ func Versus(args []string, out io.Writer) error {
 	var o struct {
 		CfIdle    string  `flag:"cf-idle" help:"log of cf-idle"`
 		CfLatency string  `flag:"cf-latency" help:"log of cf-latency"`
+		CfPresent string  `flag:"cf-latency-presence" help:"log of cf-latency --cf-presence (optional: rows of their own)"`
 		Idle      string  `flag:"idle" help:"log of idle against the node"`
 		Latency   string  `flag:"latency" help:"log of latency against the node"`
 		Rate      float64 `flag:"rate" default:"1000" help:"the join rate of both latency runs"`
@@ -440,6 +518,13 @@ func Versus(args []string, out io.Writer) error {
 			return err
 		}
 	}
-	fmt.Fprint(out, versusTable(parseFigures(logs[0], logs[1]), parseFigures(logs[2], logs[3]), o.Rate))
+	cfp := ""
+	if o.CfPresent != "" {
+		var err error
+		if cfp, err = read(o.CfPresent); err != nil {
+			return err
+		}
+	}
+	fmt.Fprint(out, versusTable(parseFigures(logs[0], logs[1]), parseFigures("", cfp), parseFigures(logs[2], logs[3]), o.Rate))
 	return nil
 }

@@ -1,6 +1,7 @@
 package centrifugo
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -51,21 +52,24 @@ func TestParseFigures(t *testing.T) {
 }
 
 func TestVersusTable(t *testing.T) {
-	got := versusTable(parseFigures(cfIdleLog, cfLatLog), parseFigures(prIdleLog, prLatLog), 1000)
+	got := versusTable(parseFigures(cfIdleLog, cfLatLog), parseFigures("", ""), parseFigures(prIdleLog, prLatLog), 1000)
 	want := `| | Centrifugo | presence | ratio |
 |---|---|---|---|
 | join → event at an observer WebSocket, 1000 joins/s, p50 | 0.56 ms | 0.92 ms | 1.64× |
 | same, p99 | 3.14 ms | 11.90 ms | 3.79× |
+| whole machine's CPU over the joins, % of one core | 133.00 % | 168.20 % | 1.26× |
 | RSS per idle WebSocket session, 15,000 JWT clients | 48.50 KiB | 12.60 KiB | 0.26× |
 | node CPU per 10k idle sessions | 9.30 % | 1.18 % | 0.13× |
-| whole machine's CPU over the joins, % of one core | 133.00 % | 168.20 % | 1.26× |
 | of it taken by the hypervisor (steal; high: a disturbed run) | 0.40 % | 1.50 % | n/a |
 `
 	if got != want {
 		t.Errorf("table:\n%s\nwant:\n%s", got, want)
 	}
+	if strings.Contains(got, "reading presence") {
+		t.Errorf("without a run of joiners reading presence the table has no rows for it:\n%s", got)
+	}
 	// A side without figures (a run that failed) shows n/a, not zero.
-	got = versusTable(parseFigures("", ""), parseFigures(prIdleLog, prLatLog), 1000)
+	got = versusTable(parseFigures("", ""), parseFigures("", ""), parseFigures(prIdleLog, prLatLog), 1000)
 	if !strings.Contains(got, "| same, p99 | n/a | 11.90 ms | n/a |") || strings.Contains(got, "0.00") {
 		t.Errorf("missing figures:\n%s", got)
 	}
@@ -93,5 +97,47 @@ func TestRankSeenCountsTheMissing(t *testing.T) {
 	}
 	if p50, p99 := measure.Percentile(lat, .5), measure.Percentile(lat, .99); p50 != 2*time.Millisecond || p99 != measure.Never {
 		t.Fatalf("p50 %v, p99 %v; want 2ms, never", p50, p99)
+	}
+}
+
+// With a run of joiners reading presence, its figures get rows of their
+// own beside presence's same ones; the plain rows are unchanged.
+func TestVersusTableWithJoinersReadingPresence(t *testing.T) {
+	const cfPresLog = `join -> online on WebSocket:   p50 0.61ms   p90 1.1ms    p99 4.20ms   max 9.0ms    seen 10000/10000  missing 0
+join -> own presence reply:    p50 0.70ms   p90 1.3ms    p99 5.00ms   max 9.5ms    seen 10000/10000  missing 0  refused 0
+CPU over the joins and the wait (10.03s), % of one core: centrifugo 60.0%, redis 12.0%, load tool 40.0%, whole machine 113.0% (everything else 1.0%), stolen by the hypervisor 0.2%
+`
+	got := versusTable(parseFigures(cfIdleLog, cfLatLog), parseFigures("", cfPresLog), parseFigures(prIdleLog, prLatLog), 1000)
+	for _, want := range []string{
+		"| whole machine's CPU over the joins, % of one core | 133.00 % | 168.20 % | 1.26× |\n" +
+			"| the same with Centrifugo's joiners also reading presence (a join's snapshot), p50 | 0.61 ms | 0.92 ms | 1.51× |\n" +
+			"| same, p99 | 4.20 ms | 11.90 ms | 2.83× |\n" +
+			"| whole machine's CPU over those joins, % of one core | 113.00 % | 168.20 % | 1.49× |\n" +
+			"| RSS per idle",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("table lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+// A joiner's subscribe and presence request go in one frame, one command
+// a line, the presence request second, for the joiner's own channel.
+func TestJoinerPresenceRequest(t *testing.T) {
+	got := string(cfPresenceCmd(cfPresenceID, "lat1-0"))
+	if got != `{"id":3,"presence":{"channel":"lat1-0"}}` {
+		t.Fatalf("presence command %s", got)
+	}
+	n := 0
+	cfLines(slices.Concat(cfSubscribeCmd(2, "lat1-0", true), []byte("\n"), cfPresenceCmd(cfPresenceID, "lat1-0")), func([]byte) { n++ })
+	if n != 2 {
+		t.Fatalf("the joined frame reads as %d lines, want 2", n)
+	}
+	var m cfMsg
+	if err := json.Unmarshal([]byte(`{"id":3,"presence":{"presence":{"c1":{"user":"j1-0","client":"c1"},"c2":{"user":"j1-9","client":"c2"}}}}`), &m); err != nil || m.Presence == nil {
+		t.Fatalf("presence reply: %+v, %v", m, err)
+	}
+	if !cfListsUser(m.Presence.Presence, "j1-9") || cfListsUser(m.Presence.Presence, "j1-1") {
+		t.Fatal("cfListsUser must find listed users only")
 	}
 }

@@ -53,6 +53,7 @@ type Options struct {
 	NatsPID     int           `flag:"nats-pid" help:"idle, latency, sweep: nats-server's pid: its CPU from /proc/PID/stat (exact; preferred)"`
 	NatsMonitor string        `flag:"nats-monitor" help:"idle, latency, sweep: nats-server's monitoring URL (http://host:port): its CPU from /varz, sampled each second (when --nats-pid is not given)"`
 	CFJoinLeave bool          `flag:"cf-join-leave" default:"true" help:"cf-latency: joiners subscribe with join_leave too, so each gets the later joins of its channel as latency's joiners get their room's later onlines: the same fan-out (false: only the observers get join pushes, a 26th of the frames)"`
+	CFPresence  bool          `flag:"cf-presence" default:"false" help:"cf-latency: each joiner asks for its channel's presence in the frame of its subscribe, as a client listing who is in the room must: the work a join's snapshot does on a node"`
 	Members     int           `flag:"members" default:"10000" help:"storm: members in the room before the storm"`
 	Joiners     int           `flag:"joiners" default:"1000" help:"storm: connections that join the room at once"`
 	Insecure    bool
