@@ -59,7 +59,9 @@
 #                                once more with Centrifugo's joiners also
 #                                asking for presence (cf-latency
 #                                --cf-presence: the member list a join's
-#                                snapshot gives), then
+#                                snapshot gives); the latency runs are
+#                                repeated, interleaved, VERSUS_REPEAT times
+#                                (default 3); then
 #                                join -> event p50/p99, RSS per idle session,
 #                                CPU per 10k idle sessions and their ratios
 #                                (presence-load versus); further flags go to
@@ -338,28 +340,41 @@ centrifugo)
 	done
 	;;
 versus)
-	# presence first (a fresh node), then Centrifugo on the same Redis;
-	# each run's log is kept for the table.
+	# presence's idle first (a fresh node), then Centrifugo's on the same
+	# Redis; then VERSUS_REPEAT (default 3) repetitions of the latency runs,
+	# interleaved: presence (which waits for its users' offlines, so that
+	# none falls in Centrifugo's run), Centrifugo, and Centrifugo with its
+	# joiners asking for presence, as a client listing who is in the room
+	# must (the work of a join's snapshot). Each run's log is kept for the
+	# table.
+	reps=${VERSUS_REPEAT:-3}
+	[[ $reps =~ ^[1-9][0-9]*$ ]] || fail "VERSUS_REPEAT must be a positive integer, got '$reps'"
 	"$bin/presence-load" idle "${common[@]}" "${cpu[@]}" --sessions 15000 --hold 60s | tee "$work/pr-idle.log" || rc=1
-	"$bin/presence-load" latency "${common[@]}" "${cpu[@]}" "${lat[@]}" --rate 1000 --duration 10s "$@" | tee "$work/pr-latency.log" || rc=1
 	start_centrifugo '{"type": "redis", "redis": {"address": "127.0.0.1:'"$rport"'"}}'
 	echo "=== Centrifugo v6.9.1 pid $cf_pid on 127.0.0.1:$cport (Redis engine on :$rport)"
 	cf=(--addr "127.0.0.1:$cport" --jwt-secret "$secret")
 	"$bin/presence-load" cf-idle "${cf[@]}" --node-pid "$cf_pid" --sessions 15000 --hold 60s | tee "$work/cf-idle.log" || rc=1
-	"$bin/presence-load" cf-latency "${cf[@]}" --node-pid "$cf_pid" --redis "127.0.0.1:$rport" --rate 1000 --duration 10s "$@" | tee "$work/cf-latency.log" || rc=1
-	# Again with each joiner asking for its channel's presence, as a client
-	# listing who is in the room must: the work of a join's snapshot.
-	"$bin/presence-load" cf-latency "${cf[@]}" --node-pid "$cf_pid" --redis "127.0.0.1:$rport" --rate 1000 --duration 10s --cf-presence "$@" | tee "$work/cf-latency-presence.log" || rc=1
+	pr_logs=() cf_logs=() cfp_logs=()
+	for ((i = 1; i <= reps; i++)); do
+		echo "=== latency, run $i of $reps: presence"
+		"$bin/presence-load" latency "${common[@]}" "${cpu[@]}" "${lat[@]}" --rate 1000 --duration 10s --quiesce 90s "$@" | tee "$work/pr-latency-$i.log" || rc=1
+		echo "=== latency, run $i of $reps: Centrifugo"
+		"$bin/presence-load" cf-latency "${cf[@]}" --node-pid "$cf_pid" --redis "127.0.0.1:$rport" --rate 1000 --duration 10s "$@" | tee "$work/cf-latency-$i.log" || rc=1
+		echo "=== latency, run $i of $reps: Centrifugo, joiners reading presence"
+		"$bin/presence-load" cf-latency "${cf[@]}" --node-pid "$cf_pid" --redis "127.0.0.1:$rport" --rate 1000 --duration 10s --cf-presence "$@" | tee "$work/cf-latency-presence-$i.log" || rc=1
+		pr_logs+=("$work/pr-latency-$i.log") cf_logs+=("$work/cf-latency-$i.log") cfp_logs+=("$work/cf-latency-presence-$i.log")
+	done
 	stop_centrifugo
-	echo "=== side by side: one run each, $(nproc) cores, load average now $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "=== side by side: $reps latency runs a side, $(nproc) cores, load average now $(cut -d' ' -f1-3 /proc/loadavg)"
 	rate=1000 # the table's: the last --rate given, as the runs read it
 	args=("$@")
 	for ((i = 0; i < ${#args[@]}; i++)); do
 		[[ ${args[i]} == --rate ]] && rate=${args[i + 1]:-$rate}
 		[[ ${args[i]} == --rate=* ]] && rate=${args[i]#--rate=}
 	done
-	"$bin/presence-load" versus --rate "$rate" --idle "$work/pr-idle.log" --latency "$work/pr-latency.log" \
-		--cf-idle "$work/cf-idle.log" --cf-latency "$work/cf-latency.log" --cf-latency-presence "$work/cf-latency-presence.log" || rc=1
+	list() { local IFS=,; echo "$*"; }
+	"$bin/presence-load" versus --rate "$rate" --idle "$work/pr-idle.log" --latency "$(list "${pr_logs[@]}")" \
+		--cf-idle "$work/cf-idle.log" --cf-latency "$(list "${cf_logs[@]}")" --cf-latency-presence "$(list "${cfp_logs[@]}")" || rc=1
 	;;
 esac
 

@@ -435,45 +435,102 @@ func parseFmtDur(s string) (time.Duration, error) {
 const stealUnit = " % "
 
 // versusTable is the side by side, Markdown: a row per figure, the
-// ratio presence / Centrifugo (below 1: presence is ahead).
-// cfp, if it has figures, is Centrifugo's run with joiners reading
-// presence (cf-latency --cf-presence): the same work per join as a node's
-// join with its snapshot, in rows of its own.
-func versusTable(cf, cfp, pr sideFigures, rate float64) string {
+// ratio presence / Centrifugo (below 1: presence is ahead). Each side's
+// latency runs (interleaved repetitions) are given in a cell together,
+// the ratio then of their medians; the idle figures are cf[0]'s and
+// pr[0]'s. cfp, if it has figures, are Centrifugo's runs with joiners
+// reading presence (cf-latency --cf-presence): the same work per join as
+// a node's join with its snapshot, in rows of their own.
+func versusTable(cf, cfp, pr []sideFigures, rate float64) string {
 	var b strings.Builder
 	b.WriteString("| | Centrifugo | presence | ratio |\n|---|---|---|---|\n")
-	ms := func(d time.Duration) float64 {
-		if d < 0 {
-			return -1
-		}
-		return float64(d) / float64(time.Millisecond)
-	}
-	row := func(name string, c, p float64, unit string) {
-		cell := func(v float64) string {
-			if v < 0 {
+	row := func(name string, c, p []float64, unit string) {
+		cell := func(vs []float64) string {
+			parts := make([]string, len(vs))
+			for i, v := range vs {
+				parts[i] = "n/a"
+				if v >= 0 {
+					parts[i] = strconv.FormatFloat(v, 'f', 2, 64)
+				}
+			}
+			if len(vs) == 1 && vs[0] < 0 {
 				return "n/a"
 			}
-			return strconv.FormatFloat(v, 'f', 2, 64) + strings.TrimRight(unit, " ")
+			return strings.Join(parts, " / ") + strings.TrimRight(unit, " ")
 		}
 		ratio := "n/a"
-		if c > 0 && p >= 0 && unit != stealUnit {
-			ratio = strconv.FormatFloat(p/c, 'f', 2, 64) + "×"
+		if mc, mp := median(c), median(p); mc > 0 && mp >= 0 && unit != stealUnit {
+			ratio = strconv.FormatFloat(mp/mc, 'f', 2, 64) + "×"
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", name, cell(c), cell(p), ratio)
 	}
 	r := strconv.FormatFloat(rate, 'f', -1, 64)
-	row("join → event at an observer WebSocket, "+r+" joins/s, p50", ms(cf.p50), ms(pr.p50), " ms")
-	row("same, p99", ms(cf.p99), ms(pr.p99), " ms")
-	row("whole machine's CPU over the joins, % of one core", cf.machine, pr.machine, " %")
-	if cfp.p50 >= 0 || cfp.p99 >= 0 {
-		row("the same with Centrifugo's joiners also reading presence (a join's snapshot), p50", ms(cfp.p50), ms(pr.p50), " ms")
-		row("same, p99", ms(cfp.p99), ms(pr.p99), " ms")
-		row("whole machine's CPU over those joins, % of one core", cfp.machine, pr.machine, " %")
+	row("join → event at an observer WebSocket, "+r+" joins/s, p50", each(cf, p50ms), each(pr, p50ms), " ms")
+	row("same, p99", each(cf, p99ms), each(pr, p99ms), " ms")
+	row("whole machine's CPU over the joins, % of one core", each(cf, machineOf), each(pr, machineOf), " %")
+	row("of it taken by the hypervisor (steal; high: a disturbed run)", each(cf, stealOf), each(pr, stealOf), stealUnit)
+	if len(cfp) > 0 && (cfp[0].p50 >= 0 || cfp[0].p99 >= 0) {
+		row("the same with Centrifugo's joiners also reading presence (a join's snapshot), p50", each(cfp, p50ms), each(pr, p50ms), " ms")
+		row("same, p99", each(cfp, p99ms), each(pr, p99ms), " ms")
+		row("whole machine's CPU over those joins, % of one core", each(cfp, machineOf), each(pr, machineOf), " %")
 	}
-	row(fmt.Sprintf("RSS per idle WebSocket session, %s JWT clients", sessionsLabel(cf, pr)), cf.rssKiB, pr.rssKiB, " KiB")
-	row("node CPU per 10k idle sessions", cf.cpuPer10k, pr.cpuPer10k, " %")
-	row("of it taken by the hypervisor (steal; high: a disturbed run)", cf.steal, pr.steal, stealUnit)
+	c0, p0 := first(cf), first(pr)
+	row(fmt.Sprintf("RSS per idle WebSocket session, %s JWT clients", sessionsLabel(c0, p0)), []float64{c0.rssKiB}, []float64{p0.rssKiB}, " KiB")
+	row("node CPU per 10k idle sessions", []float64{c0.cpuPer10k}, []float64{p0.cpuPer10k}, " %")
+	if n := max(len(cf), len(pr)); n > 1 {
+		fmt.Fprintf(&b, "\n(latency: %d interleaved runs a side, in the order run; ratios of the medians)\n", n)
+	}
 	return b.String()
+}
+
+func each(fs []sideFigures, f func(sideFigures) float64) []float64 {
+	if len(fs) == 0 {
+		return []float64{-1}
+	}
+	out := make([]float64, len(fs))
+	for i, x := range fs {
+		out[i] = f(x)
+	}
+	return out
+}
+
+func first(fs []sideFigures) sideFigures {
+	if len(fs) == 0 {
+		return parseFigures("", "")
+	}
+	return fs[0]
+}
+
+func durMs(d time.Duration) float64 {
+	if d < 0 {
+		return -1
+	}
+	return float64(d) / float64(time.Millisecond)
+}
+
+func p50ms(f sideFigures) float64     { return durMs(f.p50) }
+func p99ms(f sideFigures) float64     { return durMs(f.p99) }
+func machineOf(f sideFigures) float64 { return f.machine }
+func stealOf(f sideFigures) float64   { return f.steal }
+
+// median is the median of the figures found (-1: none); of an even
+// number, the mean of the middle two.
+func median(vs []float64) float64 {
+	var found []float64
+	for _, v := range vs {
+		if v >= 0 {
+			found = append(found, v)
+		}
+	}
+	if len(found) == 0 {
+		return -1
+	}
+	slices.Sort(found)
+	n := len(found)
+	if n%2 == 1 {
+		return found[n/2]
+	}
+	return (found[n/2-1] + found[n/2]) / 2
 }
 
 func sessionsLabel(cf, pr sideFigures) string {
@@ -491,40 +548,64 @@ func groupThousands(n int) string {
 	return s
 }
 
-// Versus prints the table from the four logs named by its flags.
+// Versus prints the table from the logs named by its flags; the latency
+// flags take a comma-separated list, one log per repetition.
 func Versus(args []string, out io.Writer) error {
 	var o struct {
 		CfIdle    string  `flag:"cf-idle" help:"log of cf-idle"`
-		CfLatency string  `flag:"cf-latency" help:"log of cf-latency"`
-		CfPresent string  `flag:"cf-latency-presence" help:"log of cf-latency --cf-presence (optional: rows of their own)"`
+		CfLatency string  `flag:"cf-latency" help:"logs of cf-latency, comma-separated, in the order run"`
+		CfPresent string  `flag:"cf-latency-presence" help:"logs of cf-latency --cf-presence, comma-separated (optional: rows of their own)"`
 		Idle      string  `flag:"idle" help:"log of idle against the node"`
-		Latency   string  `flag:"latency" help:"log of latency against the node"`
-		Rate      float64 `flag:"rate" default:"1000" help:"the join rate of both latency runs"`
+		Latency   string  `flag:"latency" help:"logs of latency against the node, comma-separated, in the order run"`
+		Rate      float64 `flag:"rate" default:"1000" help:"the join rate of the latency runs"`
 	}
 	if _, err := cli.Parse("versus", args, &o); err != nil {
 		return err
 	}
+	if o.CfIdle == "" || o.CfLatency == "" || o.Idle == "" || o.Latency == "" {
+		return errors.New("versus: --cf-idle, --cf-latency, --idle and --latency are all required")
+	}
 	read := func(p string) (string, error) {
-		if p == "" {
-			return "", errors.New("versus: --cf-idle, --cf-latency, --idle and --latency are all required")
-		}
 		b, err := os.ReadFile(p) // #nosec G304 -- a log path the caller gave
 		return string(b), err
 	}
-	var logs [4]string
-	for i, p := range []string{o.CfIdle, o.CfLatency, o.Idle, o.Latency} {
-		var err error
-		if logs[i], err = read(p); err != nil {
-			return err
+	// side reads an idle log (none: "") and latency logs into figures.
+	side := func(idle, latencies string) ([]sideFigures, error) {
+		if latencies == "" {
+			return nil, nil
 		}
-	}
-	cfp := ""
-	if o.CfPresent != "" {
-		var err error
-		if cfp, err = read(o.CfPresent); err != nil {
-			return err
+		il := ""
+		if idle != "" {
+			var err error
+			if il, err = read(idle); err != nil {
+				return nil, err
+			}
 		}
+		var fs []sideFigures
+		for i, p := range strings.Split(latencies, ",") {
+			ll, err := read(p)
+			if err != nil {
+				return nil, err
+			}
+			if i > 0 {
+				il = ""
+			}
+			fs = append(fs, parseFigures(il, ll))
+		}
+		return fs, nil
 	}
-	fmt.Fprint(out, versusTable(parseFigures(logs[0], logs[1]), parseFigures("", cfp), parseFigures(logs[2], logs[3]), o.Rate))
+	cf, err := side(o.CfIdle, o.CfLatency)
+	if err != nil {
+		return err
+	}
+	cfp, err := side("", o.CfPresent)
+	if err != nil {
+		return err
+	}
+	pr, err := side(o.Idle, o.Latency)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(out, versusTable(cf, cfp, pr, o.Rate))
 	return nil
 }

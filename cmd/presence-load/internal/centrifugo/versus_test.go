@@ -2,6 +2,8 @@ package centrifugo
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -52,15 +54,15 @@ func TestParseFigures(t *testing.T) {
 }
 
 func TestVersusTable(t *testing.T) {
-	got := versusTable(parseFigures(cfIdleLog, cfLatLog), parseFigures("", ""), parseFigures(prIdleLog, prLatLog), 1000)
+	got := versusTable([]sideFigures{parseFigures(cfIdleLog, cfLatLog)}, nil, []sideFigures{parseFigures(prIdleLog, prLatLog)}, 1000)
 	want := `| | Centrifugo | presence | ratio |
 |---|---|---|---|
 | join → event at an observer WebSocket, 1000 joins/s, p50 | 0.56 ms | 0.92 ms | 1.64× |
 | same, p99 | 3.14 ms | 11.90 ms | 3.79× |
 | whole machine's CPU over the joins, % of one core | 133.00 % | 168.20 % | 1.26× |
+| of it taken by the hypervisor (steal; high: a disturbed run) | 0.40 % | 1.50 % | n/a |
 | RSS per idle WebSocket session, 15,000 JWT clients | 48.50 KiB | 12.60 KiB | 0.26× |
 | node CPU per 10k idle sessions | 9.30 % | 1.18 % | 0.13× |
-| of it taken by the hypervisor (steal; high: a disturbed run) | 0.40 % | 1.50 % | n/a |
 `
 	if got != want {
 		t.Errorf("table:\n%s\nwant:\n%s", got, want)
@@ -69,7 +71,7 @@ func TestVersusTable(t *testing.T) {
 		t.Errorf("without a run of joiners reading presence the table has no rows for it:\n%s", got)
 	}
 	// A side without figures (a run that failed) shows n/a, not zero.
-	got = versusTable(parseFigures("", ""), parseFigures("", ""), parseFigures(prIdleLog, prLatLog), 1000)
+	got = versusTable([]sideFigures{parseFigures("", "")}, nil, []sideFigures{parseFigures(prIdleLog, prLatLog)}, 1000)
 	if !strings.Contains(got, "| same, p99 | n/a | 11.90 ms | n/a |") || strings.Contains(got, "0.00") {
 		t.Errorf("missing figures:\n%s", got)
 	}
@@ -107,9 +109,9 @@ func TestVersusTableWithJoinersReadingPresence(t *testing.T) {
 join -> own presence reply:    p50 0.70ms   p90 1.3ms    p99 5.00ms   max 9.5ms    seen 10000/10000  missing 0  refused 0
 CPU over the joins and the wait (10.03s), % of one core: centrifugo 60.0%, redis 12.0%, load tool 40.0%, whole machine 113.0% (everything else 1.0%), stolen by the hypervisor 0.2%
 `
-	got := versusTable(parseFigures(cfIdleLog, cfLatLog), parseFigures("", cfPresLog), parseFigures(prIdleLog, prLatLog), 1000)
+	got := versusTable([]sideFigures{parseFigures(cfIdleLog, cfLatLog)}, []sideFigures{parseFigures("", cfPresLog)}, []sideFigures{parseFigures(prIdleLog, prLatLog)}, 1000)
 	for _, want := range []string{
-		"| whole machine's CPU over the joins, % of one core | 133.00 % | 168.20 % | 1.26× |\n" +
+		"| of it taken by the hypervisor (steal; high: a disturbed run) | 0.40 % | 1.50 % | n/a |\n" +
 			"| the same with Centrifugo's joiners also reading presence (a join's snapshot), p50 | 0.61 ms | 0.92 ms | 1.51× |\n" +
 			"| same, p99 | 4.20 ms | 11.90 ms | 2.83× |\n" +
 			"| whole machine's CPU over those joins, % of one core | 113.00 % | 168.20 % | 1.49× |\n" +
@@ -139,5 +141,69 @@ func TestJoinerPresenceRequest(t *testing.T) {
 	}
 	if !cfListsUser(m.Presence.Presence, "j1-9") || cfListsUser(m.Presence.Presence, "j1-1") {
 		t.Fatal("cfListsUser must find listed users only")
+	}
+}
+
+// Repeated runs: each side's figures in one cell in the order run, the
+// ratio of the medians, the idle figures from the first run's logs, and
+// a note saying so.
+func TestVersusTableOfRepeatedRuns(t *testing.T) {
+	lat := func(p50, p99 string, machine string) string {
+		return "join -> online on WebSocket:   p50 " + p50 + "   p90 1.0ms    p99 " + p99 + "   max 9.0ms    seen 10000/10000  missing 0\n" +
+			"CPU over the joins and the wait (10.0s), % of one core: node 1%, whole machine " + machine + "% (everything else 1.0%), stolen by the hypervisor 0.1%\n"
+	}
+	cf := []sideFigures{parseFigures(cfIdleLog, lat("0.40ms", "3.00ms", "80.0")), parseFigures("", lat("0.60ms", "5.00ms", "90.0")), parseFigures("", lat("0.50ms", "4.00ms", "85.0"))}
+	pr := []sideFigures{parseFigures(prIdleLog, lat("0.70ms", "6.00ms", "130.0")), parseFigures("", lat("0.80ms", "9.00ms", "140.0")), parseFigures("", lat("0.75ms", "8.00ms", "120.0"))}
+	got := versusTable(cf, nil, pr, 1000)
+	for _, want := range []string{
+		"| join → event at an observer WebSocket, 1000 joins/s, p50 | 0.40 / 0.60 / 0.50 ms | 0.70 / 0.80 / 0.75 ms | 1.50× |\n",
+		"| same, p99 | 3.00 / 5.00 / 4.00 ms | 6.00 / 9.00 / 8.00 ms | 2.00× |\n",
+		"| whole machine's CPU over the joins, % of one core | 80.00 / 90.00 / 85.00 % | 130.00 / 140.00 / 120.00 % | 1.53× |\n",
+		"| RSS per idle WebSocket session, 15,000 JWT clients | 48.50 KiB | 12.60 KiB | 0.26× |\n",
+		"(latency: 3 interleaved runs a side, in the order run; ratios of the medians)",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("table lacks %q:\n%s", want, got)
+		}
+	}
+}
+
+func TestMedian(t *testing.T) {
+	for _, c := range []struct {
+		in   []float64
+		want float64
+	}{{[]float64{3, 1, 2}, 2}, {[]float64{4, 1, 3, 2}, 2.5}, {[]float64{-1, 5}, 5}, {[]float64{-1}, -1}, {nil, -1}} {
+		if got := median(c.in); got != c.want {
+			t.Errorf("median(%v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}
+
+// versus reads the latency logs of each side as comma-separated lists,
+// and refuses to run without the four it needs.
+func TestVersusReadsListsOfLogs(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cfIdle, prIdle := write("cf-idle.log", cfIdleLog), write("pr-idle.log", prIdleLog)
+	cf := write("cf1.log", cfLatLog) + "," + write("cf2.log", cfLatLog)
+	pr := write("pr1.log", prLatLog) + "," + write("pr2.log", prLatLog)
+	var out strings.Builder
+	if err := Versus([]string{"--cf-idle", cfIdle, "--cf-latency", cf, "--idle", prIdle, "--latency", pr}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "| same, p99 | 3.14 / 3.14 ms | 11.90 / 11.90 ms | 3.79× |") || strings.Contains(out.String(), "reading presence") {
+		t.Errorf("table:\n%s", out.String())
+	}
+	if err := Versus([]string{"--cf-idle", cfIdle, "--idle", prIdle, "--latency", pr}, &out); err == nil {
+		t.Error("versus without --cf-latency must fail")
+	}
+	if err := Versus([]string{"--cf-idle", cfIdle, "--cf-latency", cf + ",/nonexistent.log", "--idle", prIdle, "--latency", pr}, &out); err == nil {
+		t.Error("versus with a missing log must fail")
 	}
 }

@@ -541,11 +541,22 @@ func Run(ctx context.Context, o load.Options, out io.Writer) error {
 		return err
 	}
 	report(out, res, o)
+	reportQuiet(out, res)
 	if f := res.failures(); len(f) > 0 {
 		return fmt.Errorf("FAIL: %s", strings.Join(f, "; "))
 	}
 	fmt.Fprintln(out, "result: OK (every online seen on both paths, nothing refused or replaced)")
 	return nil
+}
+
+// reportQuiet prints how the wait for the node to go quiet after a run
+// (--quiesce) ended, if there was one.
+func reportQuiet(out io.Writer, res stepResult) {
+	if res.notQuiet != "" {
+		fmt.Fprintf(out, "warning: %s\n", res.notQuiet)
+	} else if res.quiet > 0 {
+		fmt.Fprintf(out, "node quiet again %v after the run (every offline seen, connections closed)\n", res.quiet.Round(100*time.Millisecond))
+	}
 }
 
 // nodeConns reads the node's open connections.
@@ -631,13 +642,9 @@ func sweep(ctx context.Context, o load.Options, out io.Writer) error {
 		if f := res.failures(); len(f) > 0 {
 			fmt.Fprintf(out, "step FAIL: %s\n", strings.Join(f, "; "))
 		}
-		if res.notQuiet != "" {
-			// The next step still runs, marked: its figures include the
-			// tail of this one.
-			fmt.Fprintf(out, "warning: %s\n", res.notQuiet)
-		} else if res.quiet > 0 {
-			fmt.Fprintf(out, "node quiet again %v after the run (every offline seen, connections closed)\n", res.quiet.Round(100*time.Millisecond))
-		}
+		// The next step still runs if the node was not quiet, marked: its
+		// figures include the tail of this one.
+		reportQuiet(out, res)
 		dirty = res.notQuiet != ""
 		results = append(results, res)
 		if err != nil {
