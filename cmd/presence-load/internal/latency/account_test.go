@@ -266,3 +266,22 @@ func TestPlanCapsConnections(t *testing.T) {
 		t.Fatalf("2000/s capped run lasts %v", p.duration)
 	}
 }
+
+// After a run with --quiesce, the report says how the wait ended: quiet,
+// or not quiet with why; without the wait it says nothing.
+func TestReportQuiet(t *testing.T) {
+	for _, c := range []struct {
+		res  stepResult
+		want string
+	}{
+		{stepResult{quiet: 13240 * time.Millisecond}, "node quiet again 13.2s after the run (every offline seen, connections closed)\n"},
+		{stepResult{quiet: 90 * time.Second, notQuiet: "not quiet 1m30s after the run: 9 of 10 offline events seen"}, "warning: not quiet 1m30s after the run: 9 of 10 offline events seen\n"},
+		{stepResult{}, ""},
+	} {
+		var b strings.Builder
+		reportQuiet(&b, c.res)
+		if b.String() != c.want {
+			t.Errorf("reportQuiet(%+v) = %q, want %q", c.res.quiet, b.String(), c.want)
+		}
+	}
+}
