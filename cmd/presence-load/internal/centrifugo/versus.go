@@ -227,51 +227,12 @@ func Latency(ctx context.Context, o load.Options, pid int, out io.Writer) error 
 	if err != nil {
 		return err
 	}
-	run := rand.Uint32()
 	joins := int(o.Rate * o.Duration.Seconds())
 	const perChannel = 50
 	channels := (joins + perChannel - 1) / perChannel
+	tm := newCfTimings(rand.Uint32(), joins, o.CFPresence)
+	run, user := tm.run, tm.user
 	channel := func(i int) string { return fmt.Sprintf("lat%d-%d", run, i) }
-	user := func(i int) string { return fmt.Sprintf("j%d-%d", run, i) }
-	sent := make([]atomic.Int64, joins) // unix ns of the subscribe, by joiner
-	seen := make([]atomic.Int64, joins) // ns from it to the observer's push
-	onJoin := func(_, u string, at time.Time) {
-		i, ok := strings.CutPrefix(u, fmt.Sprintf("j%d-", run))
-		if n, err := strconv.Atoi(i); ok && err == nil && n >= 0 && n < joins {
-			if s := sent[n].Load(); s > 0 {
-				seen[n].CompareAndSwap(0, at.UnixNano()-s)
-			}
-		}
-	}
-	// With --cf-presence: answered[i] is ns from joiner i's subscribe to
-	// the reply to its presence request, if the reply lists it.
-	answered := make([]atomic.Int64, joins)
-	var refused atomic.Int64
-	presenceReply := func(i int) func(cfMsg, time.Time) {
-		if !o.CFPresence {
-			return nil
-		}
-		return func(m cfMsg, at time.Time) {
-			if m.ID != cfPresenceID {
-				return
-			}
-			if m.Error != nil || m.Presence == nil || !cfListsUser(m.Presence.Presence, user(i)) {
-				refused.Add(1)
-				return
-			}
-			if s := sent[i].Load(); s > 0 {
-				answered[i].CompareAndSwap(0, at.UnixNano()-s)
-			}
-		}
-	}
-	unanswered := func() bool {
-		for i := range answered {
-			if answered[i].Load() == 0 {
-				return true
-			}
-		}
-		return false
-	}
 	joinCmd := func(ch string) []byte {
 		sub := cfSubscribeCmd(2, ch, o.CFJoinLeave)
 		if !o.CFPresence {
@@ -281,11 +242,11 @@ func Latency(ctx context.Context, o load.Options, pid int, out io.Writer) error 
 	}
 	start := time.Now()
 	obs, failedO, errO := cfOpenMany(channels, func(i int) (*cfClient, error) {
-		return cfOpenClient(ctx, d, o.Secret, fmt.Sprintf("w%d-%d", run, i), channel(i), true, onJoin, nil)
+		return cfOpenClient(ctx, d, o.Secret, fmt.Sprintf("w%d-%d", run, i), channel(i), true, tm.onJoin, nil)
 	})
 	defer cfCloseAll(obs)
 	js, failedJ, errJ := cfOpenMany(joins, func(i int) (*cfClient, error) {
-		return cfOpenClient(ctx, d, o.Secret, user(i), "", false, nil, presenceReply(i))
+		return cfOpenClient(ctx, d, o.Secret, user(i), "", false, nil, tm.onReply(i))
 	})
 	defer cfCloseAll(js)
 	if failedO+failedJ > 0 {
@@ -297,7 +258,7 @@ func Latency(ctx context.Context, o load.Options, pid int, out io.Writer) error 
 	cpu0, began := measure.ReadMeters(meters), time.Now()
 	sctx, stop := context.WithCancel(ctx)
 	churn.Pacer{Rate: o.Rate}.Run(sctx, len(js), func(i int, _ time.Time) {
-		sent[i].Store(time.Now().UnixNano())
+		tm.sent[i].Store(time.Now().UnixNano())
 		if err := js[i].Send(joinCmd(channel(i / perChannel))); err != nil {
 			writeErr = fmt.Errorf("subscribe %s: %w", user(i), err)
 			stop()
@@ -308,39 +269,98 @@ func Latency(ctx context.Context, o load.Options, pid int, out io.Writer) error 
 		return err
 	}
 	waitFor := time.Now().Add(o.Straggle)
-	unseen := func() bool {
-		for i := range seen {
-			if seen[i].Load() == 0 {
-				return true
-			}
-		}
-		return false
-	}
-	for time.Now().Before(waitFor) && (unseen() || o.CFPresence && unanswered()) {
+	for time.Now().Before(waitFor) && tm.pending() {
 		if !load.SleepCtx(ctx, 50*time.Millisecond) {
 			return ctx.Err()
 		}
 	}
 	window := time.Since(began)
 	cpu := measure.Delta(cpu0, measure.ReadMeters(meters))
-	lat, missing := rankSeen(seen)
-	fmt.Fprintf(out, "join -> %-22s p50 %-8s p90 %-8s p99 %-8s max %-8s seen %d/%d  missing %d\n", "online on WebSocket:",
-		measure.FmtDur(measure.Percentile(lat, .50)), measure.FmtDur(measure.Percentile(lat, .90)), measure.FmtDur(measure.Percentile(lat, .99)), measure.FmtDur(measure.Percentile(lat, 1)), joins-missing, joins, missing)
-	replyMissing := 0
-	if o.CFPresence {
-		var rlat []time.Duration
-		rlat, replyMissing = rankSeen(answered)
-		fmt.Fprintf(out, "join -> %-22s p50 %-8s p90 %-8s p99 %-8s max %-8s seen %d/%d  missing %d  refused %d\n", "own presence reply:",
-			measure.FmtDur(measure.Percentile(rlat, .50)), measure.FmtDur(measure.Percentile(rlat, .90)), measure.FmtDur(measure.Percentile(rlat, .99)), measure.FmtDur(measure.Percentile(rlat, 1)), joins-replyMissing, joins, replyMissing, refused.Load())
-	}
+	missing, replyMissing := tm.report(out)
 	fmt.Fprintf(out, "CPU over the joins and the wait (%v), %% of one core: %s\n", window.Round(time.Millisecond), measure.FmtCPU(cpu, window))
 	if missing > 0 {
 		return fmt.Errorf("FAIL: %d join pushes missing", missing)
 	}
 	if replyMissing > 0 {
-		return fmt.Errorf("FAIL: %d presence replies missing or without the joiner (%d refused)", replyMissing, refused.Load())
+		return fmt.Errorf("FAIL: %d presence replies missing or without the joiner (%d refused)", replyMissing, tm.refused.Load())
 	}
 	return nil
+}
+
+// cfTimings are a cf-latency run's times per joiner: when its subscribe
+// was sent (unix ns), and the ns from then to its join push at the
+// channel's observer and (with --cf-presence) to the reply to its
+// presence request, if the reply lists it.
+type cfTimings struct {
+	run                  uint32
+	presence             bool
+	sent, seen, answered []atomic.Int64
+	refused              atomic.Int64 // presence replies with an error or without the joiner
+}
+
+func newCfTimings(run uint32, joins int, presence bool) *cfTimings {
+	return &cfTimings{run: run, presence: presence, sent: make([]atomic.Int64, joins),
+		seen: make([]atomic.Int64, joins), answered: make([]atomic.Int64, joins)}
+}
+
+func (t *cfTimings) user(i int) string { return fmt.Sprintf("j%d-%d", t.run, i) }
+
+// onJoin times a join push seen at an observer.
+func (t *cfTimings) onJoin(_, u string, at time.Time) {
+	i, ok := strings.CutPrefix(u, fmt.Sprintf("j%d-", t.run))
+	if n, err := strconv.Atoi(i); ok && err == nil && n >= 0 && n < len(t.seen) {
+		if s := t.sent[n].Load(); s > 0 {
+			t.seen[n].CompareAndSwap(0, at.UnixNano()-s)
+		}
+	}
+}
+
+// onReply is joiner i's reply hook: it times the presence reply (nil
+// without --cf-presence).
+func (t *cfTimings) onReply(i int) func(cfMsg, time.Time) {
+	if !t.presence {
+		return nil
+	}
+	return func(m cfMsg, at time.Time) {
+		if m.ID != cfPresenceID {
+			return
+		}
+		if m.Error != nil || m.Presence == nil || !cfListsUser(m.Presence.Presence, t.user(i)) {
+			t.refused.Add(1)
+			return
+		}
+		if s := t.sent[i].Load(); s > 0 {
+			t.answered[i].CompareAndSwap(0, at.UnixNano()-s)
+		}
+	}
+}
+
+// pending reports whether a push, or a presence reply, is still due.
+func (t *cfTimings) pending() bool {
+	for i := range t.seen {
+		if t.seen[i].Load() == 0 || t.presence && t.answered[i].Load() == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// report prints the pushes' percentiles and, with --cf-presence, the
+// replies'; it returns how many of each are missing.
+func (t *cfTimings) report(out io.Writer) (missing, replyMissing int) {
+	line := func(what string, lat []time.Duration, missing int, extra string) {
+		fmt.Fprintf(out, "join -> %-22s p50 %-8s p90 %-8s p99 %-8s max %-8s seen %d/%d  missing %d%s\n", what,
+			measure.FmtDur(measure.Percentile(lat, .50)), measure.FmtDur(measure.Percentile(lat, .90)), measure.FmtDur(measure.Percentile(lat, .99)),
+			measure.FmtDur(measure.Percentile(lat, 1)), len(lat)-missing, len(lat), missing, extra)
+	}
+	lat, missing := rankSeen(t.seen)
+	line("online on WebSocket:", lat, missing, "")
+	if t.presence {
+		var rlat []time.Duration
+		rlat, replyMissing = rankSeen(t.answered)
+		line("own presence reply:", rlat, replyMissing, fmt.Sprintf("  refused %d", t.refused.Load()))
+	}
+	return missing, replyMissing
 }
 
 // cfMeters are cf-latency's CPU meters.

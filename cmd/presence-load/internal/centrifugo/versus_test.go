@@ -2,6 +2,7 @@ package centrifugo
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -205,5 +206,50 @@ func TestVersusReadsListsOfLogs(t *testing.T) {
 	}
 	if err := Versus([]string{"--cf-idle", cfIdle, "--cf-latency", cf + ",/nonexistent.log", "--idle", prIdle, "--latency", pr}, &out); err == nil {
 		t.Error("versus with a missing log must fail")
+	}
+}
+
+// A run's timings: a push or reply counts only for a joiner whose
+// subscribe was sent, a presence reply only if it lists the joiner, and
+// the run is pending until every push (and reply, with --cf-presence)
+// is in.
+func TestCfTimings(t *testing.T) {
+	tm := newCfTimings(7, 2, true)
+	at := time.Unix(100, 0)
+	tm.onJoin("ch", tm.user(0), at) // not sent yet: not timed
+	tm.sent[0].Store(at.Add(-2 * time.Millisecond).UnixNano())
+	tm.sent[1].Store(at.Add(-3 * time.Millisecond).UnixNano())
+	tm.onJoin("ch", tm.user(0), at)
+	tm.onJoin("ch", "j8-1", at) // another run's user
+	if !tm.pending() || tm.seen[0].Load() != int64(2*time.Millisecond) || tm.seen[1].Load() != 0 {
+		t.Fatalf("pushes: %d %d", tm.seen[0].Load(), tm.seen[1].Load())
+	}
+	tm.onJoin("ch", tm.user(1), at)
+	reply := func(users ...string) cfMsg {
+		m := cfMsg{ID: cfPresenceID}
+		m.Presence = &struct {
+			Presence map[string]cfInfo `json:"presence"`
+		}{Presence: map[string]cfInfo{}}
+		for i, u := range users {
+			m.Presence.Presence[fmt.Sprint(i)] = cfInfo{User: u}
+		}
+		return m
+	}
+	tm.onReply(0)(reply("someone else"), at)
+	tm.onReply(1)(reply(tm.user(1)), at)
+	if !tm.pending() || tm.refused.Load() != 1 || tm.answered[1].Load() != int64(3*time.Millisecond) {
+		t.Fatalf("replies: refused %d, answered %d", tm.refused.Load(), tm.answered[1].Load())
+	}
+	tm.onReply(0)(reply(tm.user(0), "someone else"), at)
+	if tm.pending() {
+		t.Fatal("every push and reply is in: not pending")
+	}
+	var b strings.Builder
+	missing, replyMissing := tm.report(&b)
+	if missing != 0 || replyMissing != 0 || !strings.Contains(b.String(), "own presence reply:") || !strings.Contains(b.String(), "refused 1") {
+		t.Fatalf("report %d %d:\n%s", missing, replyMissing, b.String())
+	}
+	if newCfTimings(7, 1, false).onReply(0) != nil {
+		t.Fatal("without --cf-presence no reply hook")
 	}
 }
