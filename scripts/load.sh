@@ -101,6 +101,11 @@
 # so that its count frames to 15,000 members, and to the churners (10,000
 # a second at a budget of 10,000), neither starve its joins nor take the
 # cores the measured node shares.
+# LOAD_NATS=embedded (idle, latency, latency-hog, sweep, versus) runs
+# the node on its embedded nats-server, one process as in a single-node
+# deployment, instead of on a nats-server of its own; the stream's CPU is
+# then in the node's. (Not PRESENCE_NATS: presenced reads every flag from
+# PRESENCE_<FLAG>, and that one is --nats.)
 # NODE_FLAGS adds flags to the measured node, e.g. NODE_FLAGS="--fanout-tick
 # 250ms" scripts/load.sh bigroom. The node's log is checked for panics; on failure it and the other logs
 # are kept and their path printed (KEEP_LOGS=1 keeps them always).
@@ -228,6 +233,18 @@ if [[ $mode == cluster ]]; then
 	exit 0
 fi
 
+embedded_nats=0
+case ${LOAD_NATS:-} in
+'') ;;
+embedded)
+	case $mode in
+	idle | latency | latency-hog | sweep | versus) embedded_nats=1 ;;
+	*) fail "LOAD_NATS=embedded is for idle, latency, latency-hog, sweep and versus, not $mode" ;;
+	esac
+	;;
+*) fail "LOAD_NATS must be empty or embedded, got '$LOAD_NATS'" ;;
+esac
+
 rport=$(free_port 6391)
 redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" --loglevel warning >"$work/redis.log" 2>&1 &
 redis_pid=$!
@@ -236,10 +253,17 @@ wait_for redis "$redis_pid" redis-cli -h 127.0.0.1 -p "$rport" ping
 
 nport=$(free_port 4231)
 mport=$(free_port 8231)
-"$bin/nats-server" -a 127.0.0.1 -p "$nport" -m "$mport" -js -sd "$work/js" >"$work/nats.log" 2>&1 &
-nats_pid=$!
-pids+=("$nats_pid")
-wait_for nats "$nats_pid" curl -sf "http://127.0.0.1:$mport/healthz"
+if ((embedded_nats)); then
+	# The node's own, on nport; its JetStream under the run's temp dir.
+	nats_pid=""
+	natsarg=(--nats-port "$nport" --nats-store-dir "$work/js")
+else
+	"$bin/nats-server" -a 127.0.0.1 -p "$nport" -m "$mport" -js -sd "$work/js" >"$work/nats.log" 2>&1 &
+	nats_pid=$!
+	pids+=("$nats_pid")
+	wait_for nats "$nats_pid" curl -sf "http://127.0.0.1:$mport/healthz"
+	natsarg=(--nats "nats://127.0.0.1:$nport")
+fi
 
 if [[ $mode == reconnect-storm ]]; then
 	echo "tree: $(git rev-parse --short HEAD 2>/dev/null || echo '?') with $(git status --porcelain 2>/dev/null | wc -l) changed paths; $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -259,7 +283,7 @@ lport=$(free_port 8091)
 maxconn=()
 [[ $mode == bigroom* || $mode == centrifugo ]] && maxconn=(--max-connections 17000)
 "$bin/presenced" node --jwt-secret "$secret" --region load --redis "127.0.0.1:$rport" \
-	--nats "nats://127.0.0.1:$nport" --listen "127.0.0.1:$lport" --log-level warn "${maxconn[@]}" ${NODE_FLAGS:-} \
+	"${natsarg[@]}" --listen "127.0.0.1:$lport" --log-level warn "${maxconn[@]}" ${NODE_FLAGS:-} \
 	${PPROF:+--pprof-listen 127.0.0.1:6061} >"$work/node.log" 2>&1 &
 node_pid=$!
 pids+=("$node_pid")
@@ -277,10 +301,14 @@ if [[ $mode == bigroom* || $mode == centrifugo ]]; then
 fi
 
 echo "tree: $(git rev-parse --short HEAD 2>/dev/null || echo '?') with $(git status --porcelain 2>/dev/null | wc -l) changed paths; $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "node pid $node_pid on 127.0.0.1:$lport; redis pid $redis_pid on :$rport; nats-server pid $nats_pid on :$nport (monitor :$mport)"
+if ((embedded_nats)); then
+	echo "node pid $node_pid on 127.0.0.1:$lport with its embedded nats-server on :$nport; redis pid $redis_pid on :$rport"
+else
+	echo "node pid $node_pid on 127.0.0.1:$lport; redis pid $redis_pid on :$rport; nats-server pid $nats_pid on :$nport (monitor :$mport)"
+fi
 
 common=(--addr "127.0.0.1:$lport" --jwt-secret "$secret")
-cpu=(--redis "127.0.0.1:$rport" --nats-pid "$nats_pid")
+cpu=(--redis "127.0.0.1:$rport" ${nats_pid:+--nats-pid "$nats_pid"})
 lat=(--nats "nats://127.0.0.1:$nport" --region load)
 # start_centrifugo ENGINE: Centrifugo on a free port (cport; its pid in
 # cf_pid), ENGINE its engine's JSON; HS256 client tokens with the nodes'
