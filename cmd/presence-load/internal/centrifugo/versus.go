@@ -90,7 +90,7 @@ func (c *cfClient) line(line []byte, at time.Time) {
 }
 
 // cfOpenClient connects as user and, unless channel is empty, subscribes.
-// onReply, if set, sees every reply from the connect's on.
+// onReply, if set, sees every reply, the connect's first.
 func cfOpenClient(ctx context.Context, d *load.Dialer, secret, user, channel string, joinLeave bool, onJoin func(string, string, time.Time), onReply func(cfMsg, time.Time)) (*cfClient, error) {
 	ws, err := cfDial(ctx, d)
 	if err != nil {
