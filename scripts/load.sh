@@ -175,6 +175,18 @@ wait_for() {
 	fail "$name did not become ready in 10s; see $work/$name.log"
 }
 
+embedded_nats=0
+case ${LOAD_NATS:-} in
+'') ;;
+embedded)
+	case $mode in
+	idle | latency | latency-hog | sweep | versus) embedded_nats=1 ;;
+	*) fail "LOAD_NATS=embedded is for idle, latency, latency-hog, sweep and versus, not $mode" ;;
+	esac
+	;;
+*) fail "LOAD_NATS must be empty or embedded, got '$LOAD_NATS'" ;;
+esac
+
 [[ $mode == cluster ]] || nice -n 10 go build -o "$bin/presenced" ./cmd/presenced
 nice -n 10 go build -C cmd/presence-load -o "$bin/presence-load" .
 nice -n 10 go build -o "$bin/nats-server" github.com/nats-io/nats-server/v2
@@ -233,17 +245,6 @@ if [[ $mode == cluster ]]; then
 	exit 0
 fi
 
-embedded_nats=0
-case ${LOAD_NATS:-} in
-'') ;;
-embedded)
-	case $mode in
-	idle | latency | latency-hog | sweep | versus) embedded_nats=1 ;;
-	*) fail "LOAD_NATS=embedded is for idle, latency, latency-hog, sweep and versus, not $mode" ;;
-	esac
-	;;
-*) fail "LOAD_NATS must be empty or embedded, got '$LOAD_NATS'" ;;
-esac
 
 rport=$(free_port 6391)
 redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" --loglevel warning >"$work/redis.log" 2>&1 &

@@ -498,7 +498,7 @@ func versusTable(cf, cfp, pr []sideFigures, rate float64) string {
 	row(fmt.Sprintf("RSS per idle WebSocket session, %s JWT clients", sessionsLabel(c0, p0)), []float64{c0.rssKiB}, []float64{p0.rssKiB}, " KiB")
 	row("node CPU per 10k idle sessions", []float64{c0.cpuPer10k}, []float64{p0.cpuPer10k}, " %")
 	if n := max(len(cf), len(pr)); n > 1 {
-		fmt.Fprintf(&b, "\n(latency: %d interleaved runs a side, in the order run; ratios of the medians)\n", n)
+		fmt.Fprintf(&b, "\n(latency: %d interleaved runs a side, in the order run; ratios of the medians, none where a run lacks the figure)\n", n)
 	}
 	return b.String()
 }
@@ -533,24 +533,20 @@ func p99ms(f sideFigures) float64     { return durMs(f.p99) }
 func machineOf(f sideFigures) float64 { return f.machine }
 func stealOf(f sideFigures) float64   { return f.steal }
 
-// median is the median of the figures found (-1: none); of an even
-// number, the mean of the middle two.
+// median is the median of vs; of an even number, the mean of the middle
+// two. It is -1 (no ratio) if any figure is missing: a run without one (a
+// push never seen reads as never) must not drop out and leave the ratio
+// of the runs that went well.
 func median(vs []float64) float64 {
-	var found []float64
-	for _, v := range vs {
-		if v >= 0 {
-			found = append(found, v)
-		}
-	}
-	if len(found) == 0 {
+	if len(vs) == 0 || slices.ContainsFunc(vs, func(v float64) bool { return v < 0 }) {
 		return -1
 	}
-	slices.Sort(found)
-	n := len(found)
+	sorted := slices.Sorted(slices.Values(vs))
+	n := len(sorted)
 	if n%2 == 1 {
-		return found[n/2]
+		return sorted[n/2]
 	}
-	return (found[n/2-1] + found[n/2]) / 2
+	return (sorted[n/2-1] + sorted[n/2]) / 2
 }
 
 func sessionsLabel(cf, pr sideFigures) string {

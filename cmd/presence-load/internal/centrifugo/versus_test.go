@@ -161,11 +161,19 @@ func TestVersusTableOfRepeatedRuns(t *testing.T) {
 		"| same, p99 | 3.00 / 5.00 / 4.00 ms | 6.00 / 9.00 / 8.00 ms | 2.00× |\n",
 		"| whole machine's CPU over the joins, % of one core | 80.00 / 90.00 / 85.00 % | 130.00 / 140.00 / 120.00 % | 1.53× |\n",
 		"| RSS per idle WebSocket session, 15,000 JWT clients | 48.50 KiB | 12.60 KiB | 0.26× |\n",
-		"(latency: 3 interleaved runs a side, in the order run; ratios of the medians)",
+		"(latency: 3 interleaved runs a side, in the order run; ratios of the medians, none where a run lacks the figure)",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("table lacks %q:\n%s", want, got)
 		}
+	}
+	// A presence run with a push never seen: its cell says so and the
+	// row has no ratio, rather than the ratio of the two runs that went
+	// well.
+	pr[1] = parseFigures("", "join -> online on WebSocket:   p50 0.80ms   p90 1.0ms    p99 never    max never    seen 9999/10000  missing 1\n")
+	got = versusTable(cf, nil, pr, 1000)
+	if want := "| same, p99 | 3.00 / 5.00 / 4.00 ms | 6.00 / n/a / 8.00 ms | n/a |\n"; !strings.Contains(got, want) {
+		t.Errorf("table lacks %q:\n%s", want, got)
 	}
 }
 
@@ -173,7 +181,7 @@ func TestMedian(t *testing.T) {
 	for _, c := range []struct {
 		in   []float64
 		want float64
-	}{{[]float64{3, 1, 2}, 2}, {[]float64{4, 1, 3, 2}, 2.5}, {[]float64{-1, 5}, 5}, {[]float64{-1}, -1}, {nil, -1}} {
+	}{{[]float64{3, 1, 2}, 2}, {[]float64{4, 1, 3, 2}, 2.5}, {[]float64{-1, 5}, -1}, {[]float64{-1}, -1}, {nil, -1}} {
 		if got := median(c.in); got != c.want {
 			t.Errorf("median(%v) = %v, want %v", c.in, got, c.want)
 		}
